@@ -1,0 +1,108 @@
+/* options.h - every compiler option (DESIGN.md 5, 6, 13) in one struct, filled by the CLI
+ * (apexc_main.c) or by tests, read by passes. Defaults come from apx_options_init(); the
+ * opt-level preset is applied by apx_options_apply_preset() and never overrides a field
+ * the user set explicitly (the *_set flags). */
+#ifndef APX_OPTIONS_H
+#define APX_OPTIONS_H
+
+#include <stdint.h>
+
+#include "kernels/attrs.h"
+#include "kernels/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ApxOptLevel { APX_O0 = 0, APX_O1 = 1, APX_O2 = 2, APX_O3 = 3 } ApxOptLevel;
+
+typedef enum ApxLossScaleMode {
+  APX_LOSS_SCALE_STATIC = 0,  /* fixed value loss_scale */
+  APX_LOSS_SCALE_DYNAMIC = 1,
+} ApxLossScaleMode;
+
+/* Tri-state for properties an opt level presets and a flag may override. */
+typedef enum ApxTri { APX_TRI_UNSET = -1, APX_TRI_OFF = 0, APX_TRI_ON = 1 } ApxTri;
+
+#define APX_MAX_LIST 64
+#define APX_MAX_DIMS_BOUND 32
+#define APX_MAX_PASS_FLAGS 16
+
+typedef struct ApxNameList {
+  int32_t n;
+  const char *items[APX_MAX_LIST];
+} ApxNameList;
+
+typedef struct ApxOptions {
+  const char *model_path;
+  const char *output_path; /* -o; NULL: derived from the model name (model.apx) */
+  ApxOptLevel opt_level;
+
+  /* precision properties (DESIGN.md 5) */
+  ApxDType half;               /* F16 (default) or BF16 */
+  ApxDType cast_model_type;    /* F32 at O0/O1, half at O2/O3 */
+  ApxTri patch_lists;          /* O1 per-op lists */
+  ApxTri keep_batchnorm_fp32;  /* O2 on, O3 off, not allowed with O0/O1 set explicitly */
+  ApxTri master_weights;       /* O2 on */
+  ApxLossScaleMode loss_scale_mode;
+  float loss_scale;            /* static value, or the dynamic initial value (2^16) */
+  float min_loss_scale;        /* 0: none */
+  float max_loss_scale;        /* 2^24 */
+  int32_t scale_window;        /* growth interval: 2000 */
+  int32_t hysteresis;          /* 1: back off at the first overflow */
+  int32_t loss_scale_set, half_set; /* explicit flags seen */
+
+  /* overrides (DESIGN.md 6) */
+  ApxNameList half_ops, fp32_ops, promote_ops; /* op types */
+  ApxNameList fp32_nodes;                      /* glob patterns on node names */
+  const char *policy_path;                     /* --policy FILE.json */
+  int32_t clamp_constants;
+
+  /* graph binding (DESIGN.md 2) */
+  const char *loss_name; /* --loss */
+  ApxNameList frozen;    /* --frozen A,B */
+  int32_t n_dims;
+  const char *dim_names[APX_MAX_DIMS_BOUND];
+  int64_t dim_values[APX_MAX_DIMS_BOUND];
+
+  /* training (DESIGN.md 13) */
+  int32_t training;        /* build the training graph (apexc default 1; infer 0) */
+  ApxOptimizerKind optimizer;
+  float lr, momentum, beta1, beta2, eps, weight_decay;
+  int32_t nesterov;
+  int32_t eps_set, weight_decay_set, lr_set;
+  float clip_grad_norm;    /* 0: off */
+  int32_t accumulate;      /* micro-batches per step, >= 1 */
+  int32_t warmup_steps;
+  int32_t schedule;        /* 0 constant, 1 cosine, 2 linear */
+  int64_t total_steps;     /* for the schedule */
+  uint64_t seed;
+
+  /* fusion and bucketing (DESIGN.md 10, 11) */
+  int32_t no_fuse;
+  int32_t fusion_report;
+  double bucket_mb, first_bucket_mb;
+  int32_t allreduce_fp32;
+  float grad_predivide;
+  int32_t sync_bn;
+
+  /* inspection and debugging (DESIGN.md 4, 7) */
+  int32_t explain;          /* 0 none, 1 text, 2 json */
+  const char *explain_path; /* NULL: stdout */
+  const char *emit_onnx;
+  ApxNameList disable_pass, dump_after;
+  int32_t verify_each_pass; /* run apx_graph_verify after every pass (tests: on) */
+  int32_t quiet;
+} ApxOptions;
+
+void apx_options_init(ApxOptions *o);
+/* Applies the opt-level preset to every property not set explicitly and checks combinations
+ * the way Apex does; returns -1 with a message in err (cap bytes) on an invalid one. */
+int apx_options_apply_preset(ApxOptions *o, char *err, size_t cap);
+/* 1 if name is in the list. */
+int apx_name_list_has(const ApxNameList *l, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
