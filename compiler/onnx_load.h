@@ -3,7 +3,8 @@
  *
  * What the loader produces in g (initialized by the caller with apx_graph_init):
  *  - g->ir_version, g->opset (ai.onnx); checks ir_version 7..10 (warns above 10, rejects
- *    below 7), ai.onnx opset 13..21, no other domains, no control flow.
+ *    below o->ir_version_min), ai.onnx opset o->opset_min..21 (defaults 7 and 13), no
+ *    other domains, no control flow.
  *  - one value per graph input, initializer and node output. Initializers become
  *    APX_VAL_PARAM (float types, trainable unless --frozen) or APX_VAL_CONST, with data
  *    decoded to host little-endian bytes from raw_data, typed fields or external data

@@ -17,6 +17,8 @@ void apx_options_init(ApxOptions *o) {
   o->max_loss_scale = 16777216.0f;
   o->scale_window = 2000;
   o->hysteresis = 1;
+  o->ir_version_min = 7;
+  o->opset_min = 13;
   o->training = 1;
   o->optimizer = APX_OPTIM_ADAMW;
   o->lr = 1e-3f;

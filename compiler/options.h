@@ -58,6 +58,12 @@ typedef struct ApxOptions {
   const char *policy_path;                     /* --policy FILE.json */
   int32_t clamp_constants;
 
+  /* input contract (DESIGN.md 2): accepted ranges. Defaults ir_version >= 7, ai.onnx
+   * opset >= 13; --allow-old-opset (and the ONNX node-test harness) lowers them to 3 and 7,
+   * where apexc reads the older attribute forms (Split/Squeeze/Reduce* axes attributes,
+   * Dropout ratio attribute). */
+  int32_t ir_version_min, opset_min;
+
   /* graph binding (DESIGN.md 2) */
   const char *loss_name; /* --loss */
   ApxNameList frozen;    /* --frozen A,B */
