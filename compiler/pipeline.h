@@ -1,0 +1,40 @@
+/* pipeline.h - the whole compiler as one static table of passes (QBE main.c style).
+ *
+ *   load -> fold_constants -> infer_shapes -> [training graph] -> precision -> cast
+ *   insertion/cleanup -> fusion -> bucketing -> memory plan
+ *
+ * apx_compile_file() loads the model and runs every pass in order; with
+ * o->verify_each_pass it runs apx_graph_verify() after each (tests do), honours
+ * --disable-pass=NAME and --dump-after=NAME (dump to stderr). The result is a graph ready
+ * for emit_plan (compiler/emit_plan.h). */
+#ifndef APX_PIPELINE_H
+#define APX_PIPELINE_H
+
+#include <stdio.h>
+
+#include "compiler/diag.h"
+#include "compiler/ir.h"
+#include "compiler/options.h"
+#include "compiler/pass.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Loads o->model_path into g (apx_graph_init is done here) and runs the pipeline.
+ * Returns 0 or -1 (error in d). The caller frees g with apx_graph_free in both cases. */
+int apx_compile_file(ApxGraph *g, const ApxOptions *o, ApxDiag *d);
+/* Runs the pipeline on an already loaded graph. */
+int apx_compile_graph(ApxGraph *g, const ApxOptions *o, ApxDiag *d);
+
+/* The pass table, for --help and tests. */
+const ApxPassInfo *apx_pipeline_passes(int *count);
+
+/* Human-readable dump of the graph (one line per node: name, op, inputs/outputs with
+ * dtype and shape, section, precision). */
+void apx_graph_dump(const ApxGraph *g, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
