@@ -28,6 +28,7 @@ void apx_graph_init(ApxGraph *g, const char *file) {
   apx_arena_init(&g->arena);
   g->file = apx_arena_strdup(&g->arena, file ? file : "<model>");
   g->loss = -1;
+  g->arena_bytes = g->peak_live_bytes = g->no_reuse_bytes = g->persistent_bytes = -1;
 }
 
 void apx_graph_free(ApxGraph *g) {
@@ -112,6 +113,9 @@ int apx_graph_add_value(ApxGraph *g, ApxDiag *d, const char *name, ApxValueKind 
   v->onnx_index = -1;
   v->grad = -1;
   v->origin = -1;
+  v->mem_region = APX_MEM_NONE;
+  v->mem_offset = -1;
+  v->mem_alias = -1;
   v->rank = -1;
   if (rank >= 0) apx_value_set_shape(v, rank, dims);
   g->n_vals++;

@@ -53,7 +53,22 @@ typedef struct ApxValue {
   uint32_t flags;          /* ApxValueFlags */
   int grad;                /* value id of d(loss)/d(this) once autodiff ran, else -1 */
   int origin;              /* value this one derives from (cast copy, grad, master), -1 */
+  /* memory plan (passes/memplan.c); apx_graph_add_value sets -1 / NONE */
+  int32_t mem_region;      /* ApxMemRegion */
+  int64_t mem_offset;      /* byte offset in its region, -1 unplanned */
+  int mem_alias;           /* value whose bytes this one shares (SHAPEONLY view or in-place
+                              output), -1 when it owns its bytes */
 } ApxValue;
+
+/* Where a runtime buffer lives (DESIGN.md 12): one reused arena per device for
+ * activations, data inputs and gradients; a persistent region (never reused) for params,
+ * constants and states. Values that are never runtime tensors (static inputs only) have
+ * APX_MEM_NONE. */
+typedef enum ApxMemRegion {
+  APX_MEM_NONE = 0,
+  APX_MEM_ARENA = 1,
+  APX_MEM_PERSISTENT = 2,
+} ApxMemRegion;
 
 typedef enum ApxAttrType { /* = ONNX AttributeProto.AttributeType */
   APX_ATTR_UNDEFINED = 0,
@@ -137,6 +152,12 @@ typedef struct ApxGraph {
   int *outputs;       /* graph outputs in order */
   int32_t n_outputs;
   int loss;           /* value id of the loss, -1 if none */
+
+  /* memory plan summary (passes/memplan.c); -1 until planned */
+  int64_t arena_bytes;      /* size of the reused arena */
+  int64_t peak_live_bytes;  /* lower bound: max over schedule steps of bytes live then */
+  int64_t no_reuse_bytes;   /* arena size if no buffer were reused */
+  int64_t persistent_bytes; /* params, constants, states */
 
   /* name -> value id, open addressing (private to ir.c) */
   int *name_slots;
