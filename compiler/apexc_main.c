@@ -1,0 +1,81 @@
+/* apexc_main.c - the apexc command: parse, compile, then print/write what was asked.
+ * Exit codes (DESIGN.md 13): 0 success, 1 runtime failure, 2 bad usage or bad input. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/cli.h"
+#include "compiler/diag.h"
+#include "compiler/ir.h"
+#include "compiler/pipeline.h"
+#include "kernels/op.h"
+
+static int list_ops(void) {
+  printf("%-30s %-8s %s\n", "op", "O1 list", "support");
+  for (int i = 1; i < APX_OP_COUNT; i++) {
+    const ApxOpInfo *in = apx_op_info((ApxOp)i);
+    const char *support = (in->flags & APX_OPF_V1) ? "v1"
+                          : (in->flags & APX_OPF_FOLD) ? "compile-time (folded)"
+                          : (in->flags & APX_OPF_TIER2) ? "tier 2 (not supported yet)"
+                          : (in->flags & APX_OPF_LISTED) ? "listed only (not supported yet)"
+                          : "internal";
+    const char *list = in->prec == APX_PREC_HALF ? "half"
+                       : in->prec == APX_PREC_FP32 ? "fp32"
+                       : in->prec == APX_PREC_PROMOTE ? "promote"
+                       : in->prec == APX_PREC_PASS ? "-" : apx_prec_class_name(in->prec);
+    printf("%-30s %-8s %s\n", in->name, list, support);
+  }
+  printf("\nhalf (allow): runs in the half type at O1; fp32 (deny): runs in fp32 at O1;\n"
+         "promote: runs in the widest float type of its inputs; -: runs in its inputs' type.\n");
+  return 0;
+}
+
+static void print_summary(const ApxGraph *g, const ApxOptions *o) {
+  int count[APX_OP_COUNT] = {0};
+  for (int k = 0; k < g->n_order; k++) count[g->nodes[g->order[k]].op]++;
+  int64_t n_params = 0, param_elems = 0, param_bytes = 0;
+  for (int v = 0; v < g->n_vals; v++) {
+    const ApxValue *val = &g->vals[v];
+    if (val->kind != APX_VAL_PARAM) continue;
+    n_params++;
+    if (apx_value_numel(val) > 0) param_elems += apx_value_numel(val);
+    if (apx_value_bytes(val) > 0) param_bytes += apx_value_bytes(val);
+  }
+  printf("%s: %d nodes, opset %" PRId64 ", ir_version %" PRId64 ", -O%d\n", g->file, g->n_order,
+         g->opset, g->ir_version, (int)o->opt_level);
+  printf("ops:");
+  for (int i = 1; i < APX_OP_COUNT; i++)
+    if (count[i]) printf(" %s=%d", apx_op_name((ApxOp)i), count[i]);
+  printf("\nparameters: %" PRId64 " tensors, %" PRId64 " elements, %" PRId64 " bytes\n", n_params,
+         param_elems, param_bytes);
+}
+
+int main(int argc, char **argv) {
+  ApxOptions o;
+  ApxCliArgs a;
+  char err[1024];
+  if (apx_cli_parse(argc, argv, &o, &a, err, sizeof err)) {
+    fprintf(stderr, "%s\n", err);
+    return APX_EXIT_BAD_INPUT;
+  }
+  switch (a.action) {
+    case APX_CLI_HELP: fputs(apx_cli_usage(), stdout); return 0;
+    case APX_CLI_VERSION: printf("apexc %s\n", APX_VERSION); return 0;
+    case APX_CLI_LIST_OPS: return list_ops();
+    case APX_CLI_DUMP_PLAN:
+      fprintf(stderr, "apexc: not supported yet: --dump-plan (plan format lands with issue 3)\n");
+      return APX_EXIT_BAD_INPUT;
+    case APX_CLI_COMPILE: break;
+  }
+  ApxDiag d;
+  apx_diag_init(&d);
+  d.quiet = o.quiet;
+  ApxGraph g;
+  int rc = apx_compile_file(&g, &o, &d);
+  if (rc == 0 && a.summary) print_summary(&g, &o);
+  if (rc) fprintf(stderr, "%s\n", d.msg);
+  int code = rc ? d.code : 0;
+  apx_graph_free(&g);
+  return code;
+}

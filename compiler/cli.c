@@ -1,0 +1,382 @@
+/* cli.c - apexc argument parsing: every flag of DESIGN.md 13 into ApxOptions. Accepts both
+ * "--flag=value" and "--flag value". Unknown flags, missing values and malformed numbers
+ * are usage errors (exit 2) with one line naming the flag. */
+#include "compiler/cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_text[] =
+    "usage: apexc MODEL.onnx [-O0|-O1|-O2|-O3] [-o PLAN.apx] [options]\n"
+    "       apexc --list-ops | --dump-plan PLAN.apx | --help | --version\n"
+    "\n"
+    "Compiles an ONNX forward+loss graph into a mixed-precision training plan (Apex AMP\n"
+    "semantics, decided ahead of time). With no -o and no inspection flag it prints a model\n"
+    "summary and writes MODEL.apx next to the model.\n"
+    "\n"
+    "Opt levels (Apex semantics; any explicit flag overrides the preset):\n"
+    "  -O0   fp32 everywhere, loss scale 1 (the accuracy baseline)\n"
+    "  -O1   per-op lists: allow list in half, deny list in fp32, promote to widest;\n"
+    "        weights stay fp32, dynamic loss scaling (default)\n"
+    "  -O2   model in half, BatchNorm kept fp32, fp32 master weights, dynamic loss scaling\n"
+    "  -O3   everything half, loss scale 1 (the speed baseline)\n"
+    "\n"
+    "Precision:\n"
+    "  --half=fp16|bf16            half type (default fp16; bf16 defaults to loss scale 1)\n"
+    "  --keep-batchnorm-fp32[=true|false]   --master-weights[=true|false]\n"
+    "  --loss-scale=dynamic|N      dynamic (init 2^16) or a static scale\n"
+    "  --min-loss-scale S          --max-loss-scale S (default 2^24)\n"
+    "  --scale-window N            clean steps before the scale grows (default 2000)\n"
+    "  --hysteresis N              overflows tolerated before backing off (default 1)\n"
+    "  --half-ops A,B  --fp32-ops A,B  --promote-ops A,B   per-op overrides (op types)\n"
+    "  --fp32-nodes PATTERN        keep nodes whose name matches the glob in fp32 (repeatable)\n"
+    "  --policy FILE.json          decisions from a file (the --explain=json schema)\n"
+    "  --clamp-constants           clamp out-of-range constants instead of keeping fp32\n"
+    "  --list-ops                  print the op table with each op's precision list\n"
+    "\n"
+    "Inspection:\n"
+    "  --explain[=text|json]       every node's precision decision and why, then a summary\n"
+    "  --explain-out FILE          write the explanation to FILE instead of stdout\n"
+    "  --emit-onnx FILE            the mixed-precision forward graph as ONNX (Cast nodes added)\n"
+    "  --fusion-report             what fused and why candidates did not\n"
+    "  --dump-plan PLAN.apx        print a compiled plan readably\n"
+    "\n"
+    "Graph binding:\n"
+    "  --dim NAME=V                bind a symbolic dimension (repeatable)\n"
+    "  --loss NAME                 the loss value (default: the first graph output)\n"
+    "  --frozen A,B                float initializers that are not trained\n"
+    "  --inference                 compile the forward graph only (no training graph)\n"
+    "  --allow-old-opset           accept ai.onnx opset 7..12 and ir_version 3..6\n"
+    "\n"
+    "Training:\n"
+    "  --optimizer sgd|adamw|lamb  (default adamw)      --lr X (default 1e-3)\n"
+    "  --momentum M  --nesterov    --betas B1,B2 (0.9,0.999)  --eps E (1e-8)\n"
+    "  --weight-decay W (0.01, decoupled)  --clip-grad-norm N  --accumulate K\n"
+    "  --warmup-steps N  --lr-schedule constant|cosine|linear  --total-steps N  --seed S\n"
+    "\n"
+    "Fusion and data parallelism:\n"
+    "  --no-fuse  --bucket-mb N (25)  --first-bucket-mb N (1)  --allreduce-fp32\n"
+    "  --grad-predivide F  --sync-bn\n"
+    "\n"
+    "Debugging:\n"
+    "  --disable-pass=NAME  --dump-after=NAME  --verify-each-pass  --quiet\n"
+    "\n"
+    "Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input.\n";
+
+const char *apx_cli_usage(void) { return usage_text; }
+
+typedef struct Parser {
+  int argc, i;
+  char **argv;
+  char *err;
+  size_t cap;
+} Parser;
+
+static int fail(Parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(Parser *p, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int k = snprintf(p->err, p->cap, "apexc: ");
+  if (k >= 0 && (size_t)k < p->cap) vsnprintf(p->err + k, p->cap - (size_t)k, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* Matches "--name" or "--name=value". Sets *val to the inline value or NULL. */
+static int flag_is(const char *arg, const char *name, const char **val) {
+  size_t n = strlen(name);
+  if (strncmp(arg, name, n) != 0) return 0;
+  if (arg[n] == '\0') {
+    *val = NULL;
+    return 1;
+  }
+  if (arg[n] == '=') {
+    *val = arg + n + 1;
+    return 1;
+  }
+  return 0;
+}
+
+/* The flag's value: inline or the next argument. */
+static const char *need_value(Parser *p, const char *flag, const char *inline_val) {
+  if (inline_val) return inline_val;
+  if (p->i + 1 >= p->argc) {
+    fail(p, "%s needs a value (see apexc --help)", flag);
+    return NULL;
+  }
+  return p->argv[++p->i];
+}
+
+static int parse_double(Parser *p, const char *flag, const char *s, double lo, double hi,
+                        double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi)
+    return fail(p, "%s: '%s' is not a number in [%g, %g]", flag, s, lo, hi);
+  *out = v;
+  return 0;
+}
+
+static int parse_float(Parser *p, const char *flag, const char *s, double lo, double hi,
+                       float *out) {
+  double v;
+  if (parse_double(p, flag, s, lo, hi, &v)) return -1;
+  *out = (float)v;
+  return 0;
+}
+
+static int parse_int(Parser *p, const char *flag, const char *s, long long lo, long long hi,
+                     long long *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi)
+    return fail(p, "%s: '%s' is not an integer in [%lld, %lld]", flag, s, lo, hi);
+  *out = v;
+  return 0;
+}
+
+static int parse_bool(Parser *p, const char *flag, const char *s, ApxTri *out) {
+  if (!s || !strcmp(s, "true") || !strcmp(s, "1") || !strcmp(s, "on")) {
+    *out = APX_TRI_ON;
+    return 0;
+  }
+  if (!strcmp(s, "false") || !strcmp(s, "0") || !strcmp(s, "off")) {
+    *out = APX_TRI_OFF;
+    return 0;
+  }
+  return fail(p, "%s: expected true or false, got '%s'", flag, s);
+}
+
+/* Appends comma-separated items of s to list (s is copied so items can be split). */
+static int add_list(Parser *p, const char *flag, const char *s, ApxNameList *list) {
+  char *copy = strdup(s); /* lives as long as the process: options point into it */
+  if (!copy) return fail(p, "out of memory");
+  for (char *tok = strtok(copy, ","); tok; tok = strtok(NULL, ",")) {
+    if (!*tok) continue;
+    if (list->n >= APX_MAX_LIST) return fail(p, "%s: more than %d entries", flag, APX_MAX_LIST);
+    list->items[list->n++] = tok;
+  }
+  return 0;
+}
+
+int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err, size_t cap) {
+  Parser p = {argc, 1, argv, err, cap};
+  apx_options_init(o);
+  memset(a, 0, sizeof *a);
+  err[0] = '\0';
+  int explicit_level = 0, inspect = 0;
+  for (; p.i < argc; p.i++) {
+    const char *arg = argv[p.i], *v = NULL;
+    long long iv;
+    if (arg[0] != '-' || arg[1] == '\0') {
+      if (o->model_path) return fail(&p, "more than one model given ('%s' and '%s')", o->model_path, arg);
+      o->model_path = arg;
+    } else if (!strcmp(arg, "-O0") || !strcmp(arg, "-O1") || !strcmp(arg, "-O2") || !strcmp(arg, "-O3")) {
+      o->opt_level = (ApxOptLevel)(arg[2] - '0');
+      explicit_level = 1;
+    } else if (arg[1] == 'O') {
+      return fail(&p, "unknown opt level '%s' (use -O0, -O1, -O2 or -O3)", arg);
+    } else if (!strcmp(arg, "-o")) {
+      if (!(o->output_path = need_value(&p, "-o", NULL))) return -1;
+      a->write_plan = 1;
+    } else if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+      a->action = APX_CLI_HELP;
+      return 0;
+    } else if (!strcmp(arg, "--version")) {
+      a->action = APX_CLI_VERSION;
+      return 0;
+    } else if (!strcmp(arg, "--list-ops")) {
+      a->action = APX_CLI_LIST_OPS;
+    } else if (flag_is(arg, "--dump-plan", &v)) {
+      if (!(a->dump_plan_path = need_value(&p, "--dump-plan", v))) return -1;
+      a->action = APX_CLI_DUMP_PLAN;
+    } else if (flag_is(arg, "--explain-out", &v)) {
+      if (!(o->explain_path = need_value(&p, "--explain-out", v))) return -1;
+    } else if (flag_is(arg, "--explain", &v)) {
+      if (!v || !strcmp(v, "text")) o->explain = 1;
+      else if (!strcmp(v, "json")) o->explain = 2;
+      else return fail(&p, "--explain: expected text or json, got '%s'", v);
+      inspect = 1;
+    } else if (flag_is(arg, "--emit-onnx", &v)) {
+      if (!(o->emit_onnx = need_value(&p, "--emit-onnx", v))) return -1;
+      inspect = 1;
+    } else if (flag_is(arg, "--half", &v)) {
+      const char *s = need_value(&p, "--half", v);
+      if (!s) return -1;
+      o->half = apx_dtype_parse(s);
+      if (!apx_dtype_is_half(o->half)) return fail(&p, "--half: expected fp16 or bf16, got '%s'", s);
+      o->half_set = 1;
+    } else if (flag_is(arg, "--keep-batchnorm-fp32", &v)) {
+      if (parse_bool(&p, "--keep-batchnorm-fp32", v, &o->keep_batchnorm_fp32)) return -1;
+    } else if (flag_is(arg, "--master-weights", &v)) {
+      if (parse_bool(&p, "--master-weights", v, &o->master_weights)) return -1;
+    } else if (flag_is(arg, "--loss-scale", &v)) {
+      const char *s = need_value(&p, "--loss-scale", v);
+      if (!s) return -1;
+      if (!strcmp(s, "dynamic")) {
+        o->loss_scale_mode = APX_LOSS_SCALE_DYNAMIC;
+        o->loss_scale = 65536.0f;
+      } else {
+        o->loss_scale_mode = APX_LOSS_SCALE_STATIC;
+        if (parse_float(&p, "--loss-scale", s, 1e-30, 3e38, &o->loss_scale)) return -1;
+      }
+      o->loss_scale_set = 1;
+    } else if (flag_is(arg, "--min-loss-scale", &v)) {
+      const char *s = need_value(&p, "--min-loss-scale", v);
+      if (!s || parse_float(&p, "--min-loss-scale", s, 0, 3e38, &o->min_loss_scale)) return -1;
+    } else if (flag_is(arg, "--max-loss-scale", &v)) {
+      const char *s = need_value(&p, "--max-loss-scale", v);
+      if (!s || parse_float(&p, "--max-loss-scale", s, 1e-30, 3e38, &o->max_loss_scale)) return -1;
+    } else if (flag_is(arg, "--scale-window", &v)) {
+      const char *s = need_value(&p, "--scale-window", v);
+      if (!s || parse_int(&p, "--scale-window", s, 1, 1000000000, &iv)) return -1;
+      o->scale_window = (int32_t)iv;
+    } else if (flag_is(arg, "--hysteresis", &v)) {
+      const char *s = need_value(&p, "--hysteresis", v);
+      if (!s || parse_int(&p, "--hysteresis", s, 1, 1000000, &iv)) return -1;
+      o->hysteresis = (int32_t)iv;
+    } else if (flag_is(arg, "--half-ops", &v)) {
+      const char *s = need_value(&p, "--half-ops", v);
+      if (!s || add_list(&p, "--half-ops", s, &o->half_ops)) return -1;
+    } else if (flag_is(arg, "--fp32-ops", &v)) {
+      const char *s = need_value(&p, "--fp32-ops", v);
+      if (!s || add_list(&p, "--fp32-ops", s, &o->fp32_ops)) return -1;
+    } else if (flag_is(arg, "--promote-ops", &v)) {
+      const char *s = need_value(&p, "--promote-ops", v);
+      if (!s || add_list(&p, "--promote-ops", s, &o->promote_ops)) return -1;
+    } else if (flag_is(arg, "--fp32-nodes", &v)) {
+      const char *s = need_value(&p, "--fp32-nodes", v);
+      if (!s) return -1;
+      if (o->fp32_nodes.n >= APX_MAX_LIST) return fail(&p, "--fp32-nodes: more than %d patterns", APX_MAX_LIST);
+      o->fp32_nodes.items[o->fp32_nodes.n++] = s;
+    } else if (flag_is(arg, "--policy", &v)) {
+      if (!(o->policy_path = need_value(&p, "--policy", v))) return -1;
+    } else if (!strcmp(arg, "--clamp-constants")) {
+      o->clamp_constants = 1;
+    } else if (flag_is(arg, "--dim", &v)) {
+      const char *s = need_value(&p, "--dim", v);
+      if (!s) return -1;
+      const char *eq = strchr(s, '=');
+      if (!eq || eq == s) return fail(&p, "--dim: expected NAME=VALUE, got '%s'", s);
+      if (o->n_dims >= APX_MAX_DIMS_BOUND) return fail(&p, "--dim: more than %d bindings", APX_MAX_DIMS_BOUND);
+      if (parse_int(&p, "--dim", eq + 1, 1, (long long)1 << 40, &iv)) return -1;
+      o->dim_names[o->n_dims] = strndup(s, (size_t)(eq - s));
+      o->dim_values[o->n_dims++] = iv;
+    } else if (flag_is(arg, "--loss", &v)) {
+      if (!(o->loss_name = need_value(&p, "--loss", v))) return -1;
+    } else if (flag_is(arg, "--frozen", &v)) {
+      const char *s = need_value(&p, "--frozen", v);
+      if (!s || add_list(&p, "--frozen", s, &o->frozen)) return -1;
+    } else if (!strcmp(arg, "--inference")) {
+      o->training = 0;
+    } else if (!strcmp(arg, "--allow-old-opset")) {
+      o->opset_min = 7;
+      o->ir_version_min = 3;
+    } else if (flag_is(arg, "--optimizer", &v)) {
+      const char *s = need_value(&p, "--optimizer", v);
+      if (!s) return -1;
+      if (!strcmp(s, "sgd")) o->optimizer = APX_OPTIM_SGD;
+      else if (!strcmp(s, "adamw")) o->optimizer = APX_OPTIM_ADAMW;
+      else if (!strcmp(s, "lamb")) o->optimizer = APX_OPTIM_LAMB;
+      else return fail(&p, "--optimizer: expected sgd, adamw or lamb, got '%s'", s);
+    } else if (flag_is(arg, "--lr", &v)) {
+      const char *s = need_value(&p, "--lr", v);
+      if (!s || parse_float(&p, "--lr", s, 0, 1e6, &o->lr)) return -1;
+      o->lr_set = 1;
+    } else if (flag_is(arg, "--momentum", &v)) {
+      const char *s = need_value(&p, "--momentum", v);
+      if (!s || parse_float(&p, "--momentum", s, 0, 1, &o->momentum)) return -1;
+    } else if (!strcmp(arg, "--nesterov")) {
+      o->nesterov = 1;
+    } else if (flag_is(arg, "--betas", &v)) {
+      const char *s = need_value(&p, "--betas", v);
+      if (!s) return -1;
+      const char *comma = strchr(s, ',');
+      if (!comma) return fail(&p, "--betas: expected B1,B2, got '%s'", s);
+      char b1[64];
+      snprintf(b1, sizeof b1, "%.*s", (int)(comma - s), s);
+      if (parse_float(&p, "--betas", b1, 0, 0.999999999, &o->beta1) ||
+          parse_float(&p, "--betas", comma + 1, 0, 0.999999999, &o->beta2))
+        return -1;
+    } else if (flag_is(arg, "--eps", &v)) {
+      const char *s = need_value(&p, "--eps", v);
+      if (!s || parse_float(&p, "--eps", s, 0, 1, &o->eps)) return -1;
+      o->eps_set = 1;
+    } else if (flag_is(arg, "--weight-decay", &v)) {
+      const char *s = need_value(&p, "--weight-decay", v);
+      if (!s || parse_float(&p, "--weight-decay", s, 0, 1e3, &o->weight_decay)) return -1;
+      o->weight_decay_set = 1;
+    } else if (flag_is(arg, "--clip-grad-norm", &v)) {
+      const char *s = need_value(&p, "--clip-grad-norm", v);
+      if (!s || parse_float(&p, "--clip-grad-norm", s, 0, 3e38, &o->clip_grad_norm)) return -1;
+    } else if (flag_is(arg, "--accumulate", &v)) {
+      const char *s = need_value(&p, "--accumulate", v);
+      if (!s || parse_int(&p, "--accumulate", s, 1, 1 << 20, &iv)) return -1;
+      o->accumulate = (int32_t)iv;
+    } else if (flag_is(arg, "--warmup-steps", &v)) {
+      const char *s = need_value(&p, "--warmup-steps", v);
+      if (!s || parse_int(&p, "--warmup-steps", s, 0, 1LL << 40, &iv)) return -1;
+      o->warmup_steps = (int32_t)iv;
+    } else if (flag_is(arg, "--lr-schedule", &v)) {
+      const char *s = need_value(&p, "--lr-schedule", v);
+      if (!s) return -1;
+      if (!strcmp(s, "constant")) o->schedule = 0;
+      else if (!strcmp(s, "cosine")) o->schedule = 1;
+      else if (!strcmp(s, "linear")) o->schedule = 2;
+      else return fail(&p, "--lr-schedule: expected constant, cosine or linear, got '%s'", s);
+    } else if (flag_is(arg, "--total-steps", &v)) {
+      const char *s = need_value(&p, "--total-steps", v);
+      if (!s || parse_int(&p, "--total-steps", s, 1, 1LL << 40, &iv)) return -1;
+      o->total_steps = iv;
+    } else if (flag_is(arg, "--seed", &v)) {
+      const char *s = need_value(&p, "--seed", v);
+      if (!s || parse_int(&p, "--seed", s, 0, 1LL << 62, &iv)) return -1;
+      o->seed = (uint64_t)iv;
+    } else if (!strcmp(arg, "--no-fuse")) {
+      o->no_fuse = 1;
+    } else if (!strcmp(arg, "--fusion-report")) {
+      o->fusion_report = 1;
+      inspect = 1;
+    } else if (flag_is(arg, "--bucket-mb", &v)) {
+      const char *s = need_value(&p, "--bucket-mb", v);
+      if (!s || parse_double(&p, "--bucket-mb", s, 1e-6, 1e6, &o->bucket_mb)) return -1;
+    } else if (flag_is(arg, "--first-bucket-mb", &v)) {
+      const char *s = need_value(&p, "--first-bucket-mb", v);
+      if (!s || parse_double(&p, "--first-bucket-mb", s, 1e-6, 1e6, &o->first_bucket_mb)) return -1;
+    } else if (!strcmp(arg, "--allreduce-fp32")) {
+      o->allreduce_fp32 = 1;
+    } else if (flag_is(arg, "--grad-predivide", &v)) {
+      const char *s = need_value(&p, "--grad-predivide", v);
+      if (!s || parse_float(&p, "--grad-predivide", s, 1e-30, 1e30, &o->grad_predivide)) return -1;
+    } else if (!strcmp(arg, "--sync-bn")) {
+      o->sync_bn = 1;
+    } else if (flag_is(arg, "--disable-pass", &v)) {
+      const char *s = need_value(&p, "--disable-pass", v);
+      if (!s || add_list(&p, "--disable-pass", s, &o->disable_pass)) return -1;
+    } else if (flag_is(arg, "--dump-after", &v)) {
+      const char *s = need_value(&p, "--dump-after", v);
+      if (!s || add_list(&p, "--dump-after", s, &o->dump_after)) return -1;
+    } else if (!strcmp(arg, "--verify-each-pass")) {
+      o->verify_each_pass = 1;
+    } else if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
+      o->quiet = 1;
+    } else {
+      return fail(&p, "unknown option '%s' (see apexc --help)", arg);
+    }
+  }
+  (void)explicit_level;
+  if (a->action == APX_CLI_COMPILE) {
+    if (!o->model_path) return fail(&p, "no model given (usage: apexc MODEL.onnx [-O0|-O1|-O2|-O3] [-o PLAN.apx]; see --help)");
+    if (!inspect) a->write_plan = 1;
+    a->summary = !inspect;
+    char perr[512];
+    if (apx_options_apply_preset(o, perr, sizeof perr)) return fail(&p, "%s", perr);
+  }
+  return 0;
+}

@@ -1,0 +1,41 @@
+/* cli.h - apexc's command line (DESIGN.md 13) parsed into ApxOptions plus the CLI's own
+ * actions. Kept apart from main() so tests can parse argument vectors directly. */
+#ifndef APX_CLI_H
+#define APX_CLI_H
+
+#include <stddef.h>
+
+#include "compiler/options.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ApxCliAction {
+  APX_CLI_COMPILE = 0, /* apexc MODEL.onnx ... */
+  APX_CLI_HELP,
+  APX_CLI_VERSION,
+  APX_CLI_LIST_OPS,
+  APX_CLI_DUMP_PLAN,   /* --dump-plan PLAN.apx */
+} ApxCliAction;
+
+typedef struct ApxCliArgs {
+  ApxCliAction action;
+  const char *dump_plan_path;
+  int write_plan;      /* -o given, or no inspection flag: write the plan */
+  int summary;         /* print the model summary (default when nothing else prints) */
+} ApxCliArgs;
+
+#define APX_VERSION "0.1.0"
+
+/* Parses argv into o (initialized here with apx_options_init) and a. Returns 0, or -1 with a
+ * one-line message in err ("apexc: ..."), which the CLI prints with exit code 2. Strings in
+ * o point into argv. */
+int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err, size_t cap);
+/* The --help text. */
+const char *apx_cli_usage(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

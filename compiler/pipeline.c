@@ -1,0 +1,112 @@
+/* pipeline.c - the compiler reads as this table: load, then each pass in order. */
+#include "compiler/pipeline.h"
+
+#include <fnmatch.h>
+#include <string.h>
+
+#include "compiler/onnx_load.h"
+
+/* The pass table (STYLE.md 3). Passes land here as they are written; each entry is a
+ * function in passes/<name>.c. */
+static const ApxPassInfo passes[] = {
+    {NULL, NULL, NULL},
+};
+
+const ApxPassInfo *apx_pipeline_passes(int *count) {
+  int n = 0;
+  while (passes[n].name) n++;
+  *count = n;
+  return passes;
+}
+
+static int list_matches(const ApxNameList *l, const char *name) {
+  for (int i = 0; i < l->n; i++)
+    if (strcmp(l->items[i], name) == 0 || strcmp(l->items[i], "all") == 0) return 1;
+  return 0;
+}
+
+int apx_compile_graph(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
+  /* unknown pass names in --disable-pass / --dump-after are usage errors; --dump-after also
+   * takes "load" and "all" */
+  const ApxNameList *lists[2] = {&o->disable_pass, &o->dump_after};
+  const char *flags[2] = {"--disable-pass", "--dump-after"};
+  for (int l = 0; l < 2; l++)
+    for (int i = 0; i < lists[l]->n; i++) {
+      int found = l == 1 && (!strcmp(lists[l]->items[i], "all") || !strcmp(lists[l]->items[i], "load"));
+      for (int p = 0; passes[p].name; p++) found |= !strcmp(passes[p].name, lists[l]->items[i]);
+      if (!found)
+        return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s=%s: no such pass (see apexc --help)",
+                              flags[l], lists[l]->items[i]);
+    }
+  if (list_matches(&o->dump_after, "load")) apx_graph_dump(g, stderr);
+  for (int p = 0; passes[p].name; p++) {
+    if (apx_name_list_has(&o->disable_pass, passes[p].name)) continue;
+    int rc = passes[p].fn(g, o, d);
+    if (rc < 0) return -1;
+    if (rc > 0 && apx_graph_toposort(g, d)) return -1;
+    if (o->verify_each_pass && apx_graph_verify(g, d)) {
+      char msg[sizeof d->msg];
+      memcpy(msg, d->msg, sizeof msg);
+      d->code = 0;
+      return apx_diag_error(d, APX_EXIT_RUNTIME, "internal error after pass %s: %s",
+                            passes[p].name, msg);
+    }
+    if (list_matches(&o->dump_after, passes[p].name)) {
+      fprintf(stderr, "--- after %s ---\n", passes[p].name);
+      apx_graph_dump(g, stderr);
+    }
+  }
+  return 0;
+}
+
+int apx_compile_file(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
+  apx_graph_init(g, o->model_path);
+  if (apx_onnx_load_file(g, o->model_path, o, d)) return -1;
+  if (o->verify_each_pass && apx_graph_verify(g, d)) return -1;
+  return apx_compile_graph(g, o, d);
+}
+
+static const char *section_name(ApxSection s) {
+  return s == APX_SEC_FORWARD ? "fwd" : s == APX_SEC_BACKWARD ? "bwd" : "opt";
+}
+
+static void dump_value(const ApxGraph *g, int v, FILE *f) {
+  if (v < 0) {
+    fputs("-", f);
+    return;
+  }
+  char shape[128];
+  const ApxValue *val = &g->vals[v];
+  fprintf(f, "%s:%s%s", val->name, apx_dtype_short(val->dtype),
+          apx_value_shape_str(val, shape, sizeof shape));
+}
+
+void apx_graph_dump(const ApxGraph *g, FILE *f) {
+  fprintf(f, "graph %s (%d nodes live, %d values, opset %lld)\n", g->name ? g->name : "?",
+          g->n_order, g->n_vals, (long long)g->opset);
+  for (int i = 0; i < g->n_inputs; i++) {
+    fputs("  input ", f);
+    dump_value(g, g->inputs[i], f);
+    fputc('\n', f);
+  }
+  for (int k = 0; k < g->n_order; k++) {
+    const ApxNode *n = &g->nodes[g->order[k]];
+    fprintf(f, "  [%s] %s = %s(", section_name(n->section), n->name, apx_op_name(n->op));
+    for (int i = 0; i < n->n_in; i++) {
+      if (i) fputs(", ", f);
+      dump_value(g, n->in[i], f);
+    }
+    fputs(") -> ", f);
+    for (int i = 0; i < n->n_out; i++) {
+      if (i) fputs(", ", f);
+      dump_value(g, n->out[i], f);
+    }
+    if (n->compute != APX_DT_UNDEFINED) fprintf(f, "  @%s", apx_dtype_short(n->compute));
+    fputc('\n', f);
+  }
+  for (int i = 0; i < g->n_outputs; i++) {
+    fputs("  output ", f);
+    dump_value(g, g->outputs[i], f);
+    fputc('\n', f);
+  }
+}
