@@ -38,6 +38,8 @@ typedef enum ApxValueFlags {
   APX_VALF_FROZEN = 1 << 2,       /* float initializer excluded by --frozen */
   APX_VALF_SHAPE_KNOWN = 1 << 3,  /* rank and every dim known (set by inference) */
   APX_VALF_GRAD = 1 << 4,         /* a gradient */
+  APX_VALF_MASTER = 1 << 5,       /* fp32 master copy (STATE) of a parameter stored in half
+                                     (passes/cast_insert.c at O2); origin = the parameter */
 } ApxValueFlags;
 
 typedef struct ApxValue {
@@ -130,6 +132,8 @@ typedef struct ApxNode {
   ApxDType compute;   /* precision decision; APX_DT_UNDEFINED until decided */
   int32_t reason;     /* why (precision pass's rule enum) */
   const char *reason_detail;
+  const char *note;   /* advisory text for --explain (tensor-core alignment, clamped
+                         constants), NULL; never changes a decision */
   uint32_t flags;     /* ApxNodeFlags */
 } ApxNode;
 
@@ -158,6 +162,14 @@ typedef struct ApxGraph {
   int64_t peak_live_bytes;  /* lower bound: max over schedule steps of bytes live then */
   int64_t no_reuse_bytes;   /* arena size if no buffer were reused */
   int64_t persistent_bytes; /* params, constants, states */
+
+  /* cast counts for --explain (passes/cast_insert.c, passes/cast_cleanup.c); 0 until run */
+  struct {
+    int32_t inserted;       /* Cast nodes added by cast_insert */
+    int32_t folded;         /* constant casts folded into converted constants */
+    int32_t before_cleanup; /* live Cast nodes when cast_cleanup started */
+    int32_t after_cleanup;  /* live Cast nodes when it finished */
+  } casts;
 
   /* name -> value id, open addressing (private to ir.c) */
   int *name_slots;
