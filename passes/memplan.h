@@ -1,0 +1,45 @@
+/* memplan.h - static memory plan over the schedule (DESIGN.md 12).
+ *
+ * pass_memplan assigns every runtime tensor a region and an offset (ApxValue.mem_region,
+ * mem_offset, mem_alias) for the schedule g->order as it stands (it never reorders):
+ *  - runtime values: inputs and outputs of live nodes (static shape operands excluded,
+ *    ops.def STATIC_INPUTS), graph inputs, graph outputs and the loss;
+ *  - PARAM, CONST and STATE values go to the persistent region, laid out in value order
+ *    and never reused;
+ *  - activations (gradients included) and data inputs go to the arena. A SHAPEONLY op's
+ *    output aliases input 0 (same bytes, any region); an INPLACE op's output 0 takes input
+ *    0's bytes when input 0's alias class dies at that node, lives in the arena, is not a
+ *    data input, graph output or loss, and has the same dtype and element count;
+ *  - each alias class lives over the closed interval [first definition, last use] of the
+ *    schedule (data inputs from step 0, graph outputs and the loss to past the end), so an
+ *    op's inputs and outputs never share bytes unless aliased on purpose;
+ *  - classes are packed in the arena by two heuristics (greedy by size with best-fit gaps,
+ *    greedy by breadth of the fullest step), keeping the smaller arena. Offsets and sizes
+ *    are multiples of APX_MEMPLAN_ALIGN.
+ * Summary in g: arena_bytes, peak_live_bytes (lower bound: the most bytes of classes live
+ * at one schedule step, sizes rounded to the alignment), no_reuse_bytes (every arena value
+ * that is not a SHAPEONLY view in its own slot), persistent_bytes.
+ *
+ * Errors: a runtime value without known shape or dtype (exit code 2). The pass changes
+ * annotations only and returns APX_PASS_UNCHANGED (g->order must not be re-sorted after
+ * it, or the plan no longer matches the schedule). */
+#ifndef APX_MEMPLAN_H
+#define APX_MEMPLAN_H
+
+#include "compiler/pass.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define APX_MEMPLAN_ALIGN 64
+
+int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d);
+
+/* 1 when node input slot k is a runtime tensor (not a static shape/axes operand). */
+int apx_memplan_input_is_runtime(const ApxNode *n, int k);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
