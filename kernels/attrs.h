@@ -16,11 +16,26 @@
 extern "C" {
 #endif
 
-#define APX_ATTRS_ABI 1
+#define APX_ATTRS_ABI 2
 
 typedef struct ApxAttrNone {
   int32_t unused;
 } ApxAttrNone;
+
+/* Gradient ops without attributes (passes/grad_rules_*.c build them exactly so). All are
+ * elementwise over dY's shape; the saved tensor has dY's shape unless said otherwise.
+ *   ReluGrad(dY, Y) -> dX = dY * (Y > 0)             (Y: the forward output)
+ *   SigmoidGrad(dY, Y) -> dX = dY * Y * (1 - Y)      (Y: the forward output)
+ *   TanhGrad(dY, Y) -> dX = dY * (1 - Y * Y)         (Y: the forward output)
+ *   ErfGrad(dY, X) -> dX = dY * 2/sqrt(pi) * exp(-X * X)
+ *   SqrtGrad(dY, Y) -> dX = dY / (2 * Y)             (Y: the forward output)
+ *   PowGrad(dY, A, B) -> dA?, dB?   A and B broadcast to dY's shape (numpy); both outputs
+ *     have dY's full shape (the rule reduces them to A's / B's shape with ReduceSumTo);
+ *     an output is absent (-1, data NULL) when not needed:
+ *       dA = dY * B * A^(B - 1)
+ *       dB = dY * A^B * log(A), and 0 where A == 0 and B >= 0 (PyTorch's convention)
+ * Exp, Log, Neg, Add, Sub, Mul, Div, Where, Cast, Expand and the shape ops use plain ops
+ * (Mul, Div, Neg, ReduceSumTo, Reshape, Transpose, Split, Concat, Expand, Where, Cast). */
 
 /* Gemm: Y = alpha * op(A) @ op(B) + beta * C */
 typedef struct ApxAttrGemm {
@@ -48,7 +63,9 @@ typedef struct ApxAttrAxis {
 
 /* LayerNormalization(X, Scale, B?) -> Y, Mean?, InvStdDev?   (Mean/InvStdDev: fp32 when
  * stash_type = 1, shape X.shape[:axis] + [1]*(rank-axis)).
- * LayerNormGrad(dY, X, Scale, Mean, InvStdDev) -> dX, dScale, dB */
+ * LayerNormGrad(dY, X, Scale, Mean, InvStdDev) -> dX?, dScale?, dB?   (an output is absent,
+ * -1 / data NULL, when not needed; Mean/InvStdDev are the forward's outputs 1 and 2, which
+ * autodiff adds when the model left them absent) */
 typedef struct ApxAttrLayerNorm {
   int64_t axis; /* normalized to [0, rank) */
   float epsilon;
@@ -60,7 +77,10 @@ typedef struct ApxAttrLayerNorm {
  *   running statistics (bound back to inputs 3 and 4 after each step). In training mode
  *   apexc adds outputs 3 and 4: saved batch mean and saved inverse std (fp32), for the
  *   gradient.
- * BatchNormGrad(dY, X, scale, saved_mean, saved_invstd) -> dX, dscale, dB
+ * BatchNormGrad(dY, X, scale, saved_mean, saved_invstd) -> dX?, dscale?, dB?   (training-mode
+ *   gradient through the batch statistics; saved_* are the forward's outputs 3 and 4; an
+ *   output is absent, -1 / data NULL, when not needed). Inference-mode BatchNormalization
+ *   in a training graph is differentiated with plain ops (scale * invstd of the running var).
  * BatchNormRelu: BatchNormalization followed by Relu (same inputs and outputs). */
 typedef struct ApxAttrBatchNorm {
   float epsilon;
@@ -157,7 +177,8 @@ typedef struct ApxAttrShape {
 
 /* SoftmaxCrossEntropyLoss(scores, labels, weights?) -> loss, log_prob?
  * NegativeLogLikelihoodLoss(input, target, weight?) -> loss
- * SoftmaxCrossEntropyLossGrad(dLoss, log_prob, labels, weights?) -> dScores
+ * SoftmaxCrossEntropyLossGrad(dLoss, log_prob, labels, weights?) -> dScores   (log_prob is
+ *   the forward's output 1, which autodiff adds when the model left it absent)
  * NegativeLogLikelihoodLossGrad(dLoss, target, weight?) -> dInput (shape of the forward input)
  * FusedXentropy(scores, labels) -> loss, (saved row max + logsumexp) ;
  * FusedXentropyGrad(dLoss, scores, labels, saved) -> dScores */
@@ -191,15 +212,81 @@ typedef struct ApxAttrFusedSoftmax {
   int32_t has_mask;
 } ApxAttrFusedSoftmax;
 
-/* OptimizerStep(params..., grads..., state...) multi-tensor update, in place. */
+/* ---- training step: loss scaling, state, optimizer (passes/autodiff.c, optimizer.c,
+ * master_weights.c build these nodes exactly so; DESIGN.md 9). Nodes without outputs
+ * (AssignState, OptimizerStep) are effects on STATE/PARAM buffers: passes must keep them.
+ *
+ * LossScaleSeed(loss, loss_scale) -> dLoss   [section BACKWARD, the first backward node]
+ *   every element of dLoss = loss_scale[0] * multiplier. loss_scale is the STATE value
+ *   "apx_loss_scale" (fp32 [1]; initial value = the loss-scale option; the runtime's scaler
+ *   updates it between steps). dLoss has the loss's shape; fp32 (fp64 when the loss is
+ *   fp64). multiplier = 1/K with gradient accumulation over K micro-batches, else 1.
+ *   The loss input is only an ordering/shape dependency (its data is never read).
+ *
+ * AssignState(src, dst) -> (no outputs)   copies src into the STATE buffer dst (same
+ *   shape, converting src's dtype to dst's) or, when src has one element, fills dst with
+ *   it. It runs where it is scheduled: BatchNormalization running statistics (src = BN
+ *   outputs 1/2, dst = BN inputs 3/4) in the OPTIMIZER section once per optimizer step;
+ *   gradient accumulators (--accumulate K: acc = acc + g every micro-batch in BACKWARD,
+ *   reset to 0 in OPTIMIZER). The runtime runs it on skipped (overflow) steps too.
+ *
+ * UnscaleCheck(loss_scale, g_0 .. g_{n-1}) -> found_inf, first_bad, norm_sq, u_0 .. u_{n-1}
+ *   [section OPTIMIZER; one fused pass over all parameter gradients]
+ *   g_i        gradient of parameter i, in OptimizerStep's parameter order (the gradient
+ *              value's origin is the parameter), any float type
+ *   u_i        g_i / loss_scale[0] in fp32 (fp64 when g_i is fp64), g_i's shape; may be
+ *              g_i's own buffer when the dtypes match (the kernel supports u_i == g_i)
+ *   found_inf  fp32 [1]: 1 if any element of any g_i or u_i is inf or nan, else 0
+ *   first_bad  int32 [1]: smallest i whose g_i or u_i holds a non-finite element, -1 if
+ *              none (the runtime reports the parameter: origin of g_i)
+ *   norm_sq    fp32 [1]: sum of u_i^2 over all i and elements (accumulated in fp32 or
+ *              wider); the global gradient norm is its square root (meaningless when
+ *              found_inf is set)
+ *
+ * OptimizerStep(found_inf, norm_sq, lr, step, P[n], G[n], S_1[n] .. S_k[n], H[n]?)
+ *   -> (no outputs)   [section OPTIMIZER; one multi-tensor update of every parameter]
+ *   found_inf  UnscaleCheck's output 0: when != 0 the kernel changes nothing (skipped step)
+ *   norm_sq    UnscaleCheck's output 2: with max_grad_norm > 0 every G_i is multiplied by
+ *              clip = min(1, max_grad_norm / (sqrt(norm_sq) + 1e-6)) (torch clip_grad_norm_)
+ *   lr         STATE "apx_lr" fp32 [1]: this step's learning rate, written by the runtime
+ *              from the schedule (warmup / cosine / linear) before the optimizer section;
+ *              initial value attrs.lr (the base learning rate)
+ *   step       STATE "apx_optimizer_step" int64 [1], initially 0; a taken step increments
+ *              it first, so t = 1 on the first update
+ *   P_i        parameter i, updated in place (the fp32 master when master_weights = 1)
+ *   G_i        UnscaleCheck's u_i
+ *   S_j        optimizer state: STATE fp32 values of P_i's shape, initially zero; k per kind:
+ *              SGD: 1 (momentum buffer) when momentum != 0, else 0; ADAMW, LAMB: 2
+ *              (exp_avg, exp_avg_sq)
+ *   H_i        only when master_weights = 1: the half model parameter refreshed from P_i
+ *              after the update (round to nearest even), or -1 when parameter i has no half
+ *              copy (P_i is then the model parameter itself)
+ *   n_in = 4 + n * (2 + k + master_weights) with n = attrs.n_params.
+ *   With g = clip * G_i, p = P_i, t = step, wd = weight_decay:
+ *     SGD (torch.optim.SGD): d = g + wd p; with momentum: buf = d when t == 1, else
+ *       buf = momentum buf + (1 - dampening) d; d = nesterov ? d + momentum buf : buf;
+ *       p -= lr d
+ *     ADAMW (torch.optim.AdamW, decoupled): p *= 1 - lr wd; m = b1 m + (1 - b1) g;
+ *       v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+ *     LAMB (apex FusedLAMB: adam_w_mode, bias_correction, grad_averaging): m, v as AdamW;
+ *       u = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd p;
+ *       r = ||p|| / ||u|| (L2 over the tensor) when wd != 0 and both norms > 0, else 1;
+ *       p -= lr r u
+ *   Half parameters without masters (O3) are updated in fp32 math and rounded on store. */
 typedef enum ApxOptimizerKind { APX_OPTIM_SGD = 0, APX_OPTIM_ADAMW = 1, APX_OPTIM_LAMB = 2 } ApxOptimizerKind;
 typedef struct ApxAttrOptimizer {
   int32_t kind; /* ApxOptimizerKind */
   int32_t n_params;
   float lr, momentum, beta1, beta2, eps, weight_decay, dampening;
   int32_t nesterov;
-  int32_t master_weights; /* 1: params are fp32 masters with half copies refreshed */
+  int32_t master_weights; /* 1: P are fp32 masters, H the half copies refreshed */
+  float max_grad_norm;    /* > 0: clip by global norm (from norm_sq); 0: off */
 } ApxAttrOptimizer;
+
+/* LossScaleSeed: see above. */
+typedef struct ApxAttrLossScaleSeed {
+  float multiplier; /* 1/K with --accumulate K, else 1 */
+} ApxAttrLossScaleSeed;
 
 /* Allreduce(tensors...) -> same tensors, in place, one bucket. */
 typedef struct ApxAttrAllreduce {
