@@ -1,0 +1,1068 @@
+/* onnx_load.c - ONNX ModelProto -> IR (contract in onnx_load.h; DESIGN.md 2).
+ *
+ * One pass over the parsed protobuf in this order, so that the first error reported is the
+ * most fundamental one: versions and opsets, then every node's domain and op, then
+ * initializers, graph inputs, node outputs (all of them before any node is built, so an
+ * out-of-order graph resolves), nodes with their inputs and attributes, value_info hints,
+ * graph outputs and the loss, and finally the topological order. Everything the IR keeps
+ * is copied into g->arena; the unpacked protobuf is freed before returning.
+ *
+ * Bad input never crashes: the wire format is pre-scanned to bound message nesting
+ * (protobuf-c unpacks recursively), every count and size is checked before use, and
+ * external data is read only from regular files inside the model's folder. */
+#include "compiler/onnx_load.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "onnx.pb-c.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "onnx_load.c copies little-endian raw_data as host bytes: big-endian hosts need swaps"
+#endif
+
+#define IR_VERSION_MAX 10
+#define OPSET_MAX 21
+#define OPSET_DEFAULT_MIN 13 /* for messages: the range apexc accepts without flags */
+#define OPSET_OLD_MIN 7      /* the range --allow-old-opset accepts */
+#define IR_OLD_MIN 3
+#define MAX_ELEMENTS (INT64_C(1) << 40)
+#define MAX_NESTING 100
+#define READ_CHUNK ((size_t)64 << 20)
+
+/* ---- messages ------------------------------------------------------------------------ */
+
+static int err_at(ApxDiag *d, int code, const char *file, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int err_at(ApxDiag *d, int code, const char *file, const char *fmt, ...) {
+  char msg[900];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return apx_diag_error(d, code, "%s: %s", file, msg);
+}
+
+static char *dims_str(char *buf, size_t cap, const int64_t *dims, int rank) {
+  size_t k = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < rank && k < cap; i++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%" PRId64, i ? "," : "", dims[i]);
+  if (k < cap) snprintf(buf + k, cap - k, "]");
+  return buf;
+}
+
+/* ---- tensors ------------------------------------------------------------------------- */
+
+/* What a tensor decode needs besides the proto: where to allocate and how to report. */
+typedef struct TensorCtx {
+  ApxArena *arena;
+  ApxDiag *d;
+  const char *file;     /* first word of messages */
+  const char *base_dir; /* external data folder; NULL refuses external data */
+} TensorCtx;
+
+/* TERR(c, "fmt", what, args...): "<file>: <what>: <message>", bad input. */
+#define TERR(c, ...) err_at((c)->d, APX_EXIT_BAD_INPUT, (c)->file, "%s: " __VA_ARGS__)
+#define OOM(c, what) \
+  err_at((c)->d, APX_EXIT_RUNTIME, (c)->file, "%s: out of memory", (what))
+
+/* Non-negative decimal integer (external data offset/length); -1 if malformed. */
+static int64_t parse_u63(const char *s) {
+  if (!s || !*s) return -1;
+  int64_t v = 0;
+  for (; *s; s++) {
+    if (*s < '0' || *s > '9') return -1;
+    if (v > (INT64_MAX - 9) / 10) return -1;
+    v = v * 10 + (*s - '0');
+  }
+  return v;
+}
+
+static int has_dotdot_component(const char *p) {
+  for (const char *s = p; *s;) {
+    const char *e = strchr(s, '/');
+    size_t n = e ? (size_t)(e - s) : strlen(s);
+    if (n == 2 && s[0] == '.' && s[1] == '.') return 1;
+    if (!e) break;
+    s = e + 1;
+  }
+  return 0;
+}
+
+/* Reads `bytes` bytes of external data for tensor t into a fresh arena buffer. */
+static int read_external(TensorCtx *c, const Onnx__TensorProto *t, const char *what,
+                         size_t bytes, void **out) {
+  const char *loc = NULL, *off_s = NULL, *len_s = NULL;
+  for (size_t i = 0; i < t->n_external_data; i++) {
+    const Onnx__StringStringEntryProto *e = t->external_data[i];
+    if (!e || !e->key) continue;
+    if (strcmp(e->key, "location") == 0) loc = e->value;
+    else if (strcmp(e->key, "offset") == 0) off_s = e->value;
+    else if (strcmp(e->key, "length") == 0) len_s = e->value;
+  }
+  if (!loc || !*loc) return TERR(c, "external data has no location", what);
+  if (!c->base_dir)
+    return TERR(c, "external data '%s' cannot be read here (no model folder)", what, loc);
+  if (loc[0] == '/')
+    return TERR(c,
+                "external data location '%s' is an absolute path (it must be relative to the "
+                "model's folder)", what, loc);
+  if (has_dotdot_component(loc))
+    return TERR(c, "external data location '%s' escapes the model's folder", what, loc);
+  int64_t offset = off_s ? parse_u63(off_s) : 0;
+  int64_t length = len_s ? parse_u63(len_s) : -1;
+  if (offset < 0)
+    return TERR(c, "external data '%s': bad offset '%s'", what, loc, off_s);
+  if (len_s && length < 0)
+    return TERR(c, "external data '%s': bad length '%s'", what, loc, len_s);
+
+  char *joined = NULL, *real_base = NULL, *real_file = NULL;
+  int fd = -1, rc = -1;
+  size_t nb = strlen(c->base_dir), nl = strlen(loc);
+  joined = malloc(nb + nl + 2);
+  if (!joined) {
+    rc = OOM(c, what);
+    goto done;
+  }
+  memcpy(joined, c->base_dir, nb);
+  joined[nb] = '/';
+  memcpy(joined + nb + 1, loc, nl + 1);
+  real_base = realpath(c->base_dir, NULL);
+  if (!real_base) {
+    rc = TERR(c, "external data '%s': model folder '%s': %s", what, loc, c->base_dir,
+              strerror(errno));
+    goto done;
+  }
+  real_file = realpath(joined, NULL);
+  if (!real_file) {
+    rc = TERR(c, "cannot open external data file '%s': %s", what, loc, strerror(errno));
+    goto done;
+  }
+  size_t rb = strlen(real_base);
+  int inside = strncmp(real_file, real_base, rb) == 0 &&
+               (real_file[rb] == '/' || (rb == 1 && real_base[0] == '/'));
+  if (!inside) {
+    rc = TERR(c, "external data location '%s' escapes the model's folder (resolves to %s)",
+              what, loc, real_file);
+    goto done;
+  }
+  fd = open(real_file, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    rc = TERR(c, "cannot open external data file '%s': %s", what, loc, strerror(errno));
+    goto done;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    rc = TERR(c, "external data file '%s' is not a regular file", what, loc);
+    goto done;
+  }
+  int64_t size = (int64_t)st.st_size;
+  if (offset > size) {
+    rc = TERR(c, "external data file '%s' has %" PRId64 " bytes, offset %" PRId64
+              " is beyond its end", what, loc, size, offset);
+    goto done;
+  }
+  if (length < 0) length = size - offset;
+  if (length > size - offset) {
+    rc = TERR(c, "external data file '%s' has %" PRId64 " bytes, offset %" PRId64
+              " + length %" PRId64 " is beyond its end", what, loc, size, offset, length);
+    goto done;
+  }
+  if ((uint64_t)length != (uint64_t)bytes) {
+    int64_t dims[APX_MAX_RANK];
+    char ds[128];
+    for (size_t i = 0; i < t->n_dims && i < APX_MAX_RANK; i++) dims[i] = t->dims[i];
+    rc = TERR(c, "external data '%s' holds %" PRId64 " bytes, dims %s (%s) need %zu bytes",
+              what, loc, length, dims_str(ds, sizeof ds, dims, (int)t->n_dims),
+              apx_dtype_name((ApxDType)t->data_type), bytes);
+    goto done;
+  }
+  unsigned char *dst = apx_arena_alloc_raw(c->arena, bytes);
+  if (!dst) {
+    rc = OOM(c, what);
+    goto done;
+  }
+  size_t got = 0;
+  while (got < bytes) {
+    size_t want = bytes - got < READ_CHUNK ? bytes - got : READ_CHUNK;
+    ssize_t r = pread(fd, dst + got, want, (off_t)(offset + (int64_t)got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      rc = TERR(c, "reading external data file '%s': %s", what, loc,
+                r < 0 ? strerror(errno) : "file is shorter than expected");
+      goto done;
+    }
+    got += (size_t)r;
+  }
+  *out = dst;
+  rc = 0;
+done:
+  if (fd >= 0) close(fd);
+  free(joined);
+  free(real_base);
+  free(real_file);
+  return rc;
+}
+
+/* Decodes a TensorProto into out (payload in c->arena). what: "initializer 'w'" etc. */
+static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *what,
+                         ApxTensorConst *out) {
+  memset(out, 0, sizeof *out);
+  if (!t) return TERR(c, "missing tensor", what);
+  int32_t dt = t->has_data_type ? t->data_type : 0;
+  if (dt == APX_DT_STRING) return TERR(c, "string tensors are not supported", what);
+  if (dt == 0) return TERR(c, "tensor has no data type", what);
+  if (!apx_dtype_is_supported(dt))
+    return TERR(c, "tensor data type %d is not supported", what, (int)dt);
+  if (t->n_dims > APX_MAX_RANK)
+    return TERR(c, "rank %zu is more than %d", what, t->n_dims, APX_MAX_RANK);
+  if (t->segment) return TERR(c, "segmented tensors are not supported", what);
+  int rank = (int)t->n_dims;
+  int64_t numel = 1;
+  int absurd = 0;
+  for (int i = 0; i < rank; i++) {
+    int64_t v = t->dims[i];
+    if (v < 0) return TERR(c, "negative dim %" PRId64 " at axis %d", what, v, i);
+    out->dims[i] = v;
+    if (v && numel > MAX_ELEMENTS / v) absurd = 1;
+    else numel *= v;
+  }
+  char ds[160];
+  dims_str(ds, sizeof ds, out->dims, rank);
+  if (absurd || numel > MAX_ELEMENTS)
+    return TERR(c, "absurd dims %s (more than 2^40 elements)", what, ds);
+  out->dtype = (ApxDType)dt;
+  out->rank = rank;
+  size_t es = apx_dtype_size(out->dtype);
+  size_t bytes = (size_t)numel * es;
+  const char *tn = apx_dtype_name(out->dtype);
+
+  if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+    return read_external(c, t, what, bytes, &out->data);
+
+  if (t->has_raw_data) {
+    if (t->raw_data.len != bytes)
+      return TERR(c, "raw_data has %zu bytes, dims %s (%s) need %zu bytes", what,
+                  t->raw_data.len, ds, tn, bytes);
+    out->data = apx_arena_memdup(c->arena, t->raw_data.data, bytes);
+    return out->data ? 0 : OOM(c, what);
+  }
+
+  /* typed fields (TensorProto comments say which field carries which type) */
+  size_t have;
+  const char *field;
+  switch (out->dtype) {
+    case APX_DT_F32: have = t->n_float_data; field = "float_data"; break;
+    case APX_DT_F64: have = t->n_double_data; field = "double_data"; break;
+    case APX_DT_I64: have = t->n_int64_data; field = "int64_data"; break;
+    case APX_DT_U32:
+    case APX_DT_U64: have = t->n_uint64_data; field = "uint64_data"; break;
+    default: have = t->n_int32_data; field = "int32_data"; break;
+  }
+  if (have != (size_t)numel)
+    return TERR(c, "%s has %zu elements, dims %s (%s) need %" PRId64, what, field, have, ds,
+                tn, numel);
+  void *p = apx_arena_alloc_raw(c->arena, bytes);
+  if (!p) return OOM(c, what);
+  size_t n = (size_t)numel;
+  switch (out->dtype) {
+    case APX_DT_F32: if (n) memcpy(p, t->float_data, bytes); break;
+    case APX_DT_F64: if (n) memcpy(p, t->double_data, bytes); break;
+    case APX_DT_I64: if (n) memcpy(p, t->int64_data, bytes); break;
+    case APX_DT_I32: if (n) memcpy(p, t->int32_data, bytes); break;
+    case APX_DT_U64: if (n) memcpy(p, t->uint64_data, bytes); break;
+    case APX_DT_U32:
+      for (size_t i = 0; i < n; i++) ((uint32_t *)p)[i] = (uint32_t)t->uint64_data[i];
+      break;
+    case APX_DT_F16:
+    case APX_DT_BF16:
+    case APX_DT_U16:
+    case APX_DT_I16: /* 16-bit patterns in the low half of each int32 */
+      for (size_t i = 0; i < n; i++) ((uint16_t *)p)[i] = (uint16_t)(uint32_t)t->int32_data[i];
+      break;
+    case APX_DT_U8:
+    case APX_DT_I8:
+    case APX_DT_BOOL:
+      for (size_t i = 0; i < n; i++) ((uint8_t *)p)[i] = (uint8_t)(uint32_t)t->int32_data[i];
+      break;
+    default: return TERR(c, "tensor data type %d is not supported", what, (int)dt);
+  }
+  out->data = p;
+  return 0;
+}
+
+/* ---- wire-format pre-scan ------------------------------------------------------------ */
+
+static int read_varint(const uint8_t *p, size_t len, size_t *i, uint64_t *v) {
+  uint64_t r = 0;
+  for (int s = 0; s < 64 && *i < len; s += 7) {
+    uint8_t b = p[(*i)++];
+    r |= (uint64_t)(b & 0x7f) << s;
+    if (!(b & 0x80)) {
+      *v = r;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* 0 when submessages nest deeper than MAX_NESTING; malformed input passes (unpack rejects
+ * it). Recursion depth is bounded by MAX_NESTING, total work by len. */
+static int nesting_ok(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len,
+                      int depth) {
+  if (depth > MAX_NESTING) return 0;
+  size_t i = 0;
+  while (i < len) {
+    uint64_t key, v;
+    if (!read_varint(p, len, &i, &key)) return 1;
+    switch (key & 7) {
+      case 0:
+        if (!read_varint(p, len, &i, &v)) return 1;
+        break;
+      case 1:
+        if (len - i < 8) return 1;
+        i += 8;
+        break;
+      case 5:
+        if (len - i < 4) return 1;
+        i += 4;
+        break;
+      case 2: {
+        if (!read_varint(p, len, &i, &v) || v > len - i) return 1;
+        uint64_t num = key >> 3;
+        const ProtobufCFieldDescriptor *f =
+            num <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(desc, (unsigned)num) : NULL;
+        if (f && f->type == PROTOBUF_C_TYPE_MESSAGE &&
+            !nesting_ok((const ProtobufCMessageDescriptor *)f->descriptor, p + i, (size_t)v,
+                        depth + 1))
+          return 0;
+        i += (size_t)v;
+        break;
+      }
+      default: return 1;
+    }
+  }
+  return 1;
+}
+
+/* ---- the loader ---------------------------------------------------------------------- */
+
+typedef struct Loader {
+  ApxGraph *g;
+  ApxDiag *d;
+  ApxOptions opt;
+  TensorCtx tc;
+  const Onnx__GraphProto *gp;
+  const char **node_names; /* [n_node] display names ("<op>_<index>" when empty) */
+  ApxOp *node_ops;         /* [n_node] */
+  char *dim_used;          /* [opt.n_dims] */
+} Loader;
+
+static int lerr(Loader *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int lerr(Loader *L, const char *fmt, ...) {
+  char msg[900];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return apx_diag_error(L->d, APX_EXIT_BAD_INPUT, "%s: %s", L->g->file, msg);
+}
+
+static int loom(Loader *L) {
+  return apx_diag_error(L->d, APX_EXIT_RUNTIME, "%s: out of memory loading the model",
+                        L->g->file);
+}
+
+static const char *op_type_of(const Onnx__NodeProto *n) {
+  return n->op_type && *n->op_type ? n->op_type : "?";
+}
+
+static int node_err(Loader *L, size_t k, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int node_err(Loader *L, size_t k, const char *fmt, ...) {
+  char msg[800];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const Onnx__NodeProto *n = L->gp->node[k];
+  return apx_diag_error(L->d, APX_EXIT_BAD_INPUT, "%s: node '%s' (%s): %s", L->g->file,
+                        L->node_names[k], op_type_of(n), msg);
+}
+
+static int count_v1_ops(void) {
+  int n = 0;
+  for (int op = 1; op < APX_OP_COUNT; op++)
+    n += (apx_op_info((ApxOp)op)->flags & (APX_OPF_V1 | APX_OPF_FOLD)) != 0;
+  return n;
+}
+
+static int is_ai_onnx(const char *domain) {
+  return !domain || !*domain || strcmp(domain, "ai.onnx") == 0;
+}
+
+static int check_versions(Loader *L, const Onnx__ModelProto *m) {
+  int64_t ir = m->has_ir_version ? m->ir_version : 0;
+  L->g->ir_version = ir;
+  if (ir < L->opt.ir_version_min)
+    return lerr(L, "ir_version %" PRId64 " is too old (apexc accepts %d..%d; --allow-old-opset "
+                "accepts %d..%d)", ir, 7, IR_VERSION_MAX, IR_OLD_MIN, 6);
+  if (ir > IR_VERSION_MAX)
+    apx_diag_warn(L->d, "%s: ir_version %" PRId64 " is newer than %d; reading it as %d",
+                  L->g->file, ir, IR_VERSION_MAX, IR_VERSION_MAX);
+  int found = 0;
+  int64_t opset = 0;
+  for (size_t i = 0; i < m->n_opset_import; i++) {
+    const Onnx__OperatorSetIdProto *os = m->opset_import[i];
+    if (!os || !is_ai_onnx(os->domain)) continue;
+    if (!found || os->version > opset) opset = os->has_version ? os->version : 0;
+    found = 1;
+  }
+  L->g->opset = opset;
+  if (!found) return 0; /* reported after the nodes: a foreign domain is the better message */
+  if (opset < L->opt.opset_min || opset > OPSET_MAX)
+    return lerr(L, "unsupported opset %" PRId64 " (apexc accepts %d..%d; --allow-old-opset "
+                "accepts %d..%d)", opset, OPSET_DEFAULT_MIN, OPSET_MAX, OPSET_OLD_MIN,
+                OPSET_DEFAULT_MIN - 1);
+  return 0;
+}
+
+static int is_graph_attr(const Onnx__AttributeProto *a) {
+  return a && (a->g || a->n_graphs ||
+               (a->has_type && (a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH ||
+                                a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS)));
+}
+
+/* Names, domains and ops of every node, before any value is built. */
+static int check_nodes(Loader *L) {
+  const Onnx__GraphProto *gp = L->gp;
+  L->node_names = apx_arena_alloc(&L->g->arena, (gp->n_node + 1) * sizeof(char *));
+  L->node_ops = apx_arena_alloc(&L->g->arena, (gp->n_node + 1) * sizeof(ApxOp));
+  if (!L->node_names || !L->node_ops) return loom(L);
+  for (size_t k = 0; k < gp->n_node; k++) {
+    const Onnx__NodeProto *n = gp->node[k];
+    const char *ot = op_type_of(n);
+    L->node_names[k] = n->name && *n->name ? apx_arena_strdup(&L->g->arena, n->name)
+                                           : apx_arena_printf(&L->g->arena, "%s_%zu", ot, k);
+    if (!L->node_names[k]) return loom(L);
+  }
+  for (size_t k = 0; k < gp->n_node; k++) {
+    const Onnx__NodeProto *n = gp->node[k];
+    if (!n->op_type || !*n->op_type) return node_err(L, k, "node has no op_type");
+    if (!is_ai_onnx(n->domain))
+      return node_err(L, k, "domain '%s' is not supported (apexc v1 reads ai.onnx ops only)",
+                      n->domain);
+    int flow = strcmp(n->op_type, "If") == 0 || strcmp(n->op_type, "Loop") == 0 ||
+               strcmp(n->op_type, "Scan") == 0;
+    for (size_t a = 0; a < n->n_attribute && !flow; a++) flow = is_graph_attr(n->attribute[a]);
+    if (flow) return node_err(L, k, "control flow is not supported in v1");
+    ApxOp op = apx_op_from_name(n->op_type);
+    if (op == APX_OP_INVALID)
+      return node_err(L, k, "unknown op '%s' (apexc v1 supports %d ops: see apexc --list-ops)",
+                      n->op_type, count_v1_ops());
+    uint32_t fl = apx_op_info(op)->flags;
+    if (fl & APX_OPF_TIER2)
+      return node_err(L, k, "not supported yet: %s is a tier-2 op", n->op_type);
+    if (!(fl & (APX_OPF_V1 | APX_OPF_FOLD)))
+      return node_err(L, k, "not supported yet: %s", n->op_type);
+    L->node_ops[k] = op;
+  }
+  return 0;
+}
+
+/* dtype, rank, dims and symbolic dims of a TypeProto. tp NULL: unknown. Non-tensor types are
+ * errors when strict, else *dt = -1 (caller skips the hint). */
+static int parse_type(Loader *L, const Onnx__TypeProto *tp, const char *what, int strict,
+                      int *dt, int32_t *rank, int64_t *dims, const char ***dim_params) {
+  *dt = APX_DT_UNDEFINED;
+  *rank = -1;
+  *dim_params = NULL;
+  if (!tp || tp->value_case == ONNX__TYPE_PROTO__VALUE__NOT_SET) return 0;
+  if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE) {
+    const char *kind = tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE   ? "sequence"
+                       : tp->value_case == ONNX__TYPE_PROTO__VALUE_MAP_TYPE      ? "map"
+                       : tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE ? "optional"
+                       : tp->value_case == ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE
+                           ? "sparse tensor"
+                           : "non-tensor";
+    if (!strict) {
+      *dt = -1;
+      return 0;
+    }
+    return lerr(L, "%s: %s types are not supported (only dense tensors)", what, kind);
+  }
+  const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+  if (!tt) return 0;
+  if (tt->has_elem_type && tt->elem_type != 0) {
+    if (tt->elem_type == APX_DT_STRING)
+      return lerr(L, "%s: string tensors are not supported", what);
+    if (!apx_dtype_is_supported(tt->elem_type))
+      return lerr(L, "%s: tensor data type %d is not supported", what, (int)tt->elem_type);
+    *dt = tt->elem_type;
+  }
+  const Onnx__TensorShapeProto *sh = tt->shape;
+  if (!sh) return 0;
+  if (sh->n_dim > APX_MAX_RANK)
+    return lerr(L, "%s: rank %zu is more than %d", what, sh->n_dim, APX_MAX_RANK);
+  int r = (int)sh->n_dim;
+  int64_t numel = 1;
+  for (int i = 0; i < r; i++) {
+    const Onnx__TensorShapeProto__Dimension *dm = sh->dim[i];
+    dims[i] = -1;
+    if (!dm) continue;
+    if (dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+      if (dm->dim_value < 0)
+        return lerr(L, "%s: negative dim %" PRId64 " at axis %d", what, dm->dim_value, i);
+      dims[i] = dm->dim_value;
+    } else if (dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+               dm->dim_param && *dm->dim_param) {
+      int bound = 0;
+      for (int b = 0; b < L->opt.n_dims && !bound; b++)
+        if (L->opt.dim_names[b] && strcmp(L->opt.dim_names[b], dm->dim_param) == 0) {
+          dims[i] = L->opt.dim_values[b];
+          L->dim_used[b] = 1;
+          bound = 1;
+        }
+      if (!bound) {
+        if (!*dim_params) {
+          *dim_params = apx_arena_alloc(&L->g->arena, (size_t)r * sizeof(char *));
+          if (!*dim_params) return loom(L);
+        }
+        (*dim_params)[i] = apx_arena_strdup(&L->g->arena, dm->dim_param);
+        if (!(*dim_params)[i]) return loom(L);
+      }
+    }
+    if (dims[i] > 0) {
+      if (numel > MAX_ELEMENTS / dims[i]) {
+        char ds[160];
+        dims_str(ds, sizeof ds, dims, i + 1);
+        return lerr(L, "%s: absurd dims %s... (more than 2^40 elements)", what, ds);
+      }
+      numel *= dims[i];
+    }
+  }
+  *rank = r;
+  return 0;
+}
+
+/* Applies a type hint (value_info, graph output) to a value that has none yet. */
+static int apply_hint(Loader *L, int v, const Onnx__TypeProto *tp, const char *what, int strict) {
+  int dt;
+  int32_t rank;
+  int64_t dims[APX_MAX_RANK];
+  const char **dp;
+  if (parse_type(L, tp, what, strict, &dt, &rank, dims, &dp)) return -1;
+  if (dt < 0) return 0;
+  ApxValue *val = &L->g->vals[v];
+  if (val->dtype == APX_DT_UNDEFINED) val->dtype = (ApxDType)dt;
+  if (val->rank < 0 && rank >= 0) {
+    apx_value_set_shape(val, rank, dims);
+    val->dim_params = dp;
+  }
+  return 0;
+}
+
+static int load_initializers(Loader *L) {
+  const Onnx__GraphProto *gp = L->gp;
+  for (size_t k = 0; k < gp->n_initializer; k++) {
+    const Onnx__TensorProto *t = gp->initializer[k];
+    if (!t || !t->name || !*t->name) return lerr(L, "initializer %zu has no name", k);
+    char what[600];
+    snprintf(what, sizeof what, "initializer '%s'", t->name);
+    ApxTensorConst tc;
+    if (decode_tensor(&L->tc, t, what, &tc)) return -1;
+    int is_float = apx_dtype_is_float(tc.dtype);
+    int frozen = is_float && apx_name_list_has(&L->opt.frozen, t->name);
+    ApxValueKind kind = is_float && !frozen ? APX_VAL_PARAM : APX_VAL_CONST;
+    int v = apx_graph_add_value(L->g, L->d, t->name, kind, tc.dtype, tc.rank, tc.dims);
+    if (v < 0) return -1;
+    ApxValue *val = &L->g->vals[v];
+    val->data = tc.data;
+    val->onnx_index = (int)k;
+    if (frozen) val->flags |= APX_VALF_FROZEN;
+  }
+  for (int i = 0; i < L->opt.frozen.n; i++) {
+    const char *nm = L->opt.frozen.items[i];
+    int v = nm ? apx_graph_find_value(L->g, nm) : -1;
+    if (v < 0) return lerr(L, "--frozen '%s': no such initializer", nm ? nm : "");
+  }
+  return 0;
+}
+
+static int load_inputs(Loader *L, int n_init_vals) {
+  const Onnx__GraphProto *gp = L->gp;
+  L->g->inputs = apx_arena_alloc(&L->g->arena, (gp->n_input + 1) * sizeof(int));
+  if (!L->g->inputs) return loom(L);
+  for (size_t k = 0; k < gp->n_input; k++) {
+    const Onnx__ValueInfoProto *vi = gp->input[k];
+    if (!vi || !vi->name || !*vi->name) return lerr(L, "graph input %zu has no name", k);
+    int existing = apx_graph_find_value(L->g, vi->name);
+    if (existing >= 0 && existing < n_init_vals) continue; /* the initializer itself */
+    char what[600];
+    snprintf(what, sizeof what, "graph input '%s'", vi->name);
+    int dt;
+    int32_t rank;
+    int64_t dims[APX_MAX_RANK];
+    const char **dp;
+    if (parse_type(L, vi->type, what, 1, &dt, &rank, dims, &dp)) return -1;
+    int v = apx_graph_add_value(L->g, L->d, vi->name, APX_VAL_INPUT, (ApxDType)dt, rank, dims);
+    if (v < 0) return -1;
+    L->g->vals[v].dim_params = dp;
+    L->g->vals[v].onnx_index = (int)k;
+    L->g->inputs[L->g->n_inputs++] = v;
+  }
+  return 0;
+}
+
+static const Onnx__AttributeProto *find_attr(const Onnx__NodeProto *n, const char *name) {
+  for (size_t a = 0; a < n->n_attribute; a++)
+    if (n->attribute[a] && n->attribute[a]->name && strcmp(n->attribute[a]->name, name) == 0)
+      return n->attribute[a];
+  return NULL;
+}
+
+/* Constant node k -> a CONST value named after its output. */
+static int load_constant(Loader *L, size_t k) {
+  const Onnx__NodeProto *n = L->gp->node[k];
+  if (n->n_output < 1 || !n->output[0] || !*n->output[0])
+    return node_err(L, k, "Constant has no output");
+  if (n->n_output > 1) return node_err(L, k, "Constant has %zu outputs, expected 1", n->n_output);
+  ApxTensorConst tc;
+  memset(&tc, 0, sizeof tc);
+  const Onnx__AttributeProto *a;
+  if ((a = find_attr(n, "value"))) {
+    char what[900];
+    snprintf(what, sizeof what, "node '%s' (Constant) attribute 'value'", L->node_names[k]);
+    if (!a->t) return node_err(L, k, "attribute 'value' holds no tensor");
+    if (decode_tensor(&L->tc, a->t, what, &tc)) return -1;
+  } else if ((a = find_attr(n, "value_float"))) {
+    tc.dtype = APX_DT_F32;
+    tc.rank = 0;
+    tc.data = apx_arena_memdup(&L->g->arena, &a->f, sizeof(float));
+  } else if ((a = find_attr(n, "value_int"))) {
+    tc.dtype = APX_DT_I64;
+    tc.rank = 0;
+    tc.data = apx_arena_memdup(&L->g->arena, &a->i, sizeof(int64_t));
+  } else if ((a = find_attr(n, "value_floats"))) {
+    tc.dtype = APX_DT_F32;
+    tc.rank = 1;
+    tc.dims[0] = (int64_t)a->n_floats;
+    tc.data = apx_arena_memdup(&L->g->arena, a->floats, a->n_floats * sizeof(float));
+  } else if ((a = find_attr(n, "value_ints"))) {
+    tc.dtype = APX_DT_I64;
+    tc.rank = 1;
+    tc.dims[0] = (int64_t)a->n_ints;
+    tc.data = apx_arena_memdup(&L->g->arena, a->ints, a->n_ints * sizeof(int64_t));
+  } else if ((a = find_attr(n, "value_string")) || (a = find_attr(n, "value_strings")) ||
+             (a = find_attr(n, "sparse_value"))) {
+    return node_err(L, k, "not supported yet: Constant with attribute '%s'", a->name);
+  } else {
+    return node_err(L, k, "Constant has no value attribute");
+  }
+  if (!tc.data) return loom(L);
+  int v = apx_graph_add_value(L->g, L->d, n->output[0], APX_VAL_CONST, tc.dtype, tc.rank,
+                              tc.dims);
+  if (v < 0) return -1;
+  L->g->vals[v].data = tc.data;
+  L->g->vals[v].onnx_index = (int)k; /* no producer node: index of the Constant in graph.node */
+  return 0;
+}
+
+/* Generic attribute copy (ApxAttrType values equal ONNX AttributeType). */
+static int copy_attr(Loader *L, size_t k, const Onnx__AttributeProto *a, ApxAttr *out) {
+  ApxArena *ar = &L->g->arena;
+  if (!a || !a->name || !*a->name) return node_err(L, k, "attribute without a name");
+  out->name = apx_arena_strdup(ar, a->name);
+  if (!out->name) return loom(L);
+  int type = a->has_type ? (int)a->type : 0;
+  if (type == 0) { /* IR < 3 writers leave the type out: infer it from the field set */
+    if (a->has_f) type = APX_ATTR_FLOAT;
+    else if (a->has_i) type = APX_ATTR_INT;
+    else if (a->has_s) type = APX_ATTR_STRING;
+    else if (a->t) type = APX_ATTR_TENSOR;
+    else if (a->n_floats) type = APX_ATTR_FLOATS;
+    else if (a->n_ints) type = APX_ATTR_INTS;
+    else if (a->n_strings) type = APX_ATTR_STRINGS;
+    else return node_err(L, k, "attribute '%s' has no type and no value", a->name);
+  }
+  out->type = (ApxAttrType)type;
+  switch (type) {
+    case APX_ATTR_FLOAT: out->f = a->f; break;
+    case APX_ATTR_INT: out->i = a->i; break;
+    case APX_ATTR_STRING:
+      out->s = apx_arena_strndup(ar, a->s.data ? (const char *)a->s.data : "", a->s.len);
+      if (!out->s) return loom(L);
+      break;
+    case APX_ATTR_TENSOR: {
+      if (!a->t) return node_err(L, k, "attribute '%s' holds no tensor", a->name);
+      char what[900];
+      snprintf(what, sizeof what, "node '%s' (%s) attribute '%s'", L->node_names[k],
+               op_type_of(L->gp->node[k]), a->name);
+      out->t = apx_arena_alloc(ar, sizeof(ApxTensorConst));
+      if (!out->t) return loom(L);
+      if (decode_tensor(&L->tc, a->t, what, out->t)) return -1;
+      break;
+    }
+    case APX_ATTR_FLOATS:
+      if (a->n_floats > INT32_MAX) return node_err(L, k, "attribute '%s' is too long", a->name);
+      out->n = (int32_t)a->n_floats;
+      out->floats = apx_arena_memdup(ar, a->floats, a->n_floats * sizeof(float));
+      if (!out->floats) return loom(L);
+      break;
+    case APX_ATTR_INTS:
+      if (a->n_ints > INT32_MAX) return node_err(L, k, "attribute '%s' is too long", a->name);
+      out->n = (int32_t)a->n_ints;
+      out->ints = apx_arena_memdup(ar, a->ints, a->n_ints * sizeof(int64_t));
+      if (!out->ints) return loom(L);
+      break;
+    case APX_ATTR_STRINGS:
+      if (a->n_strings > INT32_MAX) return node_err(L, k, "attribute '%s' is too long", a->name);
+      out->n = (int32_t)a->n_strings;
+      out->strings = apx_arena_alloc(ar, (a->n_strings + 1) * sizeof(char *));
+      if (!out->strings) return loom(L);
+      for (size_t i = 0; i < a->n_strings; i++) {
+        const ProtobufCBinaryData *s = &a->strings[i];
+        out->strings[i] = apx_arena_strndup(ar, s->data ? (const char *)s->data : "", s->len);
+        if (!out->strings[i]) return loom(L);
+      }
+      break;
+    case APX_ATTR_GRAPH: return node_err(L, k, "control flow is not supported in v1");
+    default:
+      return node_err(L, k, "not supported yet: attribute '%s' of type %d", a->name, type);
+  }
+  return 0;
+}
+
+/* Node outputs first (so inputs resolve in any order), then the nodes themselves. */
+static int load_nodes(Loader *L) {
+  const Onnx__GraphProto *gp = L->gp;
+  ApxGraph *g = L->g;
+  for (size_t k = 0; k < gp->n_node; k++) {
+    const Onnx__NodeProto *n = gp->node[k];
+    if (L->node_ops[k] == APX_OP_Constant) {
+      if (load_constant(L, k)) return -1;
+      continue;
+    }
+    for (size_t j = 0; j < n->n_output; j++) {
+      if (!n->output[j] || !*n->output[j]) continue;
+      int v = apx_graph_add_value(g, L->d, n->output[j], APX_VAL_ACTIVATION, APX_DT_UNDEFINED,
+                                  -1, NULL);
+      if (v < 0) return -1;
+      g->vals[v].onnx_index = (int)j;
+    }
+  }
+  int cap = 0;
+  int *ids = NULL;
+  int rc = 0;
+  for (size_t k = 0; k < gp->n_node && rc == 0; k++) {
+    const Onnx__NodeProto *n = gp->node[k];
+    if (L->node_ops[k] == APX_OP_Constant) continue;
+    if (n->n_input > INT32_MAX / 2 || n->n_output > INT32_MAX / 2 ||
+        n->n_attribute > INT32_MAX) {
+      rc = node_err(L, k, "too many inputs, outputs or attributes");
+      break;
+    }
+    int need = (int)(n->n_input + n->n_output);
+    if (need > cap || !ids) {
+      int *p = realloc(ids, ((size_t)need + 1) * sizeof(int));
+      if (!p) {
+        rc = loom(L);
+        break;
+      }
+      ids = p;
+      cap = need;
+    }
+    int *in = ids, *out = ids + n->n_input;
+    for (size_t j = 0; j < n->n_input && rc == 0; j++) {
+      const char *nm = n->input[j];
+      in[j] = nm && *nm ? apx_graph_find_value(g, nm) : -1;
+      if (nm && *nm && in[j] < 0)
+        rc = apx_diag_error(L->d, APX_EXIT_BAD_INPUT, "%s: node '%s' (%s) input %zu: undefined "
+                            "value '%s'", g->file, L->node_names[k], n->op_type, j, nm);
+    }
+    for (size_t j = 0; j < n->n_output; j++)
+      out[j] = n->output[j] && *n->output[j] ? apx_graph_find_value(g, n->output[j]) : -1;
+    if (rc) break;
+    int id = apx_graph_add_node(g, L->d, L->node_ops[k], L->node_names[k], (int)n->n_input, in,
+                                (int)n->n_output, out);
+    if (id < 0) {
+      rc = -1;
+      break;
+    }
+    ApxNode *nd = &g->nodes[id];
+    nd->op_type = apx_arena_strdup(&g->arena, n->op_type);
+    nd->onnx_index = (int)k;
+    nd->n_attrs = (int32_t)n->n_attribute;
+    nd->attrs = apx_arena_alloc(&g->arena, (n->n_attribute + 1) * sizeof(ApxAttr));
+    if (!nd->op_type || !nd->attrs) {
+      rc = loom(L);
+      break;
+    }
+    for (size_t a = 0; a < n->n_attribute && rc == 0; a++)
+      rc = copy_attr(L, k, n->attribute[a], &g->nodes[id].attrs[a]);
+  }
+  free(ids);
+  return rc;
+}
+
+static int load_outputs(Loader *L) {
+  const Onnx__GraphProto *gp = L->gp;
+  ApxGraph *g = L->g;
+  for (size_t k = 0; k < gp->n_value_info; k++) {
+    const Onnx__ValueInfoProto *vi = gp->value_info[k];
+    if (!vi || !vi->name) continue;
+    int v = apx_graph_find_value(g, vi->name);
+    if (v < 0) continue; /* stale hint for a value that does not exist: harmless */
+    char what[600];
+    snprintf(what, sizeof what, "value_info '%s'", vi->name);
+    if (apply_hint(L, v, vi->type, what, 0)) return -1;
+  }
+  g->outputs = apx_arena_alloc(&g->arena, (gp->n_output + 1) * sizeof(int));
+  if (!g->outputs) return loom(L);
+  for (size_t k = 0; k < gp->n_output; k++) {
+    const Onnx__ValueInfoProto *vi = gp->output[k];
+    if (!vi || !vi->name || !*vi->name) return lerr(L, "graph output %zu has no name", k);
+    int v = apx_graph_find_value(g, vi->name);
+    if (v < 0)
+      return lerr(L, "graph output '%s': undefined value (no node, input or initializer "
+                  "defines it)", vi->name);
+    char what[600];
+    snprintf(what, sizeof what, "graph output '%s'", vi->name);
+    if (apply_hint(L, v, vi->type, what, 1)) return -1;
+    g->vals[v].flags |= APX_VALF_GRAPH_OUTPUT;
+    g->outputs[g->n_outputs++] = v;
+  }
+  int loss = g->outputs[0];
+  if (L->opt.loss_name && *L->opt.loss_name) {
+    loss = apx_graph_find_value(g, L->opt.loss_name);
+    if (loss < 0) return lerr(L, "--loss '%s': no such value", L->opt.loss_name);
+  }
+  g->loss = loss;
+  g->vals[loss].flags |= APX_VALF_LOSS;
+  return 0;
+}
+
+static int load_model(Loader *L, const Onnx__ModelProto *m, size_t len) {
+  if (check_versions(L, m)) return -1;
+  const Onnx__GraphProto *gp = m->graph;
+  if (!gp) return lerr(L, "not a valid ONNX model (no graph, %zu bytes)", len);
+  L->gp = gp;
+  if (gp->name) {
+    L->g->name = apx_arena_strdup(&L->g->arena, gp->name);
+    if (!L->g->name) return loom(L);
+  }
+  if (gp->n_node == 0) return lerr(L, "graph has no nodes");
+  if (gp->n_output == 0) return lerr(L, "graph has no outputs");
+  if (gp->n_sparse_initializer)
+    return lerr(L, "not supported yet: sparse initializers");
+  for (size_t k = 0; k < gp->n_node; k++)
+    if (!gp->node[k]) return lerr(L, "node %zu is empty", k);
+  if (check_nodes(L)) return -1;
+  int has_ai_onnx = 0;
+  for (size_t i = 0; i < m->n_opset_import; i++)
+    has_ai_onnx |= m->opset_import[i] && is_ai_onnx(m->opset_import[i]->domain);
+  if (!has_ai_onnx) return lerr(L, "model has no ai.onnx opset_import");
+  if (load_initializers(L)) return -1;
+  if (load_inputs(L, L->g->n_vals)) return -1;
+  if (load_nodes(L)) return -1;
+  if (apx_graph_toposort(L->g, L->d)) return -1;
+  if (load_outputs(L)) return -1;
+  for (int b = 0; b < L->opt.n_dims; b++)
+    if (!L->dim_used[b] && L->opt.dim_names[b])
+      apx_diag_warn(L->d, "%s: --dim %s: no graph input has this symbolic dim", L->g->file,
+                    L->opt.dim_names[b]);
+  return 0;
+}
+
+int apx_onnx_load_memory(ApxGraph *g, const void *buf, size_t len, const char *base_dir,
+                         const ApxOptions *o, ApxDiag *d) {
+  Loader L;
+  memset(&L, 0, sizeof L);
+  L.g = g;
+  L.d = d;
+  if (o)
+    L.opt = *o;
+  else
+    apx_options_init(&L.opt);
+  if (L.opt.n_dims < 0 || L.opt.n_dims > APX_MAX_DIMS_BOUND) L.opt.n_dims = 0;
+  if (L.opt.frozen.n < 0 || L.opt.frozen.n > APX_MAX_LIST) L.opt.frozen.n = 0;
+  L.tc.arena = &g->arena;
+  L.tc.d = d;
+  L.tc.file = g->file;
+  L.tc.base_dir = base_dir;
+  char dim_used[APX_MAX_DIMS_BOUND + 1] = {0};
+  L.dim_used = dim_used;
+
+  if (len == 0 || !buf) return lerr(&L, "not a valid ONNX model (protobuf parse failed, 0 bytes)");
+  if (!nesting_ok(&onnx__model_proto__descriptor, buf, len, 0))
+    return lerr(&L, "not a valid ONNX model (messages nested deeper than %d, %zu bytes)",
+                MAX_NESTING, len);
+  Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
+  if (!m) return lerr(&L, "not a valid ONNX model (protobuf parse failed, %zu bytes)", len);
+  if (!m->has_ir_version && !m->graph) {
+    onnx__model_proto__free_unpacked(m, NULL);
+    return lerr(&L, "not a valid ONNX model (no ir_version and no graph, %zu bytes)", len);
+  }
+  int rc = load_model(&L, m, len);
+  onnx__model_proto__free_unpacked(m, NULL);
+  return rc;
+}
+
+/* ---- files --------------------------------------------------------------------------- */
+
+/* Whole file into a malloc'd buffer. Returns 0, or -1 with "<path>: cannot ..." in d. */
+static int slurp(const char *path, ApxDiag *d, uint8_t **out, size_t *out_len) {
+  *out = NULL;
+  *out_len = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return err_at(d, APX_EXIT_BAD_INPUT, path, "cannot open: %s", strerror(errno));
+  struct stat st;
+  size_t cap = 1 << 16;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+    cap = (size_t)st.st_size + 1;
+  uint8_t *buf = malloc(cap);
+  size_t n = 0;
+  if (!buf) {
+    close(fd);
+    return err_at(d, APX_EXIT_RUNTIME, path, "out of memory reading the file");
+  }
+  for (;;) {
+    if (n == cap) {
+      if (cap > SIZE_MAX / 2) break;
+      uint8_t *p = realloc(buf, cap * 2);
+      if (!p) {
+        free(buf);
+        close(fd);
+        return err_at(d, APX_EXIT_RUNTIME, path, "out of memory reading the file");
+      }
+      buf = p;
+      cap *= 2;
+    }
+    size_t want = cap - n < READ_CHUNK ? cap - n : READ_CHUNK;
+    ssize_t r = read(fd, buf + n, want);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      free(buf);
+      close(fd);
+      return err_at(d, APX_EXIT_BAD_INPUT, path, "cannot read: %s", strerror(e));
+    }
+    if (r == 0) break;
+    n += (size_t)r;
+  }
+  close(fd);
+  *out = buf;
+  *out_len = n;
+  return 0;
+}
+
+/* Folder of path ("." when it has none), in arena. */
+static const char *dir_of(ApxArena *a, const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) return apx_arena_strdup(a, ".");
+  if (slash == path) return apx_arena_strdup(a, "/");
+  return apx_arena_strndup(a, path, (size_t)(slash - path));
+}
+
+int apx_onnx_load_file(ApxGraph *g, const char *path, const ApxOptions *o, ApxDiag *d) {
+  if (!g->file || strcmp(g->file, "<model>") == 0) {
+    const char *f = apx_arena_strdup(&g->arena, path);
+    if (!f) return err_at(d, APX_EXIT_RUNTIME, path, "out of memory");
+    g->file = f;
+  }
+  uint8_t *buf;
+  size_t len;
+  if (slurp(path, d, &buf, &len)) return -1;
+  const char *base = dir_of(&g->arena, path);
+  int rc = base ? apx_onnx_load_memory(g, buf, len, base, o, d)
+                : err_at(d, APX_EXIT_RUNTIME, path, "out of memory");
+  free(buf);
+  return rc;
+}
+
+int apx_onnx_read_tensor_file(const char *path, ApxArena *arena, ApxTensorConst *out,
+                              const char **name, ApxDiag *d) {
+  memset(out, 0, sizeof *out);
+  if (name) *name = NULL;
+  uint8_t *buf;
+  size_t len;
+  if (slurp(path, d, &buf, &len)) return -1;
+  int rc = -1;
+  Onnx__TensorProto *t = NULL;
+  if (len > 0 && nesting_ok(&onnx__tensor_proto__descriptor, buf, len, 0))
+    t = onnx__tensor_proto__unpack(NULL, len, buf);
+  free(buf);
+  if (!t)
+    return err_at(d, APX_EXIT_BAD_INPUT, path,
+                  "not a valid TensorProto file (protobuf parse failed, %zu bytes)", len);
+  TensorCtx c = {arena, d, path, NULL};
+  const char *base = dir_of(arena, path);
+  c.base_dir = base;
+  char what[600];
+  snprintf(what, sizeof what, "tensor '%s'", t->name ? t->name : "");
+  if (!base) {
+    rc = err_at(d, APX_EXIT_RUNTIME, path, "out of memory");
+  } else if (decode_tensor(&c, t, what, out) == 0) {
+    rc = 0;
+    if (name) {
+      *name = apx_arena_strdup(arena, t->name ? t->name : "");
+      if (!*name) rc = err_at(d, APX_EXIT_RUNTIME, path, "out of memory");
+    }
+  }
+  onnx__tensor_proto__free_unpacked(t, NULL);
+  return rc;
+}
+
+int apx_onnx_write_tensor_file(const char *path, const char *name, const ApxTensor *t,
+                               ApxDiag *d) {
+  if (!apx_dtype_is_supported(t->dtype))
+    return err_at(d, APX_EXIT_BAD_INPUT, path, "cannot write a tensor of type %s",
+                  apx_dtype_name(t->dtype));
+  if (t->rank < 0 || t->rank > APX_MAX_RANK)
+    return err_at(d, APX_EXIT_BAD_INPUT, path, "cannot write a tensor of rank %d", t->rank);
+  int64_t numel = 1;
+  for (int i = 0; i < t->rank; i++) {
+    if (t->dims[i] < 0 || (t->dims[i] && numel > MAX_ELEMENTS / t->dims[i]))
+      return err_at(d, APX_EXIT_BAD_INPUT, path, "cannot write a tensor with dim %" PRId64,
+                    t->dims[i]);
+    numel *= t->dims[i];
+  }
+  size_t bytes = (size_t)numel * apx_dtype_size(t->dtype);
+  if (bytes && !t->data) return err_at(d, APX_EXIT_BAD_INPUT, path, "tensor has no data");
+  Onnx__TensorProto tp = ONNX__TENSOR_PROTO__INIT;
+  int64_t dims[APX_MAX_RANK];
+  for (int i = 0; i < t->rank; i++) dims[i] = t->dims[i];
+  tp.n_dims = (size_t)t->rank;
+  tp.dims = dims;
+  tp.has_data_type = 1;
+  tp.data_type = (int32_t)t->dtype;
+  tp.name = (char *)(name ? name : "");
+  tp.has_raw_data = 1;
+  tp.raw_data.len = bytes;
+  tp.raw_data.data = (uint8_t *)t->data;
+  size_t n = onnx__tensor_proto__get_packed_size(&tp);
+  uint8_t *buf = malloc(n ? n : 1);
+  if (!buf) return err_at(d, APX_EXIT_RUNTIME, path, "out of memory writing the tensor");
+  onnx__tensor_proto__pack(&tp, buf);
+  FILE *f = fopen(path, "wb");
+  if (!f) {
+    int e = errno;
+    free(buf);
+    return err_at(d, APX_EXIT_RUNTIME, path, "cannot write: %s", strerror(e));
+  }
+  size_t w = fwrite(buf, 1, n, f);
+  int e = errno;
+  free(buf);
+  if (fclose(f) != 0 || w != n) {
+    if (w == n) e = errno;
+    return err_at(d, APX_EXIT_RUNTIME, path, "cannot write: %s", strerror(e));
+  }
+  return 0;
+}

@@ -1,0 +1,1404 @@
+// onnx_load_test.cc - the ONNX loader against its contract (onnx_load.h): tensors of every
+// dtype from raw_data and typed fields, initializers vs inputs, Constant nodes, external data,
+// --dim/--frozen/--loss, out-of-order graphs, versions, the bad-input corpus
+// (tests/corpus/bad/MANIFEST.tsv), every ONNX node-test model, tensor files, and load time
+// of a 100k-node model. Models are built here with the protobuf-c structs.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <dirent.h>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+extern "C" {
+#include "compiler/onnx_load.h"
+#include "kernels/half.h"
+#include "onnx.pb-c.h"
+}
+
+namespace {
+
+// ---- protobuf-c model builder ----------------------------------------------------------
+
+// Owns every struct and array the builder hands to protobuf-c.
+class Pool {
+ public:
+  ~Pool() {
+    for (auto it = frees_.rbegin(); it != frees_.rend(); ++it) (*it)();
+  }
+  template <class T>
+  T *make() {
+    T *p = new T();
+    frees_.push_back([p] { delete p; });
+    return p;
+  }
+  template <class T>
+  T *arr(const std::vector<T> &v) {
+    T *p = new T[v.size() + 1]();
+    for (size_t i = 0; i < v.size(); i++) p[i] = v[i];
+    frees_.push_back([p] { delete[] p; });
+    return p;
+  }
+  char *str(const std::string &s) {
+    strs_.push_back(s);
+    return const_cast<char *>(strs_.back().c_str());
+  }
+
+ private:
+  std::vector<std::function<void()>> frees_;
+  std::deque<std::string> strs_;
+};
+
+// A dim: numeric (>= 0), symbolic (param non-empty), or absent (value -1, empty param).
+struct Dim {
+  int64_t value;
+  std::string param;
+  Dim(int64_t v) : value(v) {}  // NOLINT
+  Dim(const char *p) : value(-1), param(p) {}  // NOLINT
+  static Dim none() { return Dim(int64_t(-1)); }
+};
+
+struct Model {
+  Pool pool;
+  Onnx__ModelProto m;
+  Onnx__GraphProto gr;
+  std::vector<Onnx__OperatorSetIdProto *> opsets;
+  std::vector<Onnx__NodeProto *> nodes;
+  std::vector<Onnx__TensorProto *> inits;
+  std::vector<Onnx__ValueInfoProto *> inputs, outputs, value_info;
+
+  explicit Model(int64_t ir = 8, int64_t opset = 17) {
+    onnx__model_proto__init(&m);
+    onnx__graph_proto__init(&gr);
+    m.has_ir_version = 1;
+    m.ir_version = ir;
+    add_opset("", opset);
+    gr.name = pool.str("g");
+  }
+  void add_opset(const std::string &domain, int64_t v) {
+    auto *o = pool.make<Onnx__OperatorSetIdProto>();
+    onnx__operator_set_id_proto__init(o);
+    o->domain = pool.str(domain);
+    o->has_version = 1;
+    o->version = v;
+    opsets.push_back(o);
+  }
+  Onnx__NodeProto *node(const std::string &op, std::vector<std::string> in,
+                        std::vector<std::string> out, const std::string &name = "",
+                        std::vector<Onnx__AttributeProto *> attrs = {}) {
+    auto *n = pool.make<Onnx__NodeProto>();
+    onnx__node_proto__init(n);
+    n->op_type = pool.str(op);
+    n->name = pool.str(name);
+    std::vector<char *> i, o;
+    for (auto &s : in) i.push_back(pool.str(s));
+    for (auto &s : out) o.push_back(pool.str(s));
+    n->n_input = i.size();
+    n->input = pool.arr(i);
+    n->n_output = o.size();
+    n->output = pool.arr(o);
+    n->n_attribute = attrs.size();
+    n->attribute = pool.arr(attrs);
+    nodes.push_back(n);
+    return n;
+  }
+  Onnx__TypeProto *tensor_type(int elem, const std::vector<Dim> *dims) {
+    auto *tp = pool.make<Onnx__TypeProto>();
+    onnx__type_proto__init(tp);
+    auto *tt = pool.make<Onnx__TypeProto__Tensor>();
+    onnx__type_proto__tensor__init(tt);
+    tt->has_elem_type = 1;
+    tt->elem_type = elem;
+    if (dims) {
+      auto *sh = pool.make<Onnx__TensorShapeProto>();
+      onnx__tensor_shape_proto__init(sh);
+      std::vector<Onnx__TensorShapeProto__Dimension *> ds;
+      for (const Dim &d : *dims) {
+        auto *dm = pool.make<Onnx__TensorShapeProto__Dimension>();
+        onnx__tensor_shape_proto__dimension__init(dm);
+        if (!d.param.empty()) {
+          dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+          dm->dim_param = pool.str(d.param);
+        } else if (d.value >= 0) {
+          dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+          dm->dim_value = d.value;
+        }
+        ds.push_back(dm);
+      }
+      sh->n_dim = ds.size();
+      sh->dim = pool.arr(ds);
+      tt->shape = sh;
+    }
+    tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    tp->tensor_type = tt;
+    return tp;
+  }
+  Onnx__ValueInfoProto *vi(const std::string &name, int elem, std::vector<Dim> dims,
+                           bool shaped = true) {
+    auto *v = pool.make<Onnx__ValueInfoProto>();
+    onnx__value_info_proto__init(v);
+    v->name = pool.str(name);
+    v->type = tensor_type(elem, shaped ? &dims : nullptr);
+    return v;
+  }
+  void input(const std::string &n, std::vector<Dim> dims, int elem = APX_DT_F32) {
+    inputs.push_back(vi(n, elem, dims));
+  }
+  void output(const std::string &n, std::vector<Dim> dims = {}, int elem = APX_DT_F32) {
+    outputs.push_back(vi(n, elem, dims, false));
+  }
+  Onnx__TensorProto *tensor(const std::string &name, int dt, std::vector<int64_t> dims) {
+    auto *t = pool.make<Onnx__TensorProto>();
+    onnx__tensor_proto__init(t);
+    t->name = pool.str(name);
+    t->has_data_type = 1;
+    t->data_type = dt;
+    t->n_dims = dims.size();
+    t->dims = pool.arr(dims);
+    return t;
+  }
+  void raw(Onnx__TensorProto *t, const std::string &bytes) {
+    t->has_raw_data = 1;
+    t->raw_data.len = bytes.size();
+    t->raw_data.data = reinterpret_cast<uint8_t *>(pool.str(bytes));
+  }
+  Onnx__TensorProto *init_raw(const std::string &name, int dt, std::vector<int64_t> dims,
+                              const std::string &bytes) {
+    auto *t = tensor(name, dt, dims);
+    raw(t, bytes);
+    inits.push_back(t);
+    return t;
+  }
+  void external(Onnx__TensorProto *t, std::vector<std::pair<std::string, std::string>> kv) {
+    t->has_data_location = 1;
+    t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    std::vector<Onnx__StringStringEntryProto *> es;
+    for (auto &p : kv) {
+      auto *e = pool.make<Onnx__StringStringEntryProto>();
+      onnx__string_string_entry_proto__init(e);
+      e->key = pool.str(p.first);
+      e->value = pool.str(p.second);
+      es.push_back(e);
+    }
+    t->n_external_data = es.size();
+    t->external_data = pool.arr(es);
+  }
+  Onnx__AttributeProto *attr(const std::string &name, Onnx__AttributeProto__AttributeType type) {
+    auto *a = pool.make<Onnx__AttributeProto>();
+    onnx__attribute_proto__init(a);
+    a->name = pool.str(name);
+    a->has_type = 1;
+    a->type = type;
+    return a;
+  }
+  Onnx__AttributeProto *attr_f(const std::string &name, float f) {
+    auto *a = attr(name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+    a->has_f = 1;
+    a->f = f;
+    return a;
+  }
+  Onnx__AttributeProto *attr_i(const std::string &name, int64_t i) {
+    auto *a = attr(name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+    a->has_i = 1;
+    a->i = i;
+    return a;
+  }
+  Onnx__AttributeProto *attr_s(const std::string &name, const std::string &s) {
+    auto *a = attr(name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    a->has_s = 1;
+    a->s.len = s.size();
+    a->s.data = reinterpret_cast<uint8_t *>(pool.str(s));
+    return a;
+  }
+  Onnx__AttributeProto *attr_ints(const std::string &name, std::vector<int64_t> v) {
+    auto *a = attr(name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+    a->n_ints = v.size();
+    a->ints = pool.arr(v);
+    return a;
+  }
+  Onnx__AttributeProto *attr_floats(const std::string &name, std::vector<float> v) {
+    auto *a = attr(name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS);
+    a->n_floats = v.size();
+    a->floats = pool.arr(v);
+    return a;
+  }
+  Onnx__AttributeProto *attr_t(const std::string &name, Onnx__TensorProto *t) {
+    auto *a = attr(name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
+    a->t = t;
+    return a;
+  }
+  std::string bytes() {
+    m.n_opset_import = opsets.size();
+    m.opset_import = pool.arr(opsets);
+    gr.n_node = nodes.size();
+    gr.node = pool.arr(nodes);
+    gr.n_initializer = inits.size();
+    gr.initializer = pool.arr(inits);
+    gr.n_input = inputs.size();
+    gr.input = pool.arr(inputs);
+    gr.n_output = outputs.size();
+    gr.output = pool.arr(outputs);
+    gr.n_value_info = value_info.size();
+    gr.value_info = pool.arr(value_info);
+    m.graph = &gr;
+    std::string s(onnx__model_proto__get_packed_size(&m), '\0');
+    onnx__model_proto__pack(&m, reinterpret_cast<uint8_t *>(&s[0]));
+    return s;
+  }
+};
+
+// ---- loading helpers --------------------------------------------------------------------
+
+struct Loaded {
+  ApxGraph g;
+  ApxDiag d;
+  int rc;
+  Loaded() {
+    apx_graph_init(&g, "m.onnx");
+    apx_diag_init(&d);
+    d.quiet = 1;
+  }
+  ~Loaded() { apx_graph_free(&g); }
+  const ApxValue *val(const char *name) const {
+    int v = apx_graph_find_value(&g, name);
+    return v < 0 ? nullptr : &g.vals[v];
+  }
+  int node(const char *name) const {
+    for (int i = 0; i < g.n_nodes; i++)
+      if (strcmp(g.nodes[i].name, name) == 0) return i;
+    return -1;
+  }
+};
+
+ApxOptions default_options() {
+  ApxOptions o;
+  apx_options_init(&o);
+  return o;
+}
+
+std::unique_ptr<Loaded> load(Model &m, const ApxOptions *o = nullptr, const char *base = nullptr) {
+  auto L = std::make_unique<Loaded>();
+  std::string b = m.bytes();
+  L->rc = apx_onnx_load_memory(&L->g, b.data(), b.size(), base, o, &L->d);
+  return L;
+}
+
+std::unique_ptr<Loaded> load_file(const std::string &path, const ApxOptions *o = nullptr) {
+  auto L = std::make_unique<Loaded>();
+  apx_graph_free(&L->g);
+  apx_graph_init(&L->g, path.c_str());
+  L->rc = apx_onnx_load_file(&L->g, path.c_str(), o, &L->d);
+  return L;
+}
+
+#define EXPECT_LOADS(L)                                    \
+  do {                                                     \
+    ASSERT_EQ((L)->rc, 0) << (L)->d.msg;                   \
+    ApxDiag vd_;                                           \
+    apx_diag_init(&vd_);                                   \
+    EXPECT_EQ(apx_graph_verify(&(L)->g, &vd_), 0) << vd_.msg; \
+  } while (0)
+
+#define EXPECT_REJECTS(L, substr)                                              \
+  do {                                                                         \
+    EXPECT_EQ((L)->rc, -1);                                                    \
+    EXPECT_EQ((L)->d.code, APX_EXIT_BAD_INPUT) << (L)->d.msg;                  \
+    EXPECT_NE(std::string((L)->d.msg).find(substr), std::string::npos)         \
+        << "message: " << (L)->d.msg << "\nexpected to contain: " << (substr); \
+  } while (0)
+
+std::string temp_dir() {
+  const char *base = getenv("TEST_TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/onnx_load_XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) return "";
+  return std::string(buf.data());
+}
+
+void write_file(const std::string &path, const std::string &bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(bytes.data(), (std::streamsize)bytes.size());
+}
+
+std::string read_file(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+template <class T>
+std::string le_bytes(const std::vector<T> &v) {  // host is little-endian (x86-64, aarch64)
+  return std::string(reinterpret_cast<const char *>(v.data()), v.size() * sizeof(T));
+}
+
+// ---- tensors of every dtype -------------------------------------------------------------
+
+struct DtypeCase {
+  ApxDType dt;
+  std::string bytes;  // expected payload for dims [2,3]
+};
+
+std::vector<DtypeCase> dtype_cases() {
+  std::vector<DtypeCase> c;
+  c.push_back({APX_DT_F32, le_bytes(std::vector<float>{1.5f, -2, 0, 3.25f, 1e-3f, -1e9f})});
+  c.push_back({APX_DT_F64, le_bytes(std::vector<double>{1.5, -2, 0, 3.25, 1e-300, -1e300})});
+  std::vector<uint16_t> h, bh;
+  for (float f : {1.0f, -2.0f, 0.5f, 65504.0f, 0.0f, -0.25f}) {
+    h.push_back(apx_f32_to_f16(f));
+    bh.push_back(apx_f32_to_bf16(f));
+  }
+  c.push_back({APX_DT_F16, le_bytes(h)});
+  c.push_back({APX_DT_BF16, le_bytes(bh)});
+  c.push_back({APX_DT_I8, le_bytes(std::vector<int8_t>{-128, -1, 0, 1, 2, 127})});
+  c.push_back({APX_DT_U8, le_bytes(std::vector<uint8_t>{0, 1, 2, 3, 254, 255})});
+  c.push_back({APX_DT_I16, le_bytes(std::vector<int16_t>{-32768, -1, 0, 1, 2, 32767})});
+  c.push_back({APX_DT_U16, le_bytes(std::vector<uint16_t>{0, 1, 2, 3, 65534, 65535})});
+  c.push_back({APX_DT_I32, le_bytes(std::vector<int32_t>{INT32_MIN, -1, 0, 1, 2, INT32_MAX})});
+  c.push_back({APX_DT_U32, le_bytes(std::vector<uint32_t>{0, 1, 2, 3, 4000000000u, UINT32_MAX})});
+  c.push_back({APX_DT_I64, le_bytes(std::vector<int64_t>{INT64_MIN, -1, 0, 1, 1LL << 40, INT64_MAX})});
+  c.push_back({APX_DT_U64, le_bytes(std::vector<uint64_t>{0, 1, 2, 3, 1ULL << 63, UINT64_MAX})});
+  c.push_back({APX_DT_BOOL, le_bytes(std::vector<uint8_t>{1, 0, 0, 1, 1, 0})});
+  return c;
+}
+
+// Fills t's typed field from the expected little-endian payload (the field ONNX prescribes).
+void set_typed(Model &m, Onnx__TensorProto *t, ApxDType dt, const std::string &b) {
+  auto elems = [&](size_t es) { return b.size() / es; };
+  auto get = [&](size_t i, auto tag) {
+    decltype(tag) v;
+    memcpy(&v, b.data() + i * sizeof v, sizeof v);
+    return v;
+  };
+  switch (dt) {
+    case APX_DT_F32: {
+      std::vector<float> v;
+      for (size_t i = 0; i < elems(4); i++) v.push_back(get(i, float()));
+      t->n_float_data = v.size();
+      t->float_data = m.pool.arr(v);
+      break;
+    }
+    case APX_DT_F64: {
+      std::vector<double> v;
+      for (size_t i = 0; i < elems(8); i++) v.push_back(get(i, double()));
+      t->n_double_data = v.size();
+      t->double_data = m.pool.arr(v);
+      break;
+    }
+    case APX_DT_I64: {
+      std::vector<int64_t> v;
+      for (size_t i = 0; i < elems(8); i++) v.push_back(get(i, int64_t()));
+      t->n_int64_data = v.size();
+      t->int64_data = m.pool.arr(v);
+      break;
+    }
+    case APX_DT_U32: {
+      std::vector<uint64_t> v;
+      for (size_t i = 0; i < elems(4); i++) v.push_back(get(i, uint32_t()));
+      t->n_uint64_data = v.size();
+      t->uint64_data = m.pool.arr(v);
+      break;
+    }
+    case APX_DT_U64: {
+      std::vector<uint64_t> v;
+      for (size_t i = 0; i < elems(8); i++) v.push_back(get(i, uint64_t()));
+      t->n_uint64_data = v.size();
+      t->uint64_data = m.pool.arr(v);
+      break;
+    }
+    default: {  // int32_data: int32, 16-bit patterns (fp16/bf16/int16/uint16), 8-bit, bool
+      std::vector<int32_t> v;
+      size_t es = apx_dtype_size(dt);
+      for (size_t i = 0; i < elems(es); i++) {
+        if (dt == APX_DT_I32) v.push_back(get(i, int32_t()));
+        else if (dt == APX_DT_I16) v.push_back(get(i, int16_t()));
+        else if (dt == APX_DT_I8) v.push_back(get(i, int8_t()));
+        else if (es == 2) v.push_back(get(i, uint16_t()));
+        else v.push_back(get(i, uint8_t()));
+      }
+      t->n_int32_data = v.size();
+      t->int32_data = m.pool.arr(v);
+    }
+  }
+}
+
+void check_tensor_value(const Loaded &L, const DtypeCase &c) {
+  const ApxValue *w = L.val("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->dtype, c.dt) << apx_dtype_name(c.dt);
+  EXPECT_EQ(w->kind, apx_dtype_is_float(c.dt) ? APX_VAL_PARAM : APX_VAL_CONST);
+  ASSERT_EQ(w->rank, 2);
+  EXPECT_EQ(w->dims[0], 2);
+  EXPECT_EQ(w->dims[1], 3);
+  EXPECT_EQ(w->producer, -1);
+  ASSERT_NE(w->data, nullptr);
+  EXPECT_EQ(std::string(static_cast<const char *>(w->data), c.bytes.size()), c.bytes)
+      << apx_dtype_name(c.dt);
+}
+
+TEST(OnnxLoad, EveryDtypeFromRawData) {
+  for (const DtypeCase &c : dtype_cases()) {
+    Model m;
+    m.init_raw("w", c.dt, {2, 3}, c.bytes);
+    m.node("Identity", {"w"}, {"y"});
+    m.output("y");
+    auto L = load(m);
+    EXPECT_LOADS(L);
+    check_tensor_value(*L, c);
+  }
+}
+
+TEST(OnnxLoad, EveryDtypeFromTypedFields) {
+  for (const DtypeCase &c : dtype_cases()) {
+    Model m;
+    auto *t = m.tensor("w", c.dt, {2, 3});
+    set_typed(m, t, c.dt, c.bytes);
+    m.inits.push_back(t);
+    m.node("Identity", {"w"}, {"y"});
+    m.output("y");
+    auto L = load(m);
+    EXPECT_LOADS(L);
+    check_tensor_value(*L, c);
+  }
+}
+
+TEST(OnnxLoad, TypedFieldCountMustMatchDims) {
+  Model m;
+  auto *t = m.tensor("w", APX_DT_I64, {2, 3});
+  set_typed(m, t, APX_DT_I64, le_bytes(std::vector<int64_t>{1, 2, 3, 4, 5}));
+  m.inits.push_back(t);
+  m.node("Identity", {"w"}, {"y"});
+  m.output("y");
+  auto L = load(m);
+  EXPECT_REJECTS(L, "m.onnx: initializer 'w': int64_data has 5 elements, dims [2,3] (int64) need 6");
+}
+
+TEST(OnnxLoad, ScalarAndEmptyTensors) {
+  Model m;
+  m.init_raw("s", APX_DT_F32, {}, le_bytes(std::vector<float>{4.0f}));
+  m.init_raw("e", APX_DT_I64, {0, 3}, "");
+  m.node("Add", {"s", "s"}, {"y"});
+  m.node("Identity", {"e"}, {"z"});
+  m.output("y");
+  m.output("z");
+  auto L = load(m);
+  EXPECT_LOADS(L);
+  EXPECT_EQ(L->val("s")->rank, 0);
+  EXPECT_EQ(apx_value_numel(L->val("s")), 1);
+  EXPECT_EQ(*static_cast<const float *>(L->val("s")->data), 4.0f);
+  EXPECT_EQ(apx_value_numel(L->val("e")), 0);
+}
+
+TEST(OnnxLoad, RawDataLengthMustMatchExactly) {
+  for (int n : {20, 28}) {
+    Model m;
+    m.init_raw("w", APX_DT_F32, {2, 3}, std::string(n, '\0'));
+    m.node("Identity", {"w"}, {"y"});
+    m.output("y");
+    auto L = load(m);
+    EXPECT_REJECTS(L, "m.onnx: initializer 'w': raw_data has " + std::to_string(n) +
+                          " bytes, dims [2,3] (float32) need 24 bytes");
+  }
+}
+
+TEST(OnnxLoad, BadDimsAreRejected) {
+  struct Case {
+    std::vector<int64_t> dims;
+    const char *msg;
+  } cases[] = {
+      {{-1, 3}, "negative dim -1 at axis 0"},
+      {{1 << 20, 1 << 20, 2}, "absurd dims [1048576,1048576,2] (more than 2^40 elements)"},
+      {{INT64_MAX, INT64_MAX}, "absurd dims"},
+      {{1, 1, 1, 1, 1, 1, 1, 1, 1}, "rank 9 is more than 8"},
+  };
+  for (auto &c : cases) {
+    Model m;
+    m.init_raw("w", APX_DT_F32, c.dims, "");
+    m.node("Identity", {"w"}, {"y"});
+    m.output("y");
+    auto L = load(m);
+    EXPECT_REJECTS(L, c.msg);
+  }
+}
+
+// ---- values: initializers, inputs, outputs ----------------------------------------------
+
+TEST(OnnxLoad, InitializerListedAsInputIsTheInitializer) {
+  Model m(3, 9);  // IR 3 lists initializers among the graph inputs
+  m.input("x", {2, 3});
+  m.input("w", {2, 3});
+  m.init_raw("w", APX_DT_F32, {2, 3}, std::string(24, '\0'));
+  m.node("Add", {"x", "w"}, {"y"});
+  m.output("y");
+  ApxOptions o = default_options();
+  o.ir_version_min = 3;
+  o.opset_min = 7;
+  auto L = load(m, &o);
+  EXPECT_LOADS(L);
+  ASSERT_EQ(L->g.n_inputs, 1);
+  EXPECT_EQ(L->g.inputs[0], apx_graph_find_value(&L->g, "x"));
+  EXPECT_EQ(L->val("x")->kind, APX_VAL_INPUT);
+  EXPECT_EQ(L->val("w")->kind, APX_VAL_PARAM);
+  EXPECT_EQ(L->val("w")->onnx_index, 0);
+  EXPECT_EQ(L->g.ir_version, 3);
+  EXPECT_EQ(L->g.opset, 9);
+}
+
+TEST(OnnxLoad, InputsKeepOrderDtypeAndShape) {
+  Model m;
+  m.input("b", {4}, APX_DT_I64);
+  m.input("a", {2, Dim::none(), 5}, APX_DT_F16);
+  m.node("Cast", {"b"}, {"bf"}, "", {m.attr_i("to", 10)});
+  m.node("Add", {"a", "bf"}, {"y"});
+  m.output("y");
+  auto L = load(m);
+  EXPECT_LOADS(L);
+  ASSERT_EQ(L->g.n_inputs, 2);
+  const ApxValue *b = &L->g.vals[L->g.inputs[0]];
+  const ApxValue *a = &L->g.vals[L->g.inputs[1]];
+  EXPECT_STREQ(b->name, "b");
+  EXPECT_EQ(b->dtype, APX_DT_I64);
+  EXPECT_EQ(b->onnx_index, 0);
+  EXPECT_STREQ(a->name, "a");
+  EXPECT_EQ(a->onnx_index, 1);
+  EXPECT_EQ(a->dtype, APX_DT_F16);
+  ASSERT_EQ(a->rank, 3);
+  EXPECT_EQ(a->dims[0], 2);
+  EXPECT_EQ(a->dims[1], -1);  // missing dim
+  EXPECT_EQ(a->dims[2], 5);
+  EXPECT_EQ(a->dim_params, nullptr);
+  EXPECT_FALSE(a->flags & APX_VALF_SHAPE_KNOWN);
+  EXPECT_TRUE(b->flags & APX_VALF_SHAPE_KNOWN);
+}
+
+TEST(OnnxLoad, SymbolicDimsBoundByDimOrLeftUnknown) {
+  Model m;
+  m.input("x", {"batch", "seq", 16});
+  m.node("Relu", {"x"}, {"y"});
+  m.output("y");
+  ApxOptions o = default_options();
+  o.n_dims = 1;
+  o.dim_names[0] = "batch";
+  o.dim_values[0] = 32;
+  auto L = load(m, &o);
+  EXPECT_LOADS(L);
+  const ApxValue *x = L->val("x");
+  ASSERT_EQ(x->rank, 3);
+  EXPECT_EQ(x->dims[0], 32);
+  EXPECT_EQ(x->dims[1], -1);
+  EXPECT_EQ(x->dims[2], 16);
+  ASSERT_NE(x->dim_params, nullptr);
+  EXPECT_EQ(x->dim_params[0], nullptr);
+  EXPECT_STREQ(x->dim_params[1], "seq");
+  EXPECT_EQ(x->dim_params[2], nullptr);
+  char buf[64];
+  EXPECT_STREQ(apx_value_shape_str(x, buf, sizeof buf), "[32,seq,16]");
+
+  o.n_dims = 2;
+  o.dim_names[1] = "seq";
+  o.dim_values[1] = 128;
+  auto L2 = load(m, &o);
+  EXPECT_LOADS(L2);
+  EXPECT_EQ(L2->val("x")->dims[1], 128);
+  EXPECT_TRUE(L2->val("x")->flags & APX_VALF_SHAPE_KNOWN);
+}
+
+TEST(OnnxLoad, NonTensorInputsAreRejected) {
+  Model m;
+  auto *v = m.pool.make<Onnx__ValueInfoProto>();
+  onnx__value_info_proto__init(v);
+  v->name = m.pool.str("s");
+  auto *tp = m.pool.make<Onnx__TypeProto>();
+  onnx__type_proto__init(tp);
+  auto *mt = m.pool.make<Onnx__TypeProto__Map>();
+  onnx__type_proto__map__init(mt);
+  tp->value_case = ONNX__TYPE_PROTO__VALUE_MAP_TYPE;
+  tp->map_type = mt;
+  v->type = tp;
+  m.inputs.push_back(v);
+  m.node("Identity", {"s"}, {"y"});
+  m.output("y");
+  auto L = load(m);
+  EXPECT_REJECTS(L, "m.onnx: graph input 's': map types are not supported");
+}
+
+TEST(OnnxLoad, FrozenInitializersAreConstants) {
+  Model m;
+  m.input("x", {2});
+  m.init_raw("w", APX_DT_F32, {2}, std::string(8, '\0'));
+  m.init_raw("b", APX_DT_F32, {2}, std::string(8, '\0'));
+  m.init_raw("i", APX_DT_I64, {1}, std::string(8, '\0'));
+  m.node("Mul", {"x", "w"}, {"t"});
+  m.node("Add", {"t", "b"}, {"y"});
+  m.node("Identity", {"i"}, {"z"});
+  m.output("y");
+  m.output("z");
+  ApxOptions o = default_options();
+  o.frozen.n = 1;
+  o.frozen.items[0] = "b";
+  auto L = load(m, &o);
+  EXPECT_LOADS(L);
+  EXPECT_EQ(L->val("w")->kind, APX_VAL_PARAM);
+  EXPECT_FALSE(L->val("w")->flags & APX_VALF_FROZEN);
+  EXPECT_EQ(L->val("b")->kind, APX_VAL_CONST);
+  EXPECT_TRUE(L->val("b")->flags & APX_VALF_FROZEN);
+  EXPECT_EQ(L->val("i")->kind, APX_VAL_CONST);
+  EXPECT_FALSE(L->val("i")->flags & APX_VALF_FROZEN);
+
+  o.frozen.items[0] = "nope";
+  auto L2 = load(m, &o);
+  EXPECT_REJECTS(L2, "m.onnx: --frozen 'nope': no such initializer");
+}
+
+TEST(OnnxLoad, LossIsFirstOutputOrNamed) {
+  Model m;
+  m.input("x", {2});
+  m.node("Relu", {"x"}, {"a"});
+  m.node("Neg", {"a"}, {"b"});
+  m.output("b");
+  m.output("a");
+  auto L = load(m);
+  EXPECT_LOADS(L);
+  ASSERT_EQ(L->g.n_outputs, 2);
+  EXPECT_EQ(L->g.outputs[0], apx_graph_find_value(&L->g, "b"));
+  EXPECT_EQ(L->g.outputs[1], apx_graph_find_value(&L->g, "a"));
+  EXPECT_EQ(L->g.loss, L->g.outputs[0]);
+  EXPECT_TRUE(L->val("b")->flags & APX_VALF_LOSS);
+  EXPECT_TRUE(L->val("a")->flags & APX_VALF_GRAPH_OUTPUT);
+  EXPECT_FALSE(L->val("a")->flags & APX_VALF_LOSS);
+
+  ApxOptions o = default_options();
+  o.loss_name = "a";
+  auto L2 = load(m, &o);
+  EXPECT_LOADS(L2);
+  EXPECT_EQ(L2->g.loss, apx_graph_find_value(&L2->g, "a"));
+  EXPECT_TRUE(L2->val("a")->flags & APX_VALF_LOSS);
+  EXPECT_FALSE(L2->val("b")->flags & APX_VALF_LOSS);
+
+  o.loss_name = "zz";
+  auto L3 = load(m, &o);
+  EXPECT_REJECTS(L3, "m.onnx: --loss 'zz': no such value");
+}
+
+TEST(OnnxLoad, ValueInfoAndOutputTypesAreHints) {
+  Model m;
+  m.input("x", {2, 3});
+  m.node("Relu", {"x"}, {"a"});
+  m.node("Neg", {"a"}, {"y"});
+  m.value_info.push_back(m.vi("a", APX_DT_F32, {2, 3}));
+  m.value_info.push_back(m.vi("ghost", APX_DT_F32, {1}));  // names nothing: ignored
+  m.outputs.push_back(m.vi("y", APX_DT_F32, {"n", 3}));
+  auto L = load(m);
+  EXPECT_LOADS(L);
+  const ApxValue *a = L->val("a");
+  EXPECT_EQ(a->kind, APX_VAL_ACTIVATION);
+  EXPECT_EQ(a->dtype, APX_DT_F32);
+  ASSERT_EQ(a->rank, 2);
+  EXPECT_EQ(a->dims[1], 3);
+  const ApxValue *y = L->val("y");
+  ASSERT_EQ(y->rank, 2);
+  EXPECT_EQ(y->dims[0], -1);
+  EXPECT_STREQ(y->dim_params[0], "n");
+  EXPECT_EQ(L->val("ghost"), nullptr);
+}
+
+// ---- nodes ------------------------------------------------------------------------------
+
+TEST(OnnxLoad, OutOfOrderNodesAreSorted) {
+  Model m;
+  m.input("x", {2});
+  m.node("Neg", {"b"}, {"y"}, "third");
+  m.node("Relu", {"a"}, {"b"}, "second");
+  m.node("Sigmoid", {"x"}, {"a"}, "first");
+  m.output("y");
+  auto L = load(m);
+  EXPECT_LOADS(L);
+  ASSERT_EQ(L->g.n_order, 3);
+  EXPECT_STREQ(L->g.nodes[L->g.order[0]].name, "first");
+  EXPECT_STREQ(L->g.nodes[L->g.order[1]].name, "second");
+  EXPECT_STREQ(L->g.nodes[L->g.order[2]].name, "third");
+  EXPECT_EQ(L->g.nodes[L->node("first")].onnx_index, 2);
+  EXPECT_EQ(L->val("a")->producer, L->node("first"));
+}
+
+TEST(OnnxLoad, NodesKeepProvenanceAndOptionalSlots) {
+  Model m;
+  m.input("x", {2, 3});
+  m.node("Relu", {"x"}, {"r"});                  // unnamed -> Relu_0
+  m.node("Dropout", {"r", "", ""}, {"y", ""});   // unnamed -> Dropout_1, empty names -> -1
+  m.output("y");
+  auto L = load(m);
+  EXPECT_LOADS(L);
+  int r = L->node("Relu_0"), dr = L->node("Dropout_1");
+  ASSERT_GE(r, 0);
+  ASSERT_GE(dr, 0);
+  const ApxNode &n = L->g.nodes[dr];
+  EXPECT_EQ(n.op, APX_OP_Dropout);
+  EXPECT_STREQ(n.op_type, "Dropout");
+  EXPECT_EQ(n.onnx_index, 1);
+  ASSERT_EQ(n.n_in, 3);
+  EXPECT_EQ(n.in[0], apx_graph_find_value(&L->g, "r"));
+  EXPECT_EQ(n.in[1], -1);
+  EXPECT_EQ(n.in[2], -1);
+  ASSERT_EQ(n.n_out, 2);
+  EXPECT_EQ(n.out[1], -1);
+  EXPECT_EQ(L->val("r")->onnx_index, 0);
+  EXPECT_NE(n.typed, nullptr);
+}
+
+TEST(OnnxLoad, GenericAttributesAreCopied) {
+  Model m;
+  m.input("a", {2, 3});
+  m.input("b", {3, 4});
+  auto *val = m.tensor("value", APX_DT_F32, {1});
+  m.raw(val, le_bytes(std::vector<float>{7.0f}));
+  m.init_raw("shape", APX_DT_I64, {1}, le_bytes(std::vector<int64_t>{4}));
+  auto *strs = m.attr("names", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS);
+  std::vector<ProtobufCBinaryData> sv(2);
+  sv[0].data = reinterpret_cast<uint8_t *>(m.pool.str("p"));
+  sv[0].len = 1;
+  sv[1].data = reinterpret_cast<uint8_t *>(m.pool.str("qr"));
+  sv[1].len = 2;
+  strs->n_strings = 2;
+  strs->strings = m.pool.arr(sv);
+  m.node("Gemm", {"a", "b"}, {"g"}, "gemm",
+         {m.attr_f("alpha", 0.5f), m.attr_i("transB", 0), m.attr_s("mode", "fast"),
+          m.attr_ints("perm", {1, 0, 2}), m.attr_floats("scales", {1.5f, 2.5f}), strs});
+  m.node("ConstantOfShape", {"shape"}, {"c"}, "cos", {m.attr_t("value", val)});
+  m.output("g");
+  m.output("c");
+  auto L = load(m);
+  EXPECT_LOADS(L);
+  int g = L->node("gemm");
+  ASSERT_GE(g, 0);
+  EXPECT_EQ(L->g.nodes[g].n_attrs, 6);
+  const ApxAttr *alpha = apx_node_attr(&L->g, g, "alpha");
+  ASSERT_NE(alpha, nullptr);
+  EXPECT_EQ(alpha->type, APX_ATTR_FLOAT);
+  EXPECT_EQ(alpha->f, 0.5f);
+  const ApxAttr *tb = apx_node_attr(&L->g, g, "transB");
+  ASSERT_NE(tb, nullptr);
+  EXPECT_EQ(tb->type, APX_ATTR_INT);
+  EXPECT_EQ(tb->i, 0);
+  const ApxAttr *mode = apx_node_attr(&L->g, g, "mode");
+  ASSERT_NE(mode, nullptr);
+  EXPECT_EQ(mode->type, APX_ATTR_STRING);
+  EXPECT_STREQ(mode->s, "fast");
+  const ApxAttr *perm = apx_node_attr(&L->g, g, "perm");
+  ASSERT_NE(perm, nullptr);
+  EXPECT_EQ(perm->type, APX_ATTR_INTS);
+  ASSERT_EQ(perm->n, 3);
+  EXPECT_EQ(perm->ints[2], 2);
+  const ApxAttr *sc = apx_node_attr(&L->g, g, "scales");
+  ASSERT_NE(sc, nullptr);
+  ASSERT_EQ(sc->n, 2);
+  EXPECT_EQ(sc->floats[1], 2.5f);
+  const ApxAttr *nm = apx_node_attr(&L->g, g, "names");
+  ASSERT_NE(nm, nullptr);
+  EXPECT_EQ(nm->type, APX_ATTR_STRINGS);
+  ASSERT_EQ(nm->n, 2);
+  EXPECT_STREQ(nm->strings[1], "qr");
+  const ApxAttr *tv = apx_node_attr(&L->g, L->node("cos"), "value");
+  ASSERT_NE(tv, nullptr);
+  EXPECT_EQ(tv->type, APX_ATTR_TENSOR);
+  ASSERT_NE(tv->t, nullptr);
+  EXPECT_EQ(tv->t->dtype, APX_DT_F32);
+  EXPECT_EQ(tv->t->rank, 1);
+  EXPECT_EQ(*static_cast<const float *>(tv->t->data), 7.0f);
+  EXPECT_EQ(L->val("shape")->kind, APX_VAL_CONST);
+}
+
+TEST(OnnxLoad, ConstantNodesBecomeConstValues) {
+  Model m;
+  auto *t = m.tensor("", APX_DT_I32, {3});
+  m.raw(t, le_bytes(std::vector<int32_t>{1, 2, 3}));
+  m.node("Constant", {}, {"ct"}, "k0", {m.attr_t("value", t)});
+  m.node("Constant", {}, {"cf"}, "k1", {m.attr_f("value_float", 2.5f)});
+  m.node("Constant", {}, {"cfs"}, "k2", {m.attr_floats("value_floats", {1, 2})});
+  m.node("Constant", {}, {"ci"}, "k3", {m.attr_i("value_int", -7)});
+  m.node("Constant", {}, {"cis"}, "k4", {m.attr_ints("value_ints", {4, 5, 6})});
+  m.node("Identity", {"ct"}, {"y"});
+  m.output("y");
+  m.output("cf");
+  m.output("cfs");
+  m.output("ci");
+  m.output("cis");
+  auto L = load(m);
+  EXPECT_LOADS(L);
+  EXPECT_EQ(L->g.n_nodes, 1);  // Constants are values, not nodes
+  const ApxValue *ct = L->val("ct");
+  EXPECT_EQ(ct->kind, APX_VAL_CONST);
+  EXPECT_EQ(ct->dtype, APX_DT_I32);
+  EXPECT_EQ(ct->dims[0], 3);
+  EXPECT_EQ(static_cast<const int32_t *>(ct->data)[2], 3);
+  EXPECT_EQ(L->val("cf")->dtype, APX_DT_F32);
+  EXPECT_EQ(L->val("cf")->rank, 0);
+  EXPECT_EQ(*static_cast<const float *>(L->val("cf")->data), 2.5f);
+  EXPECT_EQ(L->val("cfs")->rank, 1);
+  EXPECT_EQ(L->val("cfs")->dims[0], 2);
+  EXPECT_EQ(static_cast<const float *>(L->val("cfs")->data)[1], 2.0f);
+  EXPECT_EQ(L->val("ci")->dtype, APX_DT_I64);
+  EXPECT_EQ(*static_cast<const int64_t *>(L->val("ci")->data), -7);
+  EXPECT_EQ(L->val("cis")->dims[0], 3);
+  EXPECT_EQ(static_cast<const int64_t *>(L->val("cis")->data)[2], 6);
+  EXPECT_EQ(L->g.loss, apx_graph_find_value(&L->g, "y"));
+}
+
+TEST(OnnxLoad, ConstantStringAndSparseAreNotSupportedYet) {
+  for (const char *a : {"value_string", "value_strings", "sparse_value"}) {
+    Model m;
+    auto *at = m.attr(a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    at->has_s = 1;
+    m.node("Constant", {}, {"c"}, "k", {at});
+    m.node("Identity", {"c"}, {"y"});
+    m.output("y");
+    auto L = load(m);
+    EXPECT_REJECTS(L, std::string("m.onnx: node 'k' (Constant): not supported yet: Constant with "
+                                  "attribute '") + a + "'");
+  }
+}
+
+TEST(OnnxLoad, NodeErrorsNameNodeAndOp) {
+  struct Case {
+    std::string op, domain, msg;
+  } cases[] = {
+      {"Foo", "", "m.onnx: node 'n' (Foo): unknown op 'Foo' (apexc v1 supports"},
+      {"Einsum", "", "m.onnx: node 'n' (Einsum): not supported yet: Einsum is a tier-2 op"},
+      {"Less", "", "m.onnx: node 'n' (Less): not supported yet: Less"},
+      {"ReluGrad", "", "m.onnx: node 'n' (ReluGrad): not supported yet: ReluGrad"},
+      {"Relu", "com.example", "m.onnx: node 'n' (Relu): domain 'com.example' is not supported"},
+      {"Loop", "", "m.onnx: node 'n' (Loop): control flow is not supported in v1"},
+  };
+  for (auto &c : cases) {
+    Model m;
+    m.input("x", {2});
+    auto *n = m.node(c.op, {"x"}, {"y"}, "n");
+    n->domain = m.pool.str(c.domain);
+    m.output("y");
+    auto L = load(m);
+    EXPECT_REJECTS(L, c.msg);
+  }
+  Model m;  // graph attribute on an op that is otherwise fine
+  m.input("x", {2});
+  auto *ga = m.attr("body", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH);
+  auto *sub = m.pool.make<Onnx__GraphProto>();
+  onnx__graph_proto__init(sub);
+  ga->g = sub;
+  m.node("Relu", {"x"}, {"y"}, "n", {ga});
+  m.output("y");
+  auto L = load(m);
+  EXPECT_REJECTS(L, "m.onnx: node 'n' (Relu): control flow is not supported in v1");
+}
+
+TEST(OnnxLoad, GraphStructureErrors) {
+  {
+    Model m;
+    m.input("x", {2});
+    m.node("Add", {"x", "q"}, {"y"}, "add");
+    m.output("y");
+    auto L = load(m);
+    EXPECT_REJECTS(L, "m.onnx: node 'add' (Add) input 1: undefined value 'q'");
+  }
+  {
+    Model m;
+    m.input("x", {2});
+    m.init_raw("x", APX_DT_F32, {2}, std::string(8, '\0'));  // ok: the initializer
+    m.init_raw("w", APX_DT_F32, {2}, std::string(8, '\0'));
+    m.init_raw("w", APX_DT_F32, {2}, std::string(8, '\0'));
+    m.node("Relu", {"x"}, {"y"});
+    m.output("y");
+    auto L = load(m);
+    EXPECT_REJECTS(L, "m.onnx: value 'w' is defined twice");
+  }
+  {
+    Model m;
+    m.input("x", {2});
+    m.init_raw("w", APX_DT_F32, {2}, std::string(8, '\0'));
+    m.node("Relu", {"x"}, {"w"});
+    m.output("w");
+    auto L = load(m);
+    EXPECT_REJECTS(L, "m.onnx: value 'w' is defined twice");
+  }
+  {
+    Model m;
+    m.input("x", {2});
+    m.node("Relu", {"y"}, {"z"}, "a");
+    m.node("Relu", {"z"}, {"y"}, "b");
+    m.output("y");
+    auto L = load(m);
+    EXPECT_REJECTS(L, "(Relu): is part of a cycle");
+  }
+  {
+    Model m;
+    m.input("x", {2});
+    m.output("x");
+    auto L = load(m);
+    EXPECT_REJECTS(L, "m.onnx: graph has no nodes");
+  }
+  {
+    Model m;
+    m.input("x", {2});
+    m.node("Relu", {"x"}, {"y"});
+    auto L = load(m);
+    EXPECT_REJECTS(L, "m.onnx: graph has no outputs");
+  }
+}
+
+TEST(OnnxLoad, VersionRanges) {
+  auto relu = [](int64_t ir, int64_t opset) {
+    auto m = std::make_unique<Model>(ir, opset);
+    m->input("x", {2});
+    m->node("Relu", {"x"}, {"y"});
+    m->output("y");
+    return m;
+  };
+  {
+    auto m = relu(6, 17);
+    auto L = load(*m);
+    EXPECT_REJECTS(L, "m.onnx: ir_version 6 is too old");
+  }
+  {
+    auto m = relu(11, 17);
+    auto L = load(*m);
+    EXPECT_LOADS(L);
+    EXPECT_EQ(L->d.n_warnings, 1);
+    EXPECT_EQ(L->g.ir_version, 11);
+  }
+  for (int64_t opset : {12, 22}) {
+    auto m = relu(8, opset);
+    auto L = load(*m);
+    EXPECT_REJECTS(L, "m.onnx: unsupported opset " + std::to_string(opset) +
+                          " (apexc accepts 13..21; --allow-old-opset accepts 7..12)");
+  }
+  for (int64_t opset : {13, 21}) {
+    auto m = relu(10, opset);
+    auto L = load(*m);
+    EXPECT_LOADS(L);
+    EXPECT_EQ(L->g.opset, opset);
+  }
+  ApxOptions o = default_options();
+  o.opset_min = 7;
+  o.ir_version_min = 3;
+  {
+    auto m = relu(3, 7);
+    auto L = load(*m, &o);
+    EXPECT_LOADS(L);
+  }
+  {
+    auto m = relu(3, 6);
+    auto L = load(*m, &o);
+    EXPECT_REJECTS(L, "unsupported opset 6");
+  }
+  {
+    auto m = relu(8, 17);  // "ai.onnx" is the same domain as ""
+    m->opsets[0]->domain = m->pool.str("ai.onnx");
+    m->nodes[0]->domain = m->pool.str("ai.onnx");
+    auto L = load(*m);
+    EXPECT_LOADS(L);
+  }
+}
+
+// ---- files, parse failures ----------------------------------------------------------------
+
+TEST(OnnxLoad, FileErrors) {
+  std::string dir = temp_dir();
+  ASSERT_FALSE(dir.empty());
+  auto L = load_file(dir + "/absent.onnx");
+  EXPECT_REJECTS(L, dir + "/absent.onnx: cannot open: No such file or directory");
+  EXPECT_EQ(std::string(L->d.msg).rfind(dir + "/absent.onnx: ", 0), 0u);
+  write_file(dir + "/empty.onnx", "");
+  auto L2 = load_file(dir + "/empty.onnx");
+  EXPECT_REJECTS(L2, dir + "/empty.onnx: not a valid ONNX model (protobuf parse failed, 0 bytes)");
+  auto L3 = load_file(dir);  // a folder
+  EXPECT_REJECTS(L3, dir + ": cannot read: Is a directory");
+  // g initialized without a file name: the loader names the path
+  Loaded L4;
+  apx_graph_free(&L4.g);
+  apx_graph_init(&L4.g, nullptr);
+  EXPECT_EQ(apx_onnx_load_file(&L4.g, (dir + "/empty.onnx").c_str(), nullptr, &L4.d), -1);
+  EXPECT_EQ(std::string(L4.d.msg).rfind(dir + "/empty.onnx: ", 0), 0u) << L4.d.msg;
+}
+
+// Every prefix and many single-byte corruptions of a valid model: a clean result, no crash
+// (ASan/UBSan run this too).
+TEST(OnnxLoad, CorruptedBytesNeverCrash) {
+  Model m;
+  m.input("x", {"n", 3});
+  m.init_raw("w", APX_DT_F32, {3, 3}, std::string(36, '\1'));
+  m.node("MatMul", {"x", "w"}, {"y"}, "mm", {m.attr_ints("perm", {1, 2})});
+  m.node("Constant", {}, {"k"}, "", {m.attr_f("value_float", 1.0f)});
+  m.node("Add", {"y", "k"}, {"z"});
+  m.output("z");
+  std::string good = m.bytes();
+  int ok = 0, rejected = 0;
+  auto run = [&](const std::string &b) {
+    Loaded L;
+    int rc = apx_onnx_load_memory(&L.g, b.data(), b.size(), nullptr, nullptr, &L.d);
+    if (rc == 0) {
+      ok++;
+      ApxDiag vd;
+      apx_diag_init(&vd);
+      EXPECT_EQ(apx_graph_verify(&L.g, &vd), 0) << vd.msg;
+    } else {
+      rejected++;
+      EXPECT_EQ(L.d.code, APX_EXIT_BAD_INPUT) << L.d.msg;
+      EXPECT_EQ(std::string(L.d.msg).rfind("m.onnx: ", 0), 0u) << L.d.msg;
+    }
+  };
+  for (size_t n = 0; n < good.size(); n++) run(good.substr(0, n));
+  for (size_t i = 0; i < good.size(); i++)
+    for (int v : {0x00, 0x01, 0x7f, 0x80, 0xff}) {
+      std::string b = good;
+      b[i] = static_cast<char>(v);
+      run(b);
+    }
+  run(good);
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(rejected, 0);
+  printf("corrupted inputs: %d loaded, %d rejected cleanly\n", ok, rejected);
+}
+
+// ---- external data ----------------------------------------------------------------------
+
+struct ExtDir {
+  std::string dir;
+  ExtDir() {
+    dir = temp_dir();
+    mkdir((dir + "/m").c_str(), 0755);
+    mkdir((dir + "/m/data").c_str(), 0755);
+  }
+};
+
+std::unique_ptr<Loaded> load_ext(const std::string &model_dir,
+                                 std::vector<std::pair<std::string, std::string>> kv) {
+  Model m;
+  m.input("x", {2, 3});
+  auto *t = m.tensor("w", APX_DT_F32, {2, 3});
+  m.external(t, kv);
+  m.inits.push_back(t);
+  m.node("Add", {"x", "w"}, {"y"});
+  m.output("y");
+  write_file(model_dir + "/model.onnx", m.bytes());
+  return load_file(model_dir + "/model.onnx");
+}
+
+TEST(OnnxLoad, ExternalDataHappyPath) {
+  ExtDir e;
+  std::vector<float> w = {1, 2, 3, 4, 5, 6};
+  std::string payload = std::string(100, 'x') + le_bytes(w) + std::string(10, 'y');
+  write_file(e.dir + "/m/data/weights.bin", payload);
+  auto L = load_ext(e.dir + "/m", {{"location", "data/weights.bin"}, {"offset", "100"},
+                                   {"length", "24"}});
+  EXPECT_LOADS(L);
+  const ApxValue *v = L->val("w");
+  EXPECT_EQ(v->kind, APX_VAL_PARAM);
+  EXPECT_EQ(std::string(static_cast<const char *>(v->data), 24), le_bytes(w));
+  // no length: the rest of the file from offset
+  write_file(e.dir + "/m/w2.bin", le_bytes(w));
+  auto L2 = load_ext(e.dir + "/m", {{"location", "./w2.bin"}, {"checksum", "ignored"}});
+  EXPECT_LOADS(L2);
+  EXPECT_EQ(static_cast<const float *>(L2->val("w")->data)[5], 6.0f);
+  // a symlink that stays inside the folder is fine
+  ASSERT_EQ(symlink("w2.bin", (e.dir + "/m/inside.bin").c_str()), 0);
+  auto L3 = load_ext(e.dir + "/m", {{"location", "inside.bin"}});
+  EXPECT_LOADS(L3);
+}
+
+TEST(OnnxLoad, ExternalDataErrors) {
+  ExtDir e;
+  std::string m = e.dir + "/m";
+  write_file(e.dir + "/outside.bin", std::string(24, '\0'));
+  write_file(m + "/short.bin", std::string(8, '\0'));
+  ASSERT_EQ(symlink("../outside.bin", (m + "/link.bin").c_str()), 0);
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> kv;
+    std::string msg;
+  } cases[] = {
+      {{{"location", "../outside.bin"}},
+       "initializer 'w': external data location '../outside.bin' escapes the model's folder"},
+      {{{"location", "data/../../outside.bin"}}, "escapes the model's folder"},
+      {{{"location", "link.bin"}}, "initializer 'w': external data location 'link.bin' escapes "
+                                   "the model's folder"},
+      {{{"location", e.dir + "/outside.bin"}}, "is an absolute path"},
+      {{{"location", "missing.bin"}},
+       "initializer 'w': cannot open external data file 'missing.bin': No such file"},
+      {{{"location", "short.bin"}},
+       "initializer 'w': external data 'short.bin' holds 8 bytes, dims [2,3] (float32) need 24"},
+      {{{"location", "short.bin"}, {"offset", "4"}, {"length", "24"}},
+       "external data file 'short.bin' has 8 bytes, offset 4 + length 24 is beyond its end"},
+      {{{"location", "short.bin"}, {"offset", "9"}}, "offset 9 is beyond its end"},
+      {{{"location", "short.bin"}, {"offset", "-1"}}, "bad offset '-1'"},
+      {{{"location", "short.bin"}, {"length", "99999999999999999999999"}}, "bad length"},
+      {{{"location", "data"}}, "external data file 'data' is not a regular file"},
+      {{{"offset", "0"}}, "external data has no location"},
+  };
+  for (auto &c : cases) {
+    auto L = load_ext(m, c.kv);
+    EXPECT_REJECTS(L, c.msg);
+    EXPECT_EQ(std::string(L->d.msg).rfind(m + "/model.onnx: ", 0), 0u) << L->d.msg;
+  }
+  // from memory without a folder, external data is refused
+  Model mm;
+  auto *t = mm.tensor("w", APX_DT_F32, {2, 3});
+  mm.external(t, {{"location", "short.bin"}});
+  mm.inits.push_back(t);
+  mm.node("Identity", {"w"}, {"y"});
+  mm.output("y");
+  auto L = load(mm);
+  EXPECT_REJECTS(L, "m.onnx: initializer 'w': external data 'short.bin' cannot be read here");
+}
+
+// ---- the bad-input corpus ---------------------------------------------------------------
+
+// Copies tests/corpus/bad into a temp folder: Bazel's runfiles are symlinks into the source
+// tree, which the external-data containment check would (rightly) call escaping.
+TEST(OnnxLoad, BadCorpusIsRejectedCleanly) {
+  const std::string src = "tests/corpus/bad";
+  std::ifstream man(src + "/MANIFEST.tsv");
+  ASSERT_TRUE(man.good()) << "missing " << src << "/MANIFEST.tsv";
+  std::string dir = temp_dir() + "/bad";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  DIR *dp = opendir(src.c_str());
+  ASSERT_NE(dp, nullptr);
+  while (struct dirent *de = readdir(dp))
+    if (de->d_name[0] != '.') write_file(dir + "/" + de->d_name, read_file(src + "/" + de->d_name));
+  closedir(dp);
+  std::string line;
+  std::getline(man, line);
+  EXPECT_EQ(line, "file\tstage\texpected");
+  int checked = 0, skipped = 0;
+  while (std::getline(man, line)) {
+    if (line.empty()) continue;
+    size_t t1 = line.find('\t'), t2 = line.find('\t', t1 + 1);
+    ASSERT_NE(t2, std::string::npos) << line;
+    std::string file = line.substr(0, t1), stage = line.substr(t1 + 1, t2 - t1 - 1);
+    std::string expect = line.substr(t2 + 1);
+    if (stage != "load") {
+      skipped++;
+      continue;
+    }
+    std::string path = dir + "/" + file;
+    auto L = load_file(path);
+    EXPECT_EQ(L->rc, -1) << file;
+    EXPECT_EQ(L->d.code, APX_EXIT_BAD_INPUT) << file << ": " << L->d.msg;
+    EXPECT_EQ(std::string(L->d.msg).rfind(path + ": ", 0), 0u) << L->d.msg;
+    EXPECT_NE(std::string(L->d.msg).find(expect), std::string::npos)
+        << file << "\n  message: " << L->d.msg << "\n  expected: " << expect;
+    checked++;
+  }
+  printf("bad corpus: %d load rows checked, %d rows for later stages skipped\n", checked,
+         skipped);
+  EXPECT_GE(checked, 30);
+}
+
+// ---- ONNX node tests --------------------------------------------------------------------
+
+// Whether apexc v1 should load this model, decided from the model's own fields and the op
+// table (not from the loader): ai.onnx opset 7..21, ai.onnx nodes with V1 or FOLD ops, and
+// dense non-string tensors for every graph input and output.
+bool node_model_supported(const Onnx__ModelProto *m) {
+  int64_t opset = -1;
+  for (size_t i = 0; i < m->n_opset_import; i++) {
+    const char *d = m->opset_import[i]->domain;
+    if (!d || !*d || !strcmp(d, "ai.onnx")) opset = m->opset_import[i]->version;
+  }
+  if (opset < 7 || opset > 21 || m->ir_version < 3 || !m->graph) return false;
+  const Onnx__GraphProto *g = m->graph;
+  for (size_t i = 0; i < g->n_node; i++) {
+    const Onnx__NodeProto *n = g->node[i];
+    if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx")) return false;
+    ApxOp op = apx_op_from_name(n->op_type);
+    if (!(apx_op_info(op)->flags & (APX_OPF_V1 | APX_OPF_FOLD))) return false;
+  }
+  auto dense = [](const Onnx__ValueInfoProto *v) {
+    return v->type && v->type->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE &&
+           v->type->tensor_type->elem_type != APX_DT_STRING;
+  };
+  for (size_t i = 0; i < g->n_input; i++)
+    if (!dense(g->input[i])) return false;
+  for (size_t i = 0; i < g->n_output; i++)
+    if (!dense(g->output[i])) return false;
+  return true;
+}
+
+// The message without file, node and quoted names, up to any parenthesis:
+// "unknown op", "not supported yet: Resize is a tier-2 op", "graph input : string tensors ..."
+std::string reason_of(const std::string &msg, const std::string &path) {
+  std::string r = msg.substr(path.size() + 2);
+  if (r.rfind("node '", 0) == 0) r = r.substr(r.find("): ") + 3);
+  std::string out;
+  bool quoted = false;
+  for (char c : r) {
+    if (c == '\'') quoted = !quoted;
+    else if (!quoted) out += c;
+  }
+  size_t cut = out.find(" (");
+  if (cut != std::string::npos) out = out.substr(0, cut);
+  return out;
+}
+
+TEST(OnnxLoad, OnnxNodeTestModels) {
+  const std::string root = "/usr/share/libonnx-testdata/data/node";
+  DIR *dp = opendir(root.c_str());
+  if (!dp) GTEST_SKIP() << root << " not installed (Debian libonnx-testdata)";
+  std::vector<std::string> names;
+  while (struct dirent *de = readdir(dp))
+    if (de->d_name[0] != '.') names.push_back(de->d_name);
+  closedir(dp);
+  std::sort(names.begin(), names.end());
+  ApxOptions o = default_options();
+  o.opset_min = 7;
+  o.ir_version_min = 3;
+  int loaded = 0, expected = 0;
+  std::map<std::string, int> reasons;
+  for (const std::string &n : names) {
+    std::string path = root + "/" + n + "/model.onnx";
+    std::string bytes = read_file(path);
+    if (bytes.empty()) continue;
+    Onnx__ModelProto *m = onnx__model_proto__unpack(
+        nullptr, bytes.size(), reinterpret_cast<const uint8_t *>(bytes.data()));
+    ASSERT_NE(m, nullptr) << path;
+    bool want = node_model_supported(m);
+    onnx__model_proto__free_unpacked(m, nullptr);
+    expected += want;
+    auto L = load_file(path, &o);
+    if (want) {
+      EXPECT_LOADS(L);
+      if (L->rc == 0) {
+        loaded++;
+        EXPECT_GE(L->g.n_outputs, 1);
+        EXPECT_GE(L->g.loss, 0);
+      }
+    } else {
+      EXPECT_EQ(L->rc, -1) << n << " loaded although it uses something v1 lacks";
+      EXPECT_EQ(L->d.code, APX_EXIT_BAD_INPUT) << L->d.msg;
+      EXPECT_EQ(std::string(L->d.msg).rfind(path + ": ", 0), 0u) << L->d.msg;
+      if (L->rc) reasons[reason_of(L->d.msg, path)]++;
+    }
+  }
+  printf("ONNX node tests: %zu models, %d loaded (of %d expected), %zu rejected:\n", names.size(),
+         loaded, expected, names.size() - (size_t)loaded);
+  for (auto &r : reasons) printf("  %4d  %s\n", r.second, r.first.c_str());
+  EXPECT_EQ(loaded, expected);
+  EXPECT_GT(loaded, 300);
+}
+
+// ---- tensor files -----------------------------------------------------------------------
+
+TEST(OnnxLoad, TensorFilesRoundTrip) {
+  std::string dir = temp_dir();
+  ApxArena a;
+  apx_arena_init(&a);
+  ApxDiag d;
+  apx_diag_init(&d);
+  for (const DtypeCase &c : dtype_cases()) {
+    ApxTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = const_cast<char *>(c.bytes.data());
+    t.dtype = c.dt;
+    t.rank = 2;
+    t.dims[0] = 3;
+    t.dims[1] = 2;
+    std::string p = dir + "/t.pb";
+    ASSERT_EQ(apx_onnx_write_tensor_file(p.c_str(), "input", &t, &d), 0) << d.msg;
+    ApxTensorConst back;
+    const char *name = nullptr;
+    ASSERT_EQ(apx_onnx_read_tensor_file(p.c_str(), &a, &back, &name, &d), 0) << d.msg;
+    EXPECT_STREQ(name, "input");
+    EXPECT_EQ(back.dtype, c.dt);
+    ASSERT_EQ(back.rank, 2);
+    EXPECT_EQ(back.dims[0], 3);
+    EXPECT_EQ(back.dims[1], 2);
+    EXPECT_EQ(std::string(static_cast<const char *>(back.data), c.bytes.size()), c.bytes);
+  }
+  // the file is a TensorProto protobuf-c itself reads back the same way
+  std::string bytes = read_file(dir + "/t.pb");
+  Onnx__TensorProto *tp = onnx__tensor_proto__unpack(
+      nullptr, bytes.size(), reinterpret_cast<const uint8_t *>(bytes.data()));
+  ASSERT_NE(tp, nullptr);
+  EXPECT_EQ(tp->data_type, APX_DT_BOOL);
+  EXPECT_EQ(tp->raw_data.len, 6u);
+  onnx__tensor_proto__free_unpacked(tp, nullptr);
+
+  write_file(dir + "/bad.pb", "\xff\xff\xff");
+  ApxTensorConst x;
+  EXPECT_EQ(apx_onnx_read_tensor_file((dir + "/bad.pb").c_str(), &a, &x, nullptr, &d), -1);
+  EXPECT_NE(std::string(d.msg).find("bad.pb: not a valid TensorProto file"), std::string::npos)
+      << d.msg;
+  apx_diag_init(&d);
+  ApxTensor scalar;
+  memset(&scalar, 0, sizeof scalar);
+  float one = 1.0f;
+  scalar.data = &one;
+  scalar.dtype = APX_DT_F32;
+  EXPECT_EQ(apx_onnx_write_tensor_file("/nonexistent-dir/x.pb", nullptr, &scalar, &d), -1);
+  EXPECT_NE(std::string(d.msg).find("/nonexistent-dir/x.pb: cannot write"), std::string::npos)
+      << d.msg;
+  apx_arena_free(&a);
+}
+
+TEST(OnnxLoad, ReadsOnnxTestDataFiles) {
+  const std::string dir = "/usr/share/libonnx-testdata/data/node/test_add/test_data_set_0";
+  if (access((dir + "/input_0.pb").c_str(), R_OK) != 0) GTEST_SKIP() << "no libonnx-testdata";
+  ApxArena a;
+  apx_arena_init(&a);
+  ApxDiag d;
+  apx_diag_init(&d);
+  ApxTensorConst x, y, z;
+  const char *nx, *ny, *nz;
+  ASSERT_EQ(apx_onnx_read_tensor_file((dir + "/input_0.pb").c_str(), &a, &x, &nx, &d), 0) << d.msg;
+  ASSERT_EQ(apx_onnx_read_tensor_file((dir + "/input_1.pb").c_str(), &a, &y, &ny, &d), 0) << d.msg;
+  ASSERT_EQ(apx_onnx_read_tensor_file((dir + "/output_0.pb").c_str(), &a, &z, &nz, &d), 0) << d.msg;
+  EXPECT_STREQ(nx, "x");
+  EXPECT_STREQ(nz, "sum");
+  ASSERT_EQ(x.dtype, APX_DT_F32);
+  ASSERT_EQ(x.rank, 3);
+  EXPECT_EQ(x.dims[0], 3);
+  EXPECT_EQ(x.dims[1], 4);
+  EXPECT_EQ(x.dims[2], 5);
+  // test_add's output is input_0 + input_1 (ONNX's reference computed it): check a few
+  const float *fx = static_cast<const float *>(x.data), *fy = static_cast<const float *>(y.data),
+              *fz = static_cast<const float *>(z.data);
+  for (int i = 0; i < 60; i++) EXPECT_FLOAT_EQ(fz[i], fx[i] + fy[i]);
+  apx_arena_free(&a);
+}
+
+// ---- performance ------------------------------------------------------------------------
+
+TEST(OnnxLoad, HundredThousandNodesLoadFast) {
+  const int N = 100000;
+  Model m;
+  m.input("v0", {4, 4});
+  for (int i = 0; i < N; i++)  // listed backwards: the sort has real work to do
+    m.node("Relu", {"v" + std::to_string(N - 1 - i)}, {"v" + std::to_string(N - i)});
+  m.output("v" + std::to_string(N));
+  std::string b = m.bytes();
+  Loaded L;
+  auto t0 = std::chrono::steady_clock::now();
+  int rc = apx_onnx_load_memory(&L.g, b.data(), b.size(), nullptr, nullptr, &L.d);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(rc, 0) << L.d.msg;
+  EXPECT_EQ(L.g.n_nodes, N);
+  EXPECT_EQ(L.g.n_order, N);
+  EXPECT_STREQ(L.g.nodes[L.g.order[0]].name, ("Relu_" + std::to_string(N - 1)).c_str());
+  printf("100k-node model (%zu bytes) loaded in %.3f s\n", b.size(), s);
+#if defined(__SANITIZE_ADDRESS__)
+  EXPECT_LT(s, 5.0);
+#else
+  EXPECT_LT(s, 1.0);
+#endif
+}
+
+}  // namespace
