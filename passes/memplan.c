@@ -27,6 +27,41 @@ int apx_memplan_input_is_runtime(const ApxNode *n, int k) {
   return !(k < 32 && (mask >> k) & 1u);
 }
 
+/* In-place and view rules (ops.def flags, attrs.h contracts): pair i of node n says
+ * output out_slot may take input in_slot's bytes; view = the output is a SHAPEONLY view
+ * (allowed even when the input lives on). */
+static int inplace_pairs(const ApxNode *n) {
+  uint32_t fl = apx_op_info(n->op)->flags;
+  if (n->op == APX_OP_UnscaleCheck) /* (scale, g_0..g_{k-1}) -> (inf, first, norm, u_0..) */
+    return n->n_in - 1 < n->n_out - 3 ? n->n_in - 1 : n->n_out - 3;
+  if ((fl & (APX_OPF_SHAPEONLY | APX_OPF_INPLACE)) && n->n_in >= 1 && n->n_out >= 1) return 1;
+  return 0;
+}
+
+static void inplace_pair(const ApxNode *n, int i, int *in_slot, int *out_slot, int *view) {
+  if (n->op == APX_OP_UnscaleCheck) {
+    *in_slot = 1 + i;
+    *out_slot = 3 + i;
+    *view = 0;
+    return;
+  }
+  *in_slot = 0;
+  *out_slot = 0;
+  *view = (apx_op_info(n->op)->flags & APX_OPF_SHAPEONLY) != 0;
+}
+
+static int root_of(const ApxGraph *g, int v);
+
+/* For multi-tensor in-place (UnscaleCheck): the input's class must not feed another slot of
+ * the same node, which would then read overwritten bytes. Elementwise INPLACE ops read
+ * element i of every input before writing element i, so for them this never matters. */
+static int in_used_elsewhere(const ApxNode *n, int in_slot, int r, const ApxGraph *g) {
+  if (!(apx_op_info(n->op)->flags & APX_OPF_MULTITENSOR)) return 0;
+  for (int k = 0; k < n->n_in; k++)
+    if (k != in_slot && n->in[k] >= 0 && root_of(g, n->in[k]) == r) return 1;
+  return 0;
+}
+
 static int is_persistent_kind(ApxValueKind k) {
   return k == APX_VAL_PARAM || k == APX_VAL_CONST || k == APX_VAL_STATE;
 }
@@ -189,30 +224,31 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
     }
   }
 
-  /* 2. aliases, in schedule order: SHAPEONLY views and in-place outputs join input 0's class.
-   * cls_end[root] tracks the class's last use so far. */
+  /* 2. aliases, in schedule order: SHAPEONLY views and in-place outputs join their input's
+   * class. cls_end[root] tracks the class's last use so far. */
   int32_t *cls_end = last; /* last[] of a root becomes its class's end */
   for (int32_t t = 0; t < g->n_order; t++) {
     const ApxNode *n = &g->nodes[g->order[t]];
-    uint32_t fl = apx_op_info(n->op)->flags;
-    if (!(fl & (APX_OPF_SHAPEONLY | APX_OPF_INPLACE)) || n->n_in < 1 || n->n_out < 1) continue;
-    int in = n->in[0], out = n->out[0];
-    if (in < 0 || out < 0 || in >= nv || out >= nv || in == out) continue;
-    if (!apx_memplan_input_is_runtime(n, 0)) continue;
-    ApxValue *vi = &g->vals[in], *vo = &g->vals[out];
-    if (vo->kind != APX_VAL_ACTIVATION) continue;
-    if (apx_value_bytes(vo) != apx_value_bytes(vi)) continue;
-    int r = root_of(g, in);
-    const ApxValue *vr = &g->vals[r];
-    if (fl & APX_OPF_SHAPEONLY) {
+    int pairs = inplace_pairs(n);
+    for (int i = 0; i < pairs; i++) {
+      int in_slot, out_slot, view;
+      inplace_pair(n, i, &in_slot, &out_slot, &view);
+      int in = n->in[in_slot], out = n->out[out_slot];
+      if (in < 0 || out < 0 || in >= nv || out >= nv || in == out) continue;
+      if (!apx_memplan_input_is_runtime(n, in_slot) || g->vals[out].mem_alias >= 0) continue;
+      ApxValue *vi = &g->vals[in], *vo = &g->vals[out];
+      if (vo->kind != APX_VAL_ACTIVATION) continue;
+      if (apx_value_bytes(vo) != apx_value_bytes(vi)) continue;
+      int r = root_of(g, in);
+      if (!view) {
+        if (g->vals[r].kind != APX_VAL_ACTIVATION) continue; /* persistent or data input */
+        if (vo->dtype != vi->dtype || apx_value_numel(vo) != apx_value_numel(vi)) continue;
+        if (cls_end[r] != t) continue; /* class still needed later */
+        if (in_used_elsewhere(n, in_slot, r, g)) continue;
+      }
       vo->mem_alias = in;
-    } else {
-      if (vr->kind != APX_VAL_ACTIVATION) continue;          /* persistent or data input */
-      if (vo->dtype != vi->dtype || apx_value_numel(vo) != apx_value_numel(vi)) continue;
-      if (cls_end[r] != t) continue;                          /* class still needed later */
-      vo->mem_alias = in;
+      if (last[out] > cls_end[r]) cls_end[r] = last[out];
     }
-    if (last[out] > cls_end[r]) cls_end[r] = last[out];
   }
 
   /* 3. classes: persistent roots laid out in value order, arena roots packed */

@@ -10,6 +10,7 @@
  *    output aliases input 0 (same bytes, any region); an INPLACE op's output 0 takes input
  *    0's bytes when input 0's alias class dies at that node, lives in the arena, is not a
  *    data input, graph output or loss, and has the same dtype and element count;
+ *    UnscaleCheck's u_i takes g_i's bytes under the same conditions (attrs.h allows it);
  *  - each alias class lives over the closed interval [first definition, last use] of the
  *    schedule (data inputs from step 0, graph outputs and the loss to past the end), so an
  *    op's inputs and outputs never share bytes unless aliased on purpose;

@@ -181,7 +181,14 @@ int check_plan(const ApxGraph *g) {
       int a = val->mem_alias;
       const ApxNode *p = val->producer >= 0 ? &g->nodes[val->producer] : nullptr;
       uint32_t fl = p ? apx_op_info(p->op)->flags : 0;
-      if (!p || p->in[0] != a || !(fl & (APX_OPF_SHAPEONLY | APX_OPF_INPLACE)) ||
+      int in_slot = 0;  // UnscaleCheck: u_i (output 3+i) may take g_i (input 1+i)
+      if (p && p->op == APX_OP_UnscaleCheck) {
+        for (int k = 3; k < p->n_out; k++)
+          if (p->out[k] == v) in_slot = k - 2;
+        if (in_slot > 0) fl |= APX_OPF_INPLACE;
+      }
+      if (!p || in_slot >= p->n_in || p->in[in_slot] != a ||
+          !(fl & (APX_OPF_SHAPEONLY | APX_OPF_INPLACE)) ||
           apx_value_bytes(val) != apx_value_bytes(&g->vals[a]) ||
           val->mem_offset != g->vals[a].mem_offset || val->mem_region != g->vals[a].mem_region) {
         ADD_FAILURE() << val->name << ": alias of " << g->vals[a].name << " not allowed by its op";
@@ -297,6 +304,28 @@ TEST(Memplan, NoInPlaceForOpsWithoutTheFlag) {
   ASSERT_EQ(t.plan(), APX_PASS_UNCHANGED) << t.d.msg;
   EXPECT_EQ(t.g.vals[b].mem_alias, -1);
   EXPECT_EQ(t.g.vals[c].mem_alias, -1);
+  EXPECT_EQ(check_plan(&t.g), 0);
+}
+
+TEST(Memplan, UnscaleCheckWritesUnscaledGradientsOverTheScaledOnes) {
+  G t;
+  int x = t.input("x", {4, 8});
+  int w0 = t.param("W0", {8, 8}), w1 = t.param("W1", {8, 8});
+  int scale = t.value("apx_loss_scale", APX_VAL_STATE, {1});
+  int g0 = t.grad("W0_grad", {8, 8}), g1 = t.grad("W1_grad", {8, 8});
+  t.node(APX_OP_MatMul, {x, w0}, {g0}, APX_SEC_BACKWARD);
+  t.node(APX_OP_MatMul, {x, w1}, {g1}, APX_SEC_BACKWARD);
+  int inf = t.act("found_inf", {1}), first = t.act("first_bad", {1}, APX_DT_I32);
+  int norm = t.act("norm_sq", {1});
+  int u0 = t.act("u0", {8, 8}), u1 = t.act("u1", {8, 8});
+  t.node(APX_OP_UnscaleCheck, {scale, g0, g1}, {inf, first, norm, u0, u1}, APX_SEC_OPTIMIZER);
+  int keep = t.act("g1_later", {8, 8});
+  t.node(APX_OP_Relu, {g1}, {keep}, APX_SEC_OPTIMIZER);  // g1 lives on: u1 needs its own bytes
+  t.node(APX_OP_OptimizerStep, {inf, norm, w0, w1, u0, u1}, {}, APX_SEC_OPTIMIZER);
+  t.finish({keep, inf});
+  ASSERT_EQ(t.plan(), APX_PASS_UNCHANGED) << t.d.msg;
+  EXPECT_EQ(t.g.vals[u0].mem_alias, g0);
+  EXPECT_EQ(t.g.vals[u1].mem_alias, -1);
   EXPECT_EQ(check_plan(&t.g), 0);
 }
 
