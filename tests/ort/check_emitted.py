@@ -104,9 +104,23 @@ def load_feeds(model, data):
     return feeds
 
 
+def session_options():
+    """Graph optimizations off for every session: onnxruntime 1.32's duplicate-initializer
+    elimination merges equal initializers (the CNN example's zero BN running mean with its
+    zero BN bias, the ones of running var and scale) and then computes training-mode
+    BatchNormalization wrongly (logits off by 2.4e-3 relative against a float64 numpy
+    forward; unoptimized: 1e-7). Unoptimized sessions also keep the emitted graph as written."""
+    ort = _ort()
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return so
+
+
 def reference_outputs(model, feeds):
     ort = _ort()
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(model.SerializeToString(), session_options(),
+                                providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, feeds)))
 
@@ -277,9 +291,7 @@ class Session:
         ort = _ort()
         run_model, widened = widen_nodes(model, widen, self.half_type) if widen else (model, [])
         try:
-            so = ort.SessionOptions()
-            so.log_severity_level = 3
-            self.sess = ort.InferenceSession(run_model.SerializeToString(), so,
+            self.sess = ort.InferenceSession(run_model.SerializeToString(), session_options(),
                                              providers=["CPUExecutionProvider"])
         except Exception as e:  # noqa: BLE001 - onnxruntime raises several types
             return str(e).split("\n")[0]
@@ -292,9 +304,7 @@ class Session:
         import tempfile
         ort = _ort()
         with tempfile.TemporaryDirectory() as tmp:
-            so = ort.SessionOptions()
-            so.log_severity_level = 3
-            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            so = session_options()
             so.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
             try:
                 ort.InferenceSession(emitted.SerializeToString(), so, providers=["CPUExecutionProvider"])
