@@ -1,0 +1,264 @@
+/* emit_plan.c - compiled graph -> plan (emit_plan.h). */
+#include "compiler/emit_plan.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "passes/memplan.h"
+
+/* The plan stores ApxMemRegion and ApxSection values as they are. */
+_Static_assert(APX_MEM_ARENA == 1 && APX_MEM_PERSISTENT == 2, "plan.proto region values");
+_Static_assert(APX_SEC_FORWARD == 0 && APX_SEC_BACKWARD == 1 && APX_SEC_OPTIMIZER == 2,
+               "plan.proto section values");
+
+static void options_to_plan(const ApxOptions *o, ApxPlanOptions *po) {
+  po->opt_level = o->opt_level;
+  po->half = o->half;
+  po->cast_model_type = o->cast_model_type;
+  po->keep_batchnorm_fp32 = o->keep_batchnorm_fp32 == APX_TRI_ON;
+  po->master_weights = o->master_weights == APX_TRI_ON;
+  po->training = o->training;
+  po->loss_scale_mode = o->loss_scale_mode;
+  po->loss_scale = o->loss_scale;
+  po->min_loss_scale = o->min_loss_scale;
+  po->max_loss_scale = o->max_loss_scale;
+  po->scale_window = o->scale_window;
+  po->hysteresis = o->hysteresis;
+  po->optimizer = o->optimizer;
+  po->lr = o->lr;
+  po->momentum = o->momentum;
+  po->beta1 = o->beta1;
+  po->beta2 = o->beta2;
+  po->eps = o->eps;
+  po->weight_decay = o->weight_decay;
+  po->nesterov = o->nesterov;
+  po->clip_grad_norm = o->clip_grad_norm;
+  po->accumulate = o->accumulate;
+  po->warmup_steps = o->warmup_steps;
+  po->schedule = o->schedule;
+  po->total_steps = o->total_steps;
+  po->seed = o->seed;
+  po->bucket_mb = o->bucket_mb;
+  po->first_bucket_mb = o->first_bucket_mb;
+  po->allreduce_fp32 = o->allreduce_fp32;
+  po->grad_predivide = o->grad_predivide;
+  po->sync_bn = o->sync_bn;
+}
+
+/* Size and CRC32C of the model file; 0 and 0 when it cannot be read. */
+static void model_identity(const char *path, uint64_t *bytes, uint32_t *crc) {
+  *bytes = 0;
+  *crc = 0;
+  if (!path) return;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  size_t cap = (size_t)4 << 20;
+  uint8_t *buf = malloc(cap);
+  uint32_t c = 0;
+  uint64_t n = 0;
+  ssize_t k = 0;
+  while (buf && (k = read(fd, buf, cap)) != 0) {
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      n = 0;
+      c = 0;
+      break;
+    }
+    c = apx_crc32c(c, buf, (size_t)k);
+    n += (uint64_t)k;
+  }
+  free(buf);
+  close(fd);
+  *bytes = n;
+  *crc = c;
+}
+
+static const char *base_name(const char *p) {
+  const char *s = p ? strrchr(p, '/') : NULL;
+  return s ? s + 1 : (p ? p : "");
+}
+
+int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag *d) {
+  ApxOptions defaults;
+  if (!o) {
+    apx_options_init(&defaults);
+    o = &defaults;
+  }
+  if (g->arena_bytes < 0)
+    return apx_diag_error(d, APX_EXIT_RUNTIME,
+                          "%s: internal error: no memory plan (pass memplan did not run)", g->file);
+  ApxArena *A = &plan->arena;
+  options_to_plan(o, &plan->opts);
+  const char *model = o->model_path ? o->model_path : g->file;
+  plan->model_name = apx_arena_strdup(A, base_name(model));
+  model_identity(model, &plan->model_bytes, &plan->model_crc32c);
+  plan->mem.arena_bytes = g->arena_bytes;
+  plan->mem.peak_live_bytes = g->peak_live_bytes;
+  plan->mem.no_reuse_bytes = g->no_reuse_bytes;
+  plan->mem.persistent_bytes = g->persistent_bytes;
+
+  /* buffers */
+  int32_t *buf_of = apx_arena_alloc(A, ((size_t)g->n_vals + 1) * sizeof *buf_of);
+  if (!buf_of) goto oom;
+  int32_t nb = 0;
+  for (int v = 0; v < g->n_vals; v++) buf_of[v] = g->vals[v].mem_region != APX_MEM_NONE ? nb++ : -1;
+  if (!apx_plan_alloc_buffers(plan, nb)) goto oom;
+  for (int v = 0; v < g->n_vals; v++) {
+    if (buf_of[v] < 0) continue;
+    const ApxValue *val = &g->vals[v];
+    ApxPlanBuffer *b = &plan->bufs[buf_of[v]];
+    b->name = val->name;
+    b->kind = val->kind;
+    b->flags = val->flags & APX_PLAN_BUF_FLAGS;
+    b->dtype = val->dtype;
+    b->rank = val->rank;
+    for (int k = 0; k < val->rank && k < APX_MAX_RANK; k++) b->dims[k] = val->dims[k];
+    b->region = (ApxMemRegion)val->mem_region;
+    b->offset = val->mem_offset;
+    b->bytes = apx_value_bytes(val);
+    if (b->offset < 0 || b->bytes < 0)
+      return apx_value_error(d, g, v, "internal error: runtime tensor without a memory place");
+    b->alias_of = val->mem_alias >= 0 ? buf_of[val->mem_alias] : -1;
+    b->origin = val->origin >= 0 ? buf_of[val->origin] : -1;
+    if (val->mem_alias < 0 && val->mem_region == APX_MEM_PERSISTENT && val->data && b->bytes > 0)
+      b->data = val->data;
+  }
+
+  /* kernels, in schedule order */
+  int32_t *kernel_of = apx_arena_alloc(A, ((size_t)g->n_nodes + 1) * sizeof *kernel_of);
+  if (!kernel_of || !apx_plan_alloc_kernels(plan, g->n_order)) goto oom;
+  for (int i = 0; i < g->n_nodes; i++) kernel_of[i] = -1;
+  int32_t max_args = 0;
+  for (int32_t t = 0; t < g->n_order; t++) {
+    const ApxNode *n = &g->nodes[g->order[t]];
+    if (n->n_in > max_args) max_args = n->n_in;
+    if (n->n_out > max_args) max_args = n->n_out;
+  }
+  int32_t *ids = apx_arena_alloc(A, ((size_t)max_args + 1) * 2 * sizeof *ids);
+  if (!ids) goto oom;
+  for (int32_t t = 0; t < g->n_order; t++) {
+    int id = g->order[t];
+    const ApxNode *n = &g->nodes[id];
+    uint32_t fl = apx_op_info(n->op)->flags;
+    if (fl & APX_OPF_FOLD)
+      return apx_node_error(d, g, id, "not supported yet: compile-time op left unfolded "
+                                      "(its inputs are not constants)");
+    if (fl & (APX_OPF_TIER2 | APX_OPF_LISTED))
+      return apx_node_error(d, g, id, "not supported yet: op has no kernel");
+    int32_t *in = ids, *out = ids + max_args + 1;
+    for (int k = 0; k < n->n_in; k++) {
+      int v = n->in[k];
+      in[k] = v >= 0 && apx_memplan_input_is_runtime(n, k) ? buf_of[v] : -1;
+      if (v >= 0 && apx_memplan_input_is_runtime(n, k) && in[k] < 0)
+        return apx_node_error(d, g, id, "internal error: input %d has no buffer", k);
+    }
+    for (int k = 0; k < n->n_out; k++) {
+      out[k] = n->out[k] >= 0 ? buf_of[n->out[k]] : -1;
+      if (n->out[k] >= 0 && out[k] < 0)
+        return apx_node_error(d, g, id, "internal error: output %d has no buffer", k);
+    }
+    if (apx_plan_set_kernel(plan, t, n->op, n->name, n->section, n->typed, n->n_in, in,
+                            n->n_out, out))
+      goto oom;
+    plan->kernels[t].compute = n->compute;
+    kernel_of[id] = t;
+  }
+
+  /* precision decisions, with the Casts made for each node */
+  int32_t *casts = apx_arena_alloc(A, ((size_t)g->n_nodes + 1) * sizeof *casts);
+  if (!casts) goto oom;
+  int32_t nd = 0;
+  for (int32_t t = 0; t < g->n_order; t++) {
+    const ApxNode *n = &g->nodes[g->order[t]];
+    if (n->op == APX_OP_Cast && n->onnx_index < 0 && n->origin >= 0 && n->origin < g->n_nodes)
+      casts[n->origin]++;
+    if (n->compute != APX_DT_UNDEFINED) nd++;
+  }
+  plan->decisions = apx_arena_alloc(A, ((size_t)nd + 1) * sizeof(ApxPlanDecision));
+  if (!plan->decisions) goto oom;
+  for (int32_t t = 0; t < g->n_order; t++) {
+    int id = g->order[t];
+    const ApxNode *n = &g->nodes[id];
+    if (n->compute == APX_DT_UNDEFINED) continue;
+    ApxPlanDecision *dc = &plan->decisions[plan->n_decisions++];
+    dc->node = n->name;
+    dc->op = apx_op_name(n->op);
+    dc->decision = n->compute;
+    dc->rule_code = n->reason;
+    dc->rule = "";
+    dc->detail = n->reason_detail ? n->reason_detail : "";
+    dc->casts_added = casts[id];
+  }
+
+  /* gradient buckets: one per Allreduce node */
+  int32_t nbk = 0;
+  for (int32_t t = 0; t < g->n_order; t++) nbk += g->nodes[g->order[t]].op == APX_OP_Allreduce;
+  plan->buckets = apx_arena_alloc(A, ((size_t)nbk + 1) * sizeof(ApxPlanBucket));
+  if (!plan->buckets) goto oom;
+  for (int32_t t = 0; t < g->n_order; t++) {
+    const ApxNode *n = &g->nodes[g->order[t]];
+    if (n->op != APX_OP_Allreduce) continue;
+    ApxPlanBucket *bk = &plan->buckets[plan->n_buckets];
+    const ApxAttrAllreduce *ar = n->typed;
+    bk->id = ar ? ar->bucket : plan->n_buckets;
+    bk->members = apx_arena_alloc(A, ((size_t)n->n_in + 1) * sizeof(int32_t));
+    if (!bk->members) goto oom;
+    bk->ready_at = 0;
+    for (int k = 0; k < n->n_in; k++) {
+      int v = n->in[k];
+      if (v < 0 || buf_of[v] < 0) continue;
+      bk->members[bk->n_members++] = buf_of[v];
+      bk->bytes += apx_value_bytes(&g->vals[v]);
+      if (bk->dtype == APX_DT_UNDEFINED) bk->dtype = g->vals[v].dtype;
+      int p = g->vals[v].producer;
+      if (p >= 0 && kernel_of[p] > bk->ready_at) bk->ready_at = kernel_of[p];
+    }
+    plan->n_buckets++;
+  }
+
+  /* data inputs, outputs, loss */
+  plan->inputs = apx_arena_alloc(A, ((size_t)g->n_inputs + 1) * sizeof(int32_t));
+  plan->outputs = apx_arena_alloc(A, ((size_t)g->n_outputs + 1) * sizeof(int32_t));
+  if (!plan->inputs || !plan->outputs) goto oom;
+  for (int i = 0; i < g->n_inputs; i++) {
+    int v = g->inputs[i];
+    if (v < 0 || v >= g->n_vals || buf_of[v] < 0)
+      return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: internal error: graph input %d has no buffer",
+                            g->file, i);
+    plan->inputs[plan->n_inputs++] = buf_of[v];
+  }
+  for (int i = 0; i < g->n_outputs; i++) {
+    int v = g->outputs[i];
+    if (v < 0 || v >= g->n_vals || buf_of[v] < 0)
+      return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: internal error: graph output %d has no buffer",
+                            g->file, i);
+    plan->outputs[plan->n_outputs++] = buf_of[v];
+  }
+  plan->loss = g->loss >= 0 && g->loss < g->n_vals ? buf_of[g->loss] : -1;
+
+  apx_plan_layout_data(plan);
+  const char *saved = plan->path;
+  plan->path = g->file;
+  int rc = apx_plan_validate(plan, d);
+  plan->path = saved;
+  if (rc) {
+    /* an invalid plan from a valid graph is our bug, not the user's input */
+    d->code = APX_EXIT_RUNTIME;
+    return -1;
+  }
+  return 0;
+oom:
+  return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory building the plan", g->file);
+}
+
+int apx_emit_plan_file(const ApxGraph *g, const ApxOptions *o, const char *path, ApxDiag *d) {
+  ApxPlan plan;
+  apx_plan_init(&plan);
+  int rc = apx_plan_from_graph(g, o, &plan, d);
+  if (!rc) rc = apx_plan_write(&plan, path, d);
+  apx_plan_free(&plan);
+  return rc;
+}
