@@ -42,7 +42,8 @@ struct G {
   int cst(const char *name, ApxDType dt, Dims dims, std::vector<T> data) {
     int v = apx_graph_add_value(&g, &d, name, APX_VAL_CONST, dt, (int32_t)dims.size(), dims.data());
     EXPECT_GE(v, 0) << d.msg;
-    g.vals[v].data = apx_arena_memdup(&g.arena, data.data(), data.size() * sizeof(T) + 1);
+    g.vals[v].data = apx_arena_alloc(&g.arena, data.size() * sizeof(T) + 1);
+    if (!data.empty()) memcpy(g.vals[v].data, data.data(), data.size() * sizeof(T));
     return v;
   }
   int ints(const char *name, std::vector<int64_t> xs) {
@@ -81,7 +82,8 @@ struct G {
   void attr_is(int n, const char *name, std::vector<int64_t> v) {
     ApxAttr *a = attr(n, name, APX_ATTR_INTS);
     a->n = (int32_t)v.size();
-    a->ints = (int64_t *)apx_arena_memdup(&g.arena, v.data(), v.size() * sizeof(int64_t) + 1);
+    a->ints = (int64_t *)apx_arena_alloc(&g.arena, v.size() * sizeof(int64_t) + 1);
+    if (!v.empty()) memcpy(a->ints, v.data(), v.size() * sizeof(int64_t));
   }
   // canonicalize + infer; returns 0 or -1
   int run(int n) {
