@@ -1,0 +1,224 @@
+/* common.c - helpers shared by the CPU kernel families: error text, thread counts,
+ * broadcasting setup, strided copies. */
+#include <cblas.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "kernels/cpu/cpu_internal.h"
+
+ApxStatus apx_cpu_fail(ApxCpuCtx *ctx, ApxStatus st, const char *fmt, ...) {
+  if (ctx) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    va_end(ap);
+  }
+  return st;
+}
+
+int apx_cpu_threads(const ApxCpuCtx *ctx) {
+  if (ctx && ctx->n_threads > 0) return ctx->n_threads;
+  int n = omp_get_max_threads();
+  return n > 0 ? n : 1;
+}
+
+void apx_cpu_blas_threads(int nt) {
+  static int current = -1;
+  int cur;
+#pragma omp atomic read
+  cur = current;
+  if (cur == nt) return;
+  openblas_set_num_threads(nt);
+#pragma omp atomic write
+  current = nt;
+}
+
+int64_t apx_cpu_prod(const int64_t *dims, int from, int to) {
+  int64_t p = 1;
+  for (int i = from; i < to; i++) p *= dims[i];
+  return p;
+}
+
+int apx_cpu_same_dims(const ApxTensor *a, const ApxTensor *b) {
+  if (a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
+const char *apx_cpu_dims_str(const ApxTensor *t, char *buf, size_t n) {
+  size_t k = 0;
+  k += (size_t)snprintf(buf + k, n - k, "[");
+  for (int i = 0; i < t->rank && k < n; i++)
+    k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)t->dims[i]);
+  if (k < n) snprintf(buf + k, n - k, "]");
+  return buf;
+}
+
+void apx_cpu_strides(const int64_t *dims, int rank, int64_t *strides) {
+  int64_t s = 1;
+  for (int i = rank - 1; i >= 0; i--) {
+    strides[i] = s;
+    s *= dims[i];
+  }
+}
+
+ApxStatus apx_cpu_need_in(ApxCpuCtx *ctx, const ApxTensor *ins, int n_in, int i) {
+  if (apx_cpu_has(ins, n_in, i)) return APX_STATUS_OK;
+  return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %d missing", i);
+}
+
+ApxStatus apx_cpu_need_out(ApxCpuCtx *ctx, ApxTensor *outs, int n_out, int i) {
+  if (apx_cpu_has(outs, n_out, i)) return APX_STATUS_OK;
+  return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output %d missing", i);
+}
+
+int64_t apx_cpu_index_at(const ApxTensor *t, int64_t i) {
+  switch (t->dtype) {
+    case APX_DT_I64: return ((const int64_t *)t->data)[i];
+    case APX_DT_I32: return ((const int32_t *)t->data)[i];
+    case APX_DT_I16: return ((const int16_t *)t->data)[i];
+    case APX_DT_I8: return ((const int8_t *)t->data)[i];
+    case APX_DT_U8: return ((const uint8_t *)t->data)[i];
+    case APX_DT_BOOL: return ((const uint8_t *)t->data)[i] != 0;
+    case APX_DT_U16: return ((const uint16_t *)t->data)[i];
+    case APX_DT_U32: return ((const uint32_t *)t->data)[i];
+    case APX_DT_U64: return (int64_t)((const uint64_t *)t->data)[i];
+    default: return 0;
+  }
+}
+
+int apx_bcast_init(ApxBcast *b, int out_rank, const int64_t *out_dims, int n_in,
+                   const int32_t *in_ranks, const int64_t (*in_dims)[APX_MAX_RANK], int *bad) {
+  int64_t st[APX_BCAST_MAX_IN][APX_MAX_RANK];
+  memset(b, 0, sizeof *b);
+  b->n_in = n_in;
+  for (int k = 0; k < n_in; k++) {
+    int r = in_ranks[k];
+    int64_t cs[APX_MAX_RANK];
+    if (r > out_rank) {
+      if (bad) *bad = k;
+      return -1;
+    }
+    apx_cpu_strides(in_dims[k], r, cs);
+    for (int d = 0; d < out_rank; d++) {
+      int id = d - (out_rank - r);
+      if (id < 0) {
+        st[k][d] = 0;
+        continue;
+      }
+      int64_t dim = in_dims[k][id];
+      if (dim == 1) {
+        st[k][d] = 0;
+      } else if (dim == out_dims[d]) {
+        st[k][d] = cs[id];
+      } else {
+        if (bad) *bad = k;
+        return -1;
+      }
+    }
+  }
+  /* collapse: drop size-1 output dims, merge neighbours contiguous in every input */
+  int n = 0;
+  for (int d = 0; d < out_rank; d++) {
+    if (out_dims[d] == 1) continue;
+    int merge = n > 0;
+    for (int k = 0; k < n_in && merge; k++)
+      if (b->strides[k][n - 1] != st[k][d] * out_dims[d]) merge = 0;
+    if (merge) {
+      b->dims[n - 1] *= out_dims[d];
+      for (int k = 0; k < n_in; k++) b->strides[k][n - 1] = st[k][d];
+    } else {
+      b->dims[n] = out_dims[d];
+      for (int k = 0; k < n_in; k++) b->strides[k][n] = st[k][d];
+      n++;
+    }
+  }
+  b->rank = n;
+  b->numel = apx_cpu_prod(b->dims, 0, n);
+  b->inner = n ? b->dims[n - 1] : 1;
+  return 0;
+}
+
+int apx_bcast_init_t(ApxBcast *b, const ApxTensor *out, const ApxTensor *const *ins, int n_in,
+                     int *bad) {
+  int32_t ranks[APX_BCAST_MAX_IN];
+  int64_t dims[APX_BCAST_MAX_IN][APX_MAX_RANK];
+  for (int k = 0; k < n_in; k++) {
+    ranks[k] = ins[k]->rank;
+    memcpy(dims[k], ins[k]->dims, sizeof dims[k]);
+  }
+  return apx_bcast_init(b, out->rank, out->dims, n_in, ranks, (const int64_t(*)[APX_MAX_RANK])dims,
+                        bad);
+}
+
+#define STRIDED_ROW(T)                                                                    \
+  do {                                                                                    \
+    T *d_ = (T *)dp;                                                                      \
+    const T *s_ = (const T *)sp;                                                          \
+    for (int64_t j = 0; j < inner; j++) d_[j * di] = s_[j * si];                          \
+  } while (0)
+
+void apx_cpu_strided_copy(void *dst, const int64_t *dst_strides, const void *src,
+                          const int64_t *src_strides, const int64_t *dims, int rank, size_t esz,
+                          int nt) {
+  int64_t cd[APX_MAX_RANK], ds[APX_MAX_RANK], ss[APX_MAX_RANK];
+  int n = 0;
+  for (int d = 0; d < rank; d++) {
+    if (dims[d] == 0) return;
+    if (dims[d] == 1) continue;
+    if (n > 0 && ds[n - 1] == dst_strides[d] * dims[d] && ss[n - 1] == src_strides[d] * dims[d]) {
+      cd[n - 1] *= dims[d];
+      ds[n - 1] = dst_strides[d];
+      ss[n - 1] = src_strides[d];
+    } else {
+      cd[n] = dims[d];
+      ds[n] = dst_strides[d];
+      ss[n] = src_strides[d];
+      n++;
+    }
+  }
+  if (n == 0) {
+    memcpy(dst, src, esz);
+    return;
+  }
+  int64_t inner = cd[n - 1], di = ds[n - 1], si = ss[n - 1];
+  int64_t rows = apx_cpu_prod(cd, 0, n - 1);
+  APX_OMP_FOR(rows * inner > APX_CPU_CHUNK && rows > 1)
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t doff = 0, soff = 0, q = r;
+    for (int d = n - 2; d >= 0; d--) {
+      int64_t id = q % cd[d];
+      q /= cd[d];
+      doff += id * ds[d];
+      soff += id * ss[d];
+    }
+    char *dp = (char *)dst + doff * (int64_t)esz;
+    const char *sp = (const char *)src + soff * (int64_t)esz;
+    if (di == 1 && si == 1) {
+      memcpy(dp, sp, (size_t)inner * esz);
+      continue;
+    }
+    switch (esz) {
+      case 1: STRIDED_ROW(uint8_t); break;
+      case 2: STRIDED_ROW(uint16_t); break;
+      case 4: STRIDED_ROW(uint32_t); break;
+      case 8: STRIDED_ROW(uint64_t); break;
+      default:
+        for (int64_t j = 0; j < inner; j++)
+          memcpy(dp + j * di * (int64_t)esz, sp + j * si * (int64_t)esz, esz);
+    }
+  }
+}
+
+int apx_cpu_broadcast_copy(const ApxTensor *src, ApxTensor *dst, int nt) {
+  ApxBcast bc;
+  const ApxTensor *one[1] = {src};
+  if (apx_bcast_init_t(&bc, dst, one, 1, NULL) != 0) return -1;
+  int64_t ds[APX_MAX_RANK];
+  apx_cpu_strides(bc.dims, bc.rank, ds);
+  apx_cpu_strided_copy(dst->data, ds, src->data, bc.strides[0], bc.dims, bc.rank,
+                       apx_dtype_size(dst->dtype), nt);
+  return 0;
+}

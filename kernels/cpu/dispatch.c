@@ -1,0 +1,228 @@
+/* dispatch.c - apx_cpu_run: the op -> kernel table, the supported-dtype query, and the dtype
+ * normalization that gives the CPU its half-precision semantics (DESIGN.md 12).
+ *
+ * "math" kernels never see fp16/bf16: before the call every float tensor is converted to
+ * the call's math type (F64 when any float tensor of the call is F64, else F32) and every
+ * non-bool integer tensor to I64; outputs are computed in those types and converted back
+ * once afterwards (RNE for half, so fp16 overflow gives inf as on the GPU; wrap for
+ * narrower integers). "raw" kernels (data movement, Cast) see the tensors as given. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/cpu/cpu_internal.h"
+
+typedef enum CpuKind { CPU_RAW = 0, CPU_MATH = 1 } CpuKind;
+
+/* dtype classes of the op's type T that the kernel implements */
+#define TF 1u /* fp16, bf16, fp32, fp64 */
+#define TI 2u /* integers (not bool) */
+#define TB 4u /* bool */
+#define TALL (TF | TI | TB)
+
+typedef struct CpuEntry {
+  ApxCpuKernel fn;
+  uint8_t kind;  /* CpuKind */
+  uint8_t types; /* TF | TI | TB */
+} CpuEntry;
+
+#define MATH(fn, t) {fn, CPU_MATH, t}
+#define RAW(fn, t) {fn, CPU_RAW, t}
+
+static const CpuEntry cpu_table[APX_OP_COUNT] = {
+    /* matrix products */
+    [APX_OP_Gemm] = MATH(apx_cpu_gemm, TF),
+    [APX_OP_MatMul] = MATH(apx_cpu_matmul, TF),
+    [APX_OP_FusedMatMul] = MATH(apx_cpu_matmul, TF),
+    /* elementwise */
+    [APX_OP_Add] = MATH(apx_cpu_binary, TF | TI),
+    [APX_OP_Sub] = MATH(apx_cpu_binary, TF | TI),
+    [APX_OP_Mul] = MATH(apx_cpu_binary, TF | TI),
+    [APX_OP_Div] = MATH(apx_cpu_binary, TF | TI),
+    [APX_OP_Pow] = MATH(apx_cpu_binary, TF | TI),
+    [APX_OP_Equal] = MATH(apx_cpu_binary, TALL),
+    [APX_OP_Sum] = MATH(apx_cpu_sum, TF | TI),
+    [APX_OP_Neg] = MATH(apx_cpu_unary, TF | TI),
+    [APX_OP_Relu] = MATH(apx_cpu_unary, TF),
+    [APX_OP_LeakyRelu] = MATH(apx_cpu_unary, TF),
+    [APX_OP_Sigmoid] = MATH(apx_cpu_unary, TF),
+    [APX_OP_Tanh] = MATH(apx_cpu_unary, TF),
+    [APX_OP_Gelu] = MATH(apx_cpu_unary, TF),
+    [APX_OP_Erf] = MATH(apx_cpu_unary, TF),
+    [APX_OP_Sqrt] = MATH(apx_cpu_unary, TF),
+    [APX_OP_Exp] = MATH(apx_cpu_unary, TF),
+    [APX_OP_Log] = MATH(apx_cpu_unary, TF),
+    [APX_OP_ReluGrad] = MATH(apx_cpu_unary_grad, TF),
+    [APX_OP_LeakyReluGrad] = MATH(apx_cpu_unary_grad, TF),
+    [APX_OP_SigmoidGrad] = MATH(apx_cpu_unary_grad, TF),
+    [APX_OP_TanhGrad] = MATH(apx_cpu_unary_grad, TF),
+    [APX_OP_GeluGrad] = MATH(apx_cpu_unary_grad, TF),
+    [APX_OP_ErfGrad] = MATH(apx_cpu_unary_grad, TF),
+    [APX_OP_SqrtGrad] = MATH(apx_cpu_unary_grad, TF),
+    [APX_OP_PowGrad] = MATH(apx_cpu_pow_grad, TF),
+    /* normalization, softmax, losses */
+    [APX_OP_Softmax] = MATH(apx_cpu_softmax, TF),
+    [APX_OP_LogSoftmax] = MATH(apx_cpu_softmax, TF),
+    [APX_OP_SoftmaxGrad] = MATH(apx_cpu_softmax_grad, TF),
+    [APX_OP_LogSoftmaxGrad] = MATH(apx_cpu_softmax_grad, TF),
+    [APX_OP_LayerNormalization] = MATH(apx_cpu_layer_norm, TF),
+    [APX_OP_LayerNormGrad] = MATH(apx_cpu_layer_norm_grad, TF),
+    [APX_OP_BatchNormalization] = MATH(apx_cpu_batch_norm, TF),
+    [APX_OP_BatchNormGrad] = MATH(apx_cpu_batch_norm_grad, TF),
+    [APX_OP_SoftmaxCrossEntropyLoss] = MATH(apx_cpu_loss, TF),
+    [APX_OP_NegativeLogLikelihoodLoss] = MATH(apx_cpu_loss, TF),
+    [APX_OP_SoftmaxCrossEntropyLossGrad] = MATH(apx_cpu_loss_grad, TF),
+    [APX_OP_NegativeLogLikelihoodLossGrad] = MATH(apx_cpu_loss_grad, TF),
+    [APX_OP_Dropout] = MATH(apx_cpu_dropout, TF),
+    [APX_OP_DropoutGrad] = MATH(apx_cpu_dropout_grad, TF),
+    /* convolution and pooling */
+    [APX_OP_Conv] = MATH(apx_cpu_conv, TF),
+    [APX_OP_ConvGrad] = MATH(apx_cpu_conv_grad, TF),
+    [APX_OP_MaxPool] = MATH(apx_cpu_pool, TF),
+    [APX_OP_AveragePool] = MATH(apx_cpu_pool, TF),
+    [APX_OP_MaxPoolGrad] = MATH(apx_cpu_pool_grad, TF),
+    [APX_OP_AveragePoolGrad] = MATH(apx_cpu_pool_grad, TF),
+    [APX_OP_GlobalAveragePool] = MATH(apx_cpu_global_avg_pool, TF),
+    [APX_OP_GlobalAveragePoolGrad] = MATH(apx_cpu_global_avg_pool_grad, TF),
+    /* reductions */
+    [APX_OP_ReduceSum] = MATH(apx_cpu_reduce, TF | TI),
+    [APX_OP_ReduceMean] = MATH(apx_cpu_reduce, TF | TI),
+    [APX_OP_ReduceSumTo] = MATH(apx_cpu_reduce_sum_to, TF),
+    /* data movement (any dtype, by element size) */
+    [APX_OP_Flatten] = RAW(apx_cpu_copy, TALL),
+    [APX_OP_Reshape] = RAW(apx_cpu_copy, TALL),
+    [APX_OP_Squeeze] = RAW(apx_cpu_copy, TALL),
+    [APX_OP_Unsqueeze] = RAW(apx_cpu_copy, TALL),
+    [APX_OP_Identity] = RAW(apx_cpu_copy, TALL),
+    [APX_OP_Transpose] = RAW(apx_cpu_transpose, TALL),
+    [APX_OP_Concat] = RAW(apx_cpu_concat, TALL),
+    [APX_OP_Split] = RAW(apx_cpu_split, TALL),
+    [APX_OP_Slice] = RAW(apx_cpu_slice, TALL),
+    [APX_OP_SliceGrad] = RAW(apx_cpu_slice_grad, TALL),
+    [APX_OP_Gather] = RAW(apx_cpu_gather, TALL),
+    [APX_OP_GatherGrad] = MATH(apx_cpu_gather_grad, TF),
+    [APX_OP_Expand] = RAW(apx_cpu_expand, TALL),
+    [APX_OP_Where] = RAW(apx_cpu_where, TALL),
+    [APX_OP_Cast] = RAW(apx_cpu_cast, TALL),
+    /* compile-time folding */
+    [APX_OP_Shape] = RAW(apx_cpu_shape, TALL),
+    [APX_OP_ConstantOfShape] = RAW(apx_cpu_constant_of_shape, TALL),
+    [APX_OP_Range] = MATH(apx_cpu_range, TF | TI),
+};
+
+void apx_cpu_ctx_init(ApxCpuCtx *ctx) {
+  memset(ctx, 0, sizeof *ctx);
+}
+
+static unsigned dtype_class(ApxDType dt) {
+  if (apx_dtype_is_float(dt)) return TF;
+  if (dt == APX_DT_BOOL) return TB;
+  if (apx_dtype_is_int(dt)) return TI;
+  return 0;
+}
+
+int apx_cpu_supports(ApxOp op, ApxDType dt) {
+  if ((int)op <= 0 || op >= APX_OP_COUNT || !cpu_table[op].fn) return 0;
+  return (cpu_table[op].types & dtype_class(dt)) != 0;
+}
+
+/* The type a math kernel sees for a tensor of type dt. */
+static ApxDType math_type(ApxDType dt, ApxDType cf) {
+  if (apx_dtype_is_float(dt)) return cf;
+  if (dt == APX_DT_BOOL) return dt;
+  if (apx_dtype_is_int(dt)) return APX_DT_I64;
+  return dt;
+}
+
+static ApxStatus run_math(ApxCpuCtx *ctx, const CpuEntry *e, ApxOp op, const void *attrs,
+                          const ApxTensor *ins, int n_in, ApxTensor *outs, int n_out) {
+  ApxDType cf = APX_DT_F32;
+  for (int i = 0; i < n_in; i++)
+    if (ins[i].data && ins[i].dtype == APX_DT_F64) cf = APX_DT_F64;
+  for (int i = 0; i < n_out; i++)
+    if (outs[i].data && outs[i].dtype == APX_DT_F64) cf = APX_DT_F64;
+
+  int n = n_in + n_out;
+  ApxTensor *t = calloc((size_t)(n ? n : 1), sizeof *t);
+  void **scratch = calloc((size_t)(n ? n : 1), sizeof *scratch);
+  if (!t || !scratch) {
+    free(t);
+    free(scratch);
+    return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory");
+  }
+  ApxTensor *nin = t, *nout = t + n_in;
+  ApxStatus st = APX_STATUS_OK;
+  int nt = apx_cpu_threads(ctx);
+  for (int i = 0; i < n && st == APX_STATUS_OK; i++) {
+    const ApxTensor *src = i < n_in ? &ins[i] : &outs[i - n_in];
+    t[i] = *src;
+    if (!src->data) continue;
+    ApxDType mt = math_type(src->dtype, cf);
+    if (mt == src->dtype) continue;
+    int64_t numel = apx_tensor_numel(src);
+    size_t bytes = (size_t)numel * apx_dtype_size(mt);
+    scratch[i] = malloc(bytes ? bytes : 1);
+    if (!scratch[i]) {
+      st = apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory (%zu bytes of scratch)", bytes);
+      break;
+    }
+    if (i < n_in) apx_cpu_convert_nt(src->data, src->dtype, scratch[i], mt, numel, nt);
+    t[i].data = scratch[i];
+    t[i].dtype = mt;
+  }
+  if (st == APX_STATUS_OK) st = e->fn(ctx, op, attrs, nin, n_in, nout, n_out);
+  if (st == APX_STATUS_OK)
+    for (int o = 0; o < n_out; o++)
+      if (scratch[n_in + o])
+        apx_cpu_convert_nt(scratch[n_in + o], nout[o].dtype, outs[o].data, outs[o].dtype,
+                           apx_tensor_numel(&outs[o]), nt);
+  for (int i = 0; i < n; i++) free(scratch[i]);
+  free(scratch);
+  free(t);
+  return st;
+}
+
+static ApxStatus check_tensor(ApxCpuCtx *ctx, const ApxTensor *t, const char *what, int i) {
+  if (!t->data) return APX_STATUS_OK;
+  if (t->rank < 0 || t->rank > APX_MAX_RANK)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%s %d: rank %d out of range", what, i,
+                        t->rank);
+  for (int d = 0; d < t->rank; d++)
+    if (t->dims[d] < 0)
+      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%s %d: negative dim %lld", what, i,
+                          (long long)t->dims[d]);
+  if (apx_dtype_size(t->dtype) == 0)
+    return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "%s %d: dtype %s not supported", what, i,
+                        apx_dtype_name(t->dtype));
+  return APX_STATUS_OK;
+}
+
+ApxStatus apx_cpu_run(ApxCpuCtx *ctx, ApxOp op, const void *attrs, const ApxTensor *ins,
+                      int n_in, ApxTensor *outs, int n_out) {
+  ApxStatus st = APX_STATUS_OK;
+  ctx->err[0] = '\0';
+  if ((int)op <= 0 || op >= APX_OP_COUNT) {
+    snprintf(ctx->err, sizeof ctx->err, "invalid op %d", (int)op);
+    return APX_STATUS_BAD_INPUT;
+  }
+  const CpuEntry *e = &cpu_table[op];
+  if (!e->fn) {
+    st = apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on the CPU backend");
+  } else if (n_in < 0 || n_out < 0 || (n_in && !ins) || (n_out && !outs)) {
+    st = apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "bad input/output counts");
+  } else if (!attrs && strcmp(apx_op_info(op)->attrs_type, "ApxAttrNone") != 0) {
+    st = apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "missing attributes (%s)",
+                      apx_op_info(op)->attrs_type);
+  } else {
+    for (int i = 0; i < n_in && !st; i++) st = check_tensor(ctx, &ins[i], "input", i);
+    for (int i = 0; i < n_out && !st; i++) st = check_tensor(ctx, &outs[i], "output", i);
+    if (!st)
+      st = e->kind == CPU_MATH ? run_math(ctx, e, op, attrs, ins, n_in, outs, n_out)
+                               : e->fn(ctx, op, attrs, ins, n_in, outs, n_out);
+  }
+  if (st != APX_STATUS_OK) {
+    char detail[sizeof ctx->err];
+    memcpy(detail, ctx->err, sizeof detail);
+    snprintf(ctx->err, sizeof ctx->err, "%s: %s", apx_op_name(op), detail[0] ? detail : "failed");
+  }
+  return st;
+}

@@ -1,0 +1,73 @@
+/* dropout.c - Dropout(data, ratio?, training_mode?) -> output, mask? and
+ * DropoutGrad(dY, mask) -> dX. ratio and training_mode come from attrs (static inputs).
+ * Training mode: keep element i when its Philox uniform is >= ratio (kernels/philox.h;
+ * key: attrs->seed when attrs->has_seed, else ctx->seed; counter: ctx->step,
+ * attrs->rng_stream, i), output = x / (1 - ratio) where kept, else 0. Inference mode:
+ * identity with an all-true mask. */
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/philox.h"
+
+#define APX_REAL_F64 0
+#include "kernels/cpu/real_begin.h"
+#include "kernels/cpu/dropout_real.inc"
+#include "kernels/cpu/real_end.h"
+#define APX_REAL_F64 1
+#include "kernels/cpu/real_begin.h"
+#include "kernels/cpu/dropout_real.inc"
+#include "kernels/cpu/real_end.h"
+
+APX_CPU_KERNEL(apx_cpu_dropout) {
+  ApxStatus s;
+  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
+    return s;
+  const ApxAttrDropout *a = attrs;
+  int64_t n = apx_tensor_numel(&ins[0]);
+  ApxDType dt = ins[0].dtype;
+  if (apx_tensor_numel(&outs[0]) != n || outs[0].dtype != dt)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output shape/type differs from input");
+  uint8_t *mask = NULL;
+  if (apx_cpu_has(outs, n_out, 1)) {
+    if (outs[1].dtype != APX_DT_BOOL || apx_tensor_numel(&outs[1]) != n)
+      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "mask must be bool of the input's shape");
+    mask = outs[1].data;
+  }
+  if (!(a->ratio >= 0.0f && a->ratio <= 1.0f))
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "ratio %g outside [0, 1]", (double)a->ratio);
+  int nt = apx_cpu_threads(ctx);
+  if (!a->training_mode) {
+    if (outs[0].data != ins[0].data)
+      memmove(outs[0].data, ins[0].data, (size_t)n * apx_dtype_size(dt));
+    if (mask) memset(mask, 1, (size_t)n);
+    return APX_STATUS_OK;
+  }
+  uint64_t seed = a->has_seed ? (uint64_t)a->seed : ctx->seed;
+  if (dt == APX_DT_F64)
+    dropout_f64(ins[0].data, outs[0].data, mask, n, a->ratio, seed, (uint64_t)a->rng_stream,
+                ctx->step, nt);
+  else
+    dropout_f32(ins[0].data, outs[0].data, mask, n, a->ratio, seed, (uint64_t)a->rng_stream,
+                ctx->step, nt);
+  return APX_STATUS_OK;
+}
+
+APX_CPU_KERNEL(apx_cpu_dropout_grad) {
+  ApxStatus s;
+  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1)) ||
+      (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
+    return s;
+  const ApxAttrDropout *a = attrs;
+  int64_t n = apx_tensor_numel(&ins[0]);
+  if (apx_tensor_numel(&outs[0]) != n || apx_tensor_numel(&ins[1]) != n ||
+      ins[1].dtype != APX_DT_BOOL)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "dY, bool mask and dX must have one shape");
+  /* inference mode: the forward was the identity */
+  double scale = !a->training_mode ? 1.0 : a->ratio < 1.0f ? 1.0 / (1.0 - (double)a->ratio) : 0.0;
+  int nt = apx_cpu_threads(ctx);
+  if (outs[0].dtype == APX_DT_F64)
+    dropout_grad_f64(ins[0].data, ins[1].data, outs[0].data, n, scale, nt);
+  else
+    dropout_grad_f32(ins[0].data, ins[1].data, outs[0].data, n,
+                     a->training_mode && a->ratio < 1.0f ? 1.0f / (1.0f - a->ratio) : (float)scale,
+                     nt);
+  return APX_STATUS_OK;
+}

@@ -1,0 +1,188 @@
+/* matmul.c - Gemm, MatMul (numpy semantics: 1-D operands, broadcast batch dims) and
+ * FusedMatMul (MatMul with transposes, a scale, and optional summing of broadcast batches
+ * into a smaller output, for gradients). All products go through OpenBLAS. */
+#include <cblas.h>
+#include <limits.h>
+
+#include "kernels/cpu/cpu_internal.h"
+
+typedef struct MatMulPlan {
+  int64_t M, N, K;
+  int ta, tb;
+  double alpha;
+  ApxBcast bc;     /* over batch dims (units: matrices): inputs A, B, Y */
+  int reduce;      /* Y has fewer batches than the broadcast: accumulate */
+  int fold;        /* B without batch, A with every batch: one tall product */
+  int64_t y_numel;
+} MatMulPlan;
+
+#define APX_REAL_F64 0
+#include "kernels/cpu/real_begin.h"
+#include "kernels/cpu/gemm_real.inc"
+#include "kernels/cpu/matmul_real.inc"
+#include "kernels/cpu/real_end.h"
+#define APX_REAL_F64 1
+#include "kernels/cpu/real_begin.h"
+#include "kernels/cpu/gemm_real.inc"
+#include "kernels/cpu/matmul_real.inc"
+#include "kernels/cpu/real_end.h"
+
+static int too_big(int64_t v) { return v > INT_MAX; }
+
+static ApxStatus check_real(ApxCpuCtx *ctx, const ApxTensor *t, ApxDType dt, const char *what) {
+  if (t->dtype == dt) return APX_STATUS_OK;
+  return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%s has type %s, expected %s", what,
+                      apx_dtype_name(t->dtype), apx_dtype_name(dt));
+}
+
+/* Gemm(A, B, C?) -> Y = alpha * op(A) @ op(B) + beta * C, C broadcast to (M, N). */
+APX_CPU_KERNEL(apx_cpu_gemm) {
+  ApxStatus s;
+  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1)) ||
+      (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
+    return s;
+  const ApxAttrGemm *g = attrs;
+  const ApxTensor *A = &ins[0], *B = &ins[1];
+  ApxTensor *Y = &outs[0];
+  ApxDType dt = Y->dtype;
+  if (dt != APX_DT_F32 && dt != APX_DT_F64)
+    return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: type %s",
+                        apx_dtype_name(dt));
+  if ((s = check_real(ctx, A, dt, "A")) || (s = check_real(ctx, B, dt, "B"))) return s;
+  if (A->rank != 2 || B->rank != 2 || Y->rank != 2)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "A, B and Y must be 2-D (ranks %d, %d, %d)",
+                        A->rank, B->rank, Y->rank);
+  int64_t M = g->trans_a ? A->dims[1] : A->dims[0], K = g->trans_a ? A->dims[0] : A->dims[1];
+  int64_t Kb = g->trans_b ? B->dims[1] : B->dims[0], N = g->trans_b ? B->dims[0] : B->dims[1];
+  if (K != Kb || Y->dims[0] != M || Y->dims[1] != N)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT,
+                        "shapes do not match: op(A) (%lld, %lld), op(B) (%lld, %lld), Y (%lld, %lld)",
+                        (long long)M, (long long)K, (long long)Kb, (long long)N,
+                        (long long)Y->dims[0], (long long)Y->dims[1]);
+  if (too_big(M) || too_big(N) || too_big(K))
+    return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: dims beyond 2^31");
+  int nt = apx_cpu_threads(ctx);
+  apx_cpu_blas_threads(nt);
+  double beta = 0;
+  if (apx_cpu_has(ins, n_in, 2) && g->beta != 0) {
+    if ((s = check_real(ctx, &ins[2], dt, "C"))) return s;
+    if (apx_cpu_broadcast_copy(&ins[2], Y, nt) != 0)
+      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "C does not broadcast to (M, N)");
+    beta = g->beta;
+  }
+  if (dt == APX_DT_F64)
+    gemm_f64(g->trans_a, g->trans_b, M, N, K, g->alpha, A->data, B->data, beta, Y->data);
+  else
+    gemm_f32(g->trans_a, g->trans_b, M, N, K, g->alpha, A->data, B->data, (float)beta, Y->data);
+  return APX_STATUS_OK;
+}
+
+static ApxStatus plan_matmul(ApxCpuCtx *ctx, MatMulPlan *p, const ApxTensor *A,
+                             const ApxTensor *B, const ApxTensor *Y) {
+  int a1 = A->rank == 1, b1 = B->rank == 1;
+  if (A->rank < 1 || B->rank < 1)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "operands must have rank >= 1");
+  if ((a1 && p->ta) || (b1 && p->tb))
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "transpose of a 1-D operand");
+  int64_t Kb;
+  if (a1) {
+    p->M = 1;
+    p->K = A->dims[0];
+  } else {
+    int64_t r = A->dims[A->rank - 2], c = A->dims[A->rank - 1];
+    p->M = p->ta ? c : r;
+    p->K = p->ta ? r : c;
+  }
+  if (b1) {
+    Kb = B->dims[0];
+    p->N = 1;
+  } else {
+    int64_t r = B->dims[B->rank - 2], c = B->dims[B->rank - 1];
+    Kb = p->tb ? c : r;
+    p->N = p->tb ? r : c;
+  }
+  char sa[96], sb[96], sy[96];
+  if (Kb != p->K)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "inner dims differ: A %s, B %s",
+                        apx_cpu_dims_str(A, sa, sizeof sa), apx_cpu_dims_str(B, sb, sizeof sb));
+  if (too_big(p->M) || too_big(p->N) || too_big(p->K))
+    return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: dims beyond 2^31");
+  /* batch shapes */
+  int nma = a1 ? 1 : 2, nmb = b1 ? 1 : 2, nmy = (!a1) + (!b1);
+  int ra = A->rank - nma, rb = B->rank - nmb, ry = Y->rank - nmy;
+  if (ry < 0)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output rank %d too small", Y->rank);
+  int64_t want[2];
+  int nw = 0;
+  if (!a1) want[nw++] = p->M;
+  if (!b1) want[nw++] = p->N;
+  for (int i = 0; i < nw; i++)
+    if (Y->dims[ry + i] != want[i])
+      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output %s does not match A %s, B %s",
+                          apx_cpu_dims_str(Y, sy, sizeof sy), apx_cpu_dims_str(A, sa, sizeof sa),
+                          apx_cpu_dims_str(B, sb, sizeof sb));
+  int rf = ra > rb ? ra : rb;
+  if (ry > rf) rf = ry;
+  int64_t full[APX_MAX_RANK];
+  int32_t ranks[3] = {ra, rb, ry};
+  int64_t dims[3][APX_MAX_RANK];
+  memcpy(dims[0], A->dims, sizeof dims[0]);
+  memcpy(dims[1], B->dims, sizeof dims[1]);
+  memcpy(dims[2], Y->dims, sizeof dims[2]);
+  for (int d = 0; d < rf; d++) {
+    int64_t m = 1;
+    for (int k = 0; k < 2; k++) { /* Y's batch dims follow A's and B's, never widen them */
+      int id = d - (rf - ranks[k]);
+      if (id < 0) continue;
+      int64_t v = dims[k][id];
+      if (v != 1) {
+        if (m != 1 && m != v)
+          return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "batch dims do not broadcast: A %s, B %s",
+                              apx_cpu_dims_str(A, sa, sizeof sa), apx_cpu_dims_str(B, sb, sizeof sb));
+        m = v;
+      }
+    }
+    full[d] = m;
+  }
+  int bad = 0;
+  if (apx_bcast_init(&p->bc, rf, full, 3, ranks, (const int64_t(*)[APX_MAX_RANK])dims, &bad))
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output batch dims %s do not match A %s, B %s",
+                        apx_cpu_dims_str(Y, sy, sizeof sy), apx_cpu_dims_str(A, sa, sizeof sa),
+                        apx_cpu_dims_str(B, sb, sizeof sb));
+  int64_t ya = apx_cpu_prod(Y->dims, 0, ry), aa = apx_cpu_prod(A->dims, 0, ra),
+          ba = apx_cpu_prod(B->dims, 0, rb);
+  p->reduce = ya < p->bc.numel;
+  p->y_numel = apx_tensor_numel(Y);
+  p->fold = !p->reduce && !p->ta && ba == 1 && aa == p->bc.numel && p->bc.numel > 1 &&
+            !too_big(p->M * p->bc.numel);
+  return APX_STATUS_OK;
+}
+
+/* MatMul(A, B) -> Y;  FusedMatMul(A, B) -> alpha * op(A) @ op(B) (attrs.h). */
+APX_CPU_KERNEL(apx_cpu_matmul) {
+  ApxStatus s;
+  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1)) ||
+      (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
+    return s;
+  MatMulPlan p;
+  memset(&p, 0, sizeof p);
+  p.alpha = 1;
+  if (op == APX_OP_FusedMatMul) {
+    const ApxAttrFusedMatMul *f = attrs;
+    p.ta = f->trans_a;
+    p.tb = f->trans_b;
+    p.alpha = f->alpha;
+  }
+  ApxDType dt = outs[0].dtype;
+  if (dt != APX_DT_F32 && dt != APX_DT_F64)
+    return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: type %s",
+                        apx_dtype_name(dt));
+  if ((s = check_real(ctx, &ins[0], dt, "A")) || (s = check_real(ctx, &ins[1], dt, "B"))) return s;
+  if ((s = plan_matmul(ctx, &p, &ins[0], &ins[1], &outs[0]))) return s;
+  apx_cpu_blas_threads(apx_cpu_threads(ctx));
+  if (dt == APX_DT_F64)
+    matmul_batched_f64(&p, ins[0].data, ins[1].data, outs[0].data);
+  else
+    matmul_batched_f32(&p, ins[0].data, ins[1].data, outs[0].data);
+  return APX_STATUS_OK;
+}

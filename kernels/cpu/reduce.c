@@ -1,0 +1,124 @@
+/* reduce.c - ReduceSum, ReduceMean (float and int64) and ReduceSumTo (the sum of a
+ * broadcast result down to an operand's shape, for gradients). */
+#include "kernels/cpu/cpu_internal.h"
+
+#define APX_REAL_F64 0
+#include "kernels/cpu/real_begin.h"
+#include "kernels/cpu/reduce_real.inc"
+#include "kernels/cpu/real_end.h"
+#define APX_REAL_F64 1
+#include "kernels/cpu/real_begin.h"
+#include "kernels/cpu/reduce_real.inc"
+#include "kernels/cpu/real_end.h"
+/* int64 instance (sums wrap on overflow in practice; shape arithmetic stays far below) */
+#define real_t int64_t
+#define RF(name) name##_i64
+void apx_cpu_reduce_sum_i64(const int64_t *x, const int64_t *dims, int rank, uint32_t mask,
+                            int64_t *y, int nt);
+#include "kernels/cpu/reduce_real.inc"
+#undef real_t
+#undef RF
+
+int64_t apx_cpu_sum_to_mask(const ApxTensor *from, const ApxTensor *to) {
+  int64_t mask = 0;
+  int lead = from->rank - to->rank;
+  for (int d = 0; d < -lead; d++)
+    if (to->dims[d] != 1) return -1;
+  for (int d = 0; d < from->rank; d++) {
+    int td = d - lead;
+    if (td < 0) {
+      mask |= 1ll << d;
+    } else if (to->dims[td] == from->dims[d]) {
+      continue;
+    } else if (to->dims[td] == 1) {
+      mask |= 1ll << d;
+    } else {
+      return -1;
+    }
+  }
+  return mask;
+}
+
+static ApxStatus run_sum(ApxCpuCtx *ctx, const ApxTensor *x, uint32_t mask, ApxTensor *y,
+                         int mean) {
+  int64_t ny = 1, nred = 1;
+  for (int d = 0; d < x->rank; d++) {
+    if (mask >> d & 1u)
+      nred *= x->dims[d];
+    else
+      ny *= x->dims[d];
+  }
+  if (apx_tensor_numel(y) != ny)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output has %lld elements, expected %lld",
+                        (long long)apx_tensor_numel(y), (long long)ny);
+  if (y->dtype != x->dtype)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output type %s, input %s",
+                        apx_dtype_name(y->dtype), apx_dtype_name(x->dtype));
+  int nt = apx_cpu_threads(ctx);
+  switch (x->dtype) {
+    case APX_DT_F32: {
+      float *p = y->data;
+      apx_cpu_reduce_sum_f32(x->data, x->dims, x->rank, mask, p, nt);
+      if (mean)
+        for (int64_t i = 0; i < ny; i++) p[i] = p[i] / (float)nred;
+      break;
+    }
+    case APX_DT_F64: {
+      double *p = y->data;
+      apx_cpu_reduce_sum_f64(x->data, x->dims, x->rank, mask, p, nt);
+      if (mean)
+        for (int64_t i = 0; i < ny; i++) p[i] = p[i] / (double)nred;
+      break;
+    }
+    case APX_DT_I64: {
+      int64_t *p = y->data;
+      apx_cpu_reduce_sum_i64(x->data, x->dims, x->rank, mask, p, nt);
+      if (mean && nred > 0)
+        for (int64_t i = 0; i < ny; i++) p[i] = p[i] / nred;
+      break;
+    }
+    default:
+      return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: type %s",
+                          apx_dtype_name(x->dtype));
+  }
+  return APX_STATUS_OK;
+}
+
+/* ReduceSum / ReduceMean (data, axes?) -> reduced; axes come from attrs (ApxAttrReduce). */
+APX_CPU_KERNEL(apx_cpu_reduce) {
+  ApxStatus s;
+  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
+    return s;
+  const ApxAttrReduce *a = attrs;
+  const ApxTensor *x = &ins[0];
+  uint32_t mask = 0;
+  if (a->n_axes < 0 || a->n_axes > x->rank)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%d axes for rank %d", a->n_axes, x->rank);
+  if (a->n_axes == 0) {
+    mask = a->noop_with_empty_axes ? 0u : (uint32_t)((1u << x->rank) - 1u);
+  } else {
+    for (int i = 0; i < a->n_axes; i++) {
+      if (a->axes[i] < 0 || a->axes[i] >= x->rank)
+        return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
+                            (long long)a->axes[i], x->rank);
+      mask |= 1u << a->axes[i];
+    }
+  }
+  return run_sum(ctx, x, mask, &outs[0], op == APX_OP_ReduceMean);
+}
+
+/* ReduceSumTo(dY, shape_ref?) -> dX: dY summed over the axes broadcasting added or expanded,
+ * down to dX's shape (right-aligned numpy rules). Input 1, when given, only names the
+ * target shape; dX's dims are what count. */
+APX_CPU_KERNEL(apx_cpu_reduce_sum_to) {
+  ApxStatus s;
+  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
+    return s;
+  char a[96], b[96];
+  int64_t mask = apx_cpu_sum_to_mask(&ins[0], &outs[0]);
+  if (mask < 0)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output shape %s does not broadcast to %s",
+                        apx_cpu_dims_str(&outs[0], a, sizeof a),
+                        apx_cpu_dims_str(&ins[0], b, sizeof b));
+  return run_sum(ctx, &ins[0], (uint32_t)mask, &outs[0], 0);
+}

@@ -1,0 +1,408 @@
+/* shape_ops.c - data movement for every dtype, by element size: Reshape, Flatten, Squeeze,
+ * Unsqueeze, Identity (copies), Transpose, Concat, Split, Slice, SliceGrad, Gather, Expand,
+ * Where; GatherGrad (scatter-add, float); the folding helpers Shape, ConstantOfShape and
+ * Range. Output shapes are the ones the compiler inferred; kernels check them. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/cpu/cpu_internal.h"
+
+static ApxStatus same_type(ApxCpuCtx *ctx, const ApxTensor *a, const ApxTensor *b,
+                           const char *what) {
+  if (a->dtype == b->dtype) return APX_STATUS_OK;
+  return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%s: types differ (%s, %s)", what,
+                      apx_dtype_name(a->dtype), apx_dtype_name(b->dtype));
+}
+
+static ApxStatus io1(ApxCpuCtx *ctx, const ApxTensor *ins, int n_in, ApxTensor *outs, int n_out) {
+  ApxStatus s;
+  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
+    return s;
+  return same_type(ctx, &ins[0], &outs[0], "input and output");
+}
+
+/* Reshape, Flatten, Squeeze, Unsqueeze, Identity: the bytes are unchanged (the runtime may
+ * alias output and input; then there is nothing to do). */
+APX_CPU_KERNEL(apx_cpu_copy) {
+  ApxStatus s;
+  if ((s = io1(ctx, ins, n_in, outs, n_out))) return s;
+  if (apx_tensor_numel(&ins[0]) != apx_tensor_numel(&outs[0]))
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output has %lld elements, input %lld",
+                        (long long)apx_tensor_numel(&outs[0]),
+                        (long long)apx_tensor_numel(&ins[0]));
+  if (outs[0].data != ins[0].data) memmove(outs[0].data, ins[0].data, apx_tensor_bytes(&ins[0]));
+  return APX_STATUS_OK;
+}
+
+APX_CPU_KERNEL(apx_cpu_transpose) {
+  ApxStatus s;
+  if ((s = io1(ctx, ins, n_in, outs, n_out))) return s;
+  const ApxAttrTranspose *a = attrs;
+  const ApxTensor *x = &ins[0];
+  ApxTensor *y = &outs[0];
+  int r = x->rank;
+  if (a->rank != r || y->rank != r)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "perm has %d entries, input rank %d", a->rank, r);
+  int64_t xs[APX_MAX_RANK], ss[APX_MAX_RANK], ys[APX_MAX_RANK];
+  uint32_t seen = 0;
+  apx_cpu_strides(x->dims, r, xs);
+  for (int i = 0; i < r; i++) {
+    int64_t p = a->perm[i];
+    if (p < 0 || p >= r || (seen >> p & 1u) || y->dims[i] != x->dims[p])
+      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "bad perm or output dims at %d", i);
+    seen |= 1u << p;
+    ss[i] = xs[p];
+  }
+  apx_cpu_strides(y->dims, r, ys);
+  apx_cpu_strided_copy(y->data, ys, x->data, ss, y->dims, r, apx_dtype_size(x->dtype),
+                       apx_cpu_threads(ctx));
+  return APX_STATUS_OK;
+}
+
+/* Checks that t matches ref in every dim but axis. */
+static int match_but_axis(const ApxTensor *t, const ApxTensor *ref, int64_t axis) {
+  if (t->rank != ref->rank) return 0;
+  for (int d = 0; d < t->rank; d++)
+    if (d != axis && t->dims[d] != ref->dims[d]) return 0;
+  return 1;
+}
+
+/* Concat(inputs...) -> output along axis; Split(input) -> outputs... along axis. The joined
+ * tensor is `whole`, the pieces `parts` (absent pieces of a Split are skipped). */
+static ApxStatus concat_split(ApxCpuCtx *ctx, int split, int64_t axis, ApxTensor *whole,
+                              ApxTensor *parts, int n) {
+  if (axis < 0 || axis >= whole->rank)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
+                        (long long)axis, whole->rank);
+  int64_t total = 0;
+  for (int k = 0; k < n; k++) {
+    if (!match_but_axis(&parts[k], whole, axis) || parts[k].dtype != whole->dtype)
+      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%s %d does not match along non-axis dims",
+                          split ? "output" : "input", k);
+    if (!parts[k].data && apx_tensor_numel(&parts[k]) && !split)
+      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %d missing", k);
+    total += parts[k].dims[axis];
+  }
+  if (total != whole->dims[axis])
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "sizes along axis add to %lld, expected %lld",
+                        (long long)total, (long long)whole->dims[axis]);
+  size_t es = apx_dtype_size(whole->dtype);
+  int64_t outer = apx_cpu_prod(whole->dims, 0, (int)axis);
+  int64_t inner = apx_cpu_prod(whole->dims, (int)axis + 1, whole->rank) * (int64_t)es;
+  int64_t row = whole->dims[axis] * inner;
+  int nt = apx_cpu_threads(ctx);
+  APX_OMP_FOR(outer * row > APX_CPU_CHUNK * 4 && outer > 1)
+  for (int64_t o = 0; o < outer; o++) {
+    int64_t pos = o * row;
+    for (int k = 0; k < n; k++) {
+      int64_t len = parts[k].dims[axis] * inner;
+      if (len && parts[k].data) {
+        char *w = (char *)whole->data + pos, *p = (char *)parts[k].data + o * len;
+        if (split)
+          memcpy(p, w, (size_t)len);
+        else
+          memcpy(w, p, (size_t)len);
+      }
+      pos += len;
+    }
+  }
+  return APX_STATUS_OK;
+}
+
+APX_CPU_KERNEL(apx_cpu_concat) {
+  ApxStatus s;
+  if ((s = apx_cpu_need_out(ctx, outs, n_out, 0))) return s;
+  if (n_in < 1) return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "no inputs");
+  return concat_split(ctx, 0, ((const ApxAttrAxis *)attrs)->axis, &outs[0], (ApxTensor *)ins,
+                      n_in);
+}
+
+APX_CPU_KERNEL(apx_cpu_split) {
+  ApxStatus s;
+  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0))) return s;
+  if (n_out < 1) return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "no outputs");
+  return concat_split(ctx, 1, ((const ApxAttrSplit *)attrs)->axis, (ApxTensor *)&ins[0], outs,
+                      n_out);
+}
+
+/* Slice view of `full` (attrs starts/steps, counts `part` dims): base offset and element
+ * strides into full. */
+static ApxStatus slice_view(ApxCpuCtx *ctx, const ApxAttrSlice *a, const ApxTensor *full,
+                            const ApxTensor *part, int64_t *base, int64_t *strides) {
+  if (a->rank != full->rank || part->rank != full->rank)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "slice rank %d, tensors %d and %d", a->rank,
+                        full->rank, part->rank);
+  int64_t fs[APX_MAX_RANK];
+  apx_cpu_strides(full->dims, full->rank, fs);
+  *base = 0;
+  for (int d = 0; d < full->rank; d++) {
+    int64_t st = a->starts[d], step = a->steps[d], cnt = part->dims[d];
+    if (cnt > 0) {
+      int64_t last = st + (cnt - 1) * step;
+      if (step == 0 || st < 0 || st >= full->dims[d] || last < 0 || last >= full->dims[d])
+        return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT,
+                            "dim %d: start %lld step %lld count %lld outside [0, %lld)", d,
+                            (long long)st, (long long)step, (long long)cnt,
+                            (long long)full->dims[d]);
+      *base += st * fs[d];
+    }
+    strides[d] = step * fs[d];
+  }
+  return APX_STATUS_OK;
+}
+
+APX_CPU_KERNEL(apx_cpu_slice) {
+  ApxStatus s;
+  if ((s = io1(ctx, ins, n_in, outs, n_out))) return s;
+  int64_t base, ss[APX_MAX_RANK], ys[APX_MAX_RANK];
+  if ((s = slice_view(ctx, attrs, &ins[0], &outs[0], &base, ss))) return s;
+  size_t es = apx_dtype_size(ins[0].dtype);
+  apx_cpu_strides(outs[0].dims, outs[0].rank, ys);
+  apx_cpu_strided_copy(outs[0].data, ys, (const char *)ins[0].data + base * (int64_t)es, ss,
+                       outs[0].dims, outs[0].rank, es, apx_cpu_threads(ctx));
+  return APX_STATUS_OK;
+}
+
+/* SliceGrad(dY) -> dX: zeros of the forward input's shape with dY written at the slice. */
+APX_CPU_KERNEL(apx_cpu_slice_grad) {
+  ApxStatus s;
+  if ((s = io1(ctx, ins, n_in, outs, n_out))) return s;
+  int64_t base, ds[APX_MAX_RANK], ys[APX_MAX_RANK];
+  if ((s = slice_view(ctx, attrs, &outs[0], &ins[0], &base, ds))) return s;
+  size_t es = apx_dtype_size(outs[0].dtype);
+  memset(outs[0].data, 0, apx_tensor_bytes(&outs[0]));
+  apx_cpu_strides(ins[0].dims, ins[0].rank, ys);
+  apx_cpu_strided_copy((char *)outs[0].data + base * (int64_t)es, ds, ins[0].data, ys,
+                       ins[0].dims, ins[0].rank, es, apx_cpu_threads(ctx));
+  return APX_STATUS_OK;
+}
+
+/* data (outer, A, inner), indices (I...), out (outer, I..., inner): checks shapes and every
+ * index (negative ones count from the end). */
+static ApxStatus gather_shape(ApxCpuCtx *ctx, int64_t axis, const ApxTensor *data,
+                              const ApxTensor *idx, const ApxTensor *out, int64_t *outer,
+                              int64_t *A, int64_t *inner) {
+  char sd[96], si[96], so[96];
+  if (axis < 0 || axis >= data->rank)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
+                        (long long)axis, data->rank);
+  if (!apx_dtype_is_int(idx->dtype) || idx->dtype == APX_DT_BOOL)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "indices must be integers, got %s",
+                        apx_dtype_name(idx->dtype));
+  int ok = out->rank == data->rank - 1 + idx->rank;
+  for (int d = 0; ok && d < out->rank; d++) {
+    int64_t want = d < axis ? data->dims[d]
+                   : d < axis + idx->rank ? idx->dims[d - axis]
+                                          : data->dims[d - idx->rank + 1];
+    ok = out->dims[d] == want;
+  }
+  if (!ok)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output %s does not match data %s, indices %s",
+                        apx_cpu_dims_str(out, so, sizeof so), apx_cpu_dims_str(data, sd, sizeof sd),
+                        apx_cpu_dims_str(idx, si, sizeof si));
+  *outer = apx_cpu_prod(data->dims, 0, (int)axis);
+  *A = data->dims[axis];
+  *inner = apx_cpu_prod(data->dims, (int)axis + 1, data->rank);
+  int64_t ni = apx_tensor_numel(idx);
+  for (int64_t j = 0; j < ni; j++) {
+    int64_t v = apx_cpu_index_at(idx, j);
+    if (v < -*A || v >= *A)
+      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "index %lld at position %lld outside [-%lld, %lld)",
+                          (long long)v, (long long)j, (long long)*A, (long long)*A);
+  }
+  return APX_STATUS_OK;
+}
+
+APX_CPU_KERNEL(apx_cpu_gather) {
+  ApxStatus s;
+  if ((s = io1(ctx, ins, n_in, outs, n_out)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1))) return s;
+  int64_t outer = 0, A = 0, inner = 0;
+  if ((s = gather_shape(ctx, ((const ApxAttrAxis *)attrs)->axis, &ins[0], &ins[1], &outs[0],
+                        &outer, &A, &inner)))
+    return s;
+  int64_t ni = apx_tensor_numel(&ins[1]);
+  size_t row = (size_t)inner * apx_dtype_size(ins[0].dtype);
+  const char *src = ins[0].data;
+  char *dst = outs[0].data;
+  int nt = apx_cpu_threads(ctx);
+  APX_OMP_FOR(outer * ni * (int64_t)row > APX_CPU_CHUNK * 4 && outer * ni > 1)
+  for (int64_t t = 0; t < outer * ni; t++) {
+    int64_t o = t / ni, j = t % ni, v = apx_cpu_index_at(&ins[1], j);
+    if (v < 0) v += A;
+    memcpy(dst + (size_t)t * row, src + (size_t)(o * A + v) * row, row);
+  }
+  return APX_STATUS_OK;
+}
+
+#define APX_REAL_F64 0
+#include "kernels/cpu/real_begin.h"
+#include "kernels/cpu/gather_real.inc"
+#include "kernels/cpu/real_end.h"
+#define APX_REAL_F64 1
+#include "kernels/cpu/real_begin.h"
+#include "kernels/cpu/gather_real.inc"
+#include "kernels/cpu/real_end.h"
+
+/* GatherGrad(dY, Indices) -> dData (math kernel: indices arrive as int64) */
+APX_CPU_KERNEL(apx_cpu_gather_grad) {
+  ApxStatus s;
+  if ((s = io1(ctx, ins, n_in, outs, n_out)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1))) return s;
+  int64_t outer = 0, A = 0, inner = 0;
+  if ((s = gather_shape(ctx, ((const ApxAttrAxis *)attrs)->axis, &outs[0], &ins[1], &ins[0],
+                        &outer, &A, &inner)))
+    return s;
+  int64_t ni = apx_tensor_numel(&ins[1]);
+  int nt = apx_cpu_threads(ctx);
+  if (outs[0].dtype == APX_DT_F64)
+    gather_grad_f64(ins[0].data, ins[1].data, outs[0].data, outer, A, inner, ni, nt);
+  else
+    gather_grad_f32(ins[0].data, ins[1].data, outs[0].data, outer, A, inner, ni, nt);
+  return APX_STATUS_OK;
+}
+
+/* Expand(input, shape) -> output (numpy broadcast of input to the output's shape) */
+APX_CPU_KERNEL(apx_cpu_expand) {
+  ApxStatus s;
+  if ((s = io1(ctx, ins, n_in, outs, n_out))) return s;
+  char a[96], b[96];
+  if (apx_cpu_broadcast_copy(&ins[0], &outs[0], apx_cpu_threads(ctx)) != 0)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %s does not broadcast to %s",
+                        apx_cpu_dims_str(&ins[0], a, sizeof a),
+                        apx_cpu_dims_str(&outs[0], b, sizeof b));
+  return APX_STATUS_OK;
+}
+
+/* Where(condition, X, Y) -> condition ? X : Y with broadcasting */
+APX_CPU_KERNEL(apx_cpu_where) {
+  ApxStatus s;
+  for (int i = 0; i < 3; i++)
+    if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
+  if ((s = apx_cpu_need_out(ctx, outs, n_out, 0)) ||
+      (s = same_type(ctx, &ins[1], &outs[0], "X and output")) ||
+      (s = same_type(ctx, &ins[2], &outs[0], "Y and output")))
+    return s;
+  if (ins[0].dtype != APX_DT_BOOL)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "condition must be bool, got %s",
+                        apx_dtype_name(ins[0].dtype));
+  const ApxTensor *tri[3] = {&ins[0], &ins[1], &ins[2]};
+  ApxBcast bc;
+  int bad = 0;
+  char a[96], b[96];
+  if (apx_bcast_init_t(&bc, &outs[0], tri, 3, &bad))
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %d shape %s does not broadcast to %s",
+                        bad, apx_cpu_dims_str(tri[bad], a, sizeof a),
+                        apx_cpu_dims_str(&outs[0], b, sizeof b));
+  const uint8_t *c = ins[0].data;
+  int64_t sc = apx_bcast_istride(&bc, 0), sx = apx_bcast_istride(&bc, 1),
+          sy = apx_bcast_istride(&bc, 2);
+  int nt = apx_cpu_threads(ctx);
+#define WHERE(T)                                                                    \
+  do {                                                                              \
+    const T *px = ins[1].data, *py = ins[2].data;                                   \
+    T *po = outs[0].data;                                                           \
+    APX_BCAST_SEGMENTS(&bc, for (int64_t j = 0; j < seg_len; j++) po[seg_i + j] =  \
+                                c[seg_off[0] + j * sc] ? px[seg_off[1] + j * sx]    \
+                                                       : py[seg_off[2] + j * sy]); \
+  } while (0)
+  switch (apx_dtype_size(outs[0].dtype)) {
+    case 1: WHERE(uint8_t); break;
+    case 2: WHERE(uint16_t); break;
+    case 4: WHERE(uint32_t); break;
+    case 8: WHERE(uint64_t); break;
+    default:
+      return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: type %s",
+                          apx_dtype_name(outs[0].dtype));
+  }
+#undef WHERE
+  return APX_STATUS_OK;
+}
+
+/* Shape(data) -> int64 dims[start:end] (attrs: opset-15 start/end, negative from the end,
+ * clamped) */
+APX_CPU_KERNEL(apx_cpu_shape) {
+  ApxStatus s;
+  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
+    return s;
+  const ApxAttrShape *a = attrs;
+  int64_t r = ins[0].rank, st = a->start, en = a->end;
+  if (st < 0) st += r;
+  if (en < 0) en += r;
+  st = st < 0 ? 0 : st > r ? r : st;
+  en = en < 0 ? 0 : en > r ? r : en;
+  int64_t n = en > st ? en - st : 0;
+  if (outs[0].dtype != APX_DT_I64 || apx_tensor_numel(&outs[0]) != n)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output must be int64 with %lld elements",
+                        (long long)n);
+  for (int64_t i = 0; i < n; i++) ((int64_t *)outs[0].data)[i] = ins[0].dims[st + i];
+  return APX_STATUS_OK;
+}
+
+/* ConstantOfShape(shape?, value?) -> output filled with value (ONNX's `value` attribute,
+ * passed as optional one-element input 1 of any type, converted to the output's type;
+ * absent: zeros). The shape is the output's. */
+APX_CPU_KERNEL(apx_cpu_constant_of_shape) {
+  ApxStatus s;
+  if ((s = apx_cpu_need_out(ctx, outs, n_out, 0))) return s;
+  ApxTensor *o = &outs[0];
+  size_t es = apx_dtype_size(o->dtype);
+  int64_t n = apx_tensor_numel(o);
+  if (!apx_cpu_has(ins, n_in, 1)) {
+    memset(o->data, 0, (size_t)n * es);
+    return APX_STATUS_OK;
+  }
+  if (apx_tensor_numel(&ins[1]) != 1)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "value must have one element");
+  unsigned char v[16];
+  if ((s = apx_cpu_convert(ins[1].data, ins[1].dtype, v, o->dtype, 1)))
+    return apx_cpu_fail(ctx, s, "cannot convert value to %s", apx_dtype_name(o->dtype));
+  for (int64_t i = 0; i < n; i++) memcpy((char *)o->data + (size_t)i * es, v, es);
+  return APX_STATUS_OK;
+}
+
+/* Range(start, limit, delta) -> start + i * delta, i < max(ceil((limit - start) / delta), 0)
+ * (math kernel: float in the math type, integers as int64) */
+APX_CPU_KERNEL(apx_cpu_range) {
+  ApxStatus s;
+  for (int i = 0; i < 3; i++)
+    if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
+  if ((s = apx_cpu_need_out(ctx, outs, n_out, 0))) return s;
+  ApxTensor *o = &outs[0];
+  for (int i = 0; i < 3; i++)
+    if (ins[i].dtype != o->dtype || apx_tensor_numel(&ins[i]) != 1)
+      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %d must be a scalar of type %s", i,
+                          apx_dtype_name(o->dtype));
+  int64_t n = apx_tensor_numel(o), want;
+  if (o->dtype == APX_DT_I64) {
+    int64_t st = *(const int64_t *)ins[0].data, li = *(const int64_t *)ins[1].data,
+            de = *(const int64_t *)ins[2].data;
+    if (de == 0) return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "delta is 0");
+    int64_t span = li - st;
+    want = de > 0 ? (span + de - 1) / de : (span + de + 1) / de;
+    if ((de > 0 && span <= 0) || (de < 0 && span >= 0)) want = 0;
+    if (want == n)
+      for (int64_t i = 0; i < n; i++) ((int64_t *)o->data)[i] = st + i * de;
+  } else if (o->dtype == APX_DT_F64 || o->dtype == APX_DT_F32) {
+    int f64 = o->dtype == APX_DT_F64;
+    double st = f64 ? *(const double *)ins[0].data : *(const float *)ins[0].data;
+    double li = f64 ? *(const double *)ins[1].data : *(const float *)ins[1].data;
+    double de = f64 ? *(const double *)ins[2].data : *(const float *)ins[2].data;
+    if (de == 0) return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "delta is 0");
+    double c = ceil((li - st) / de);
+    want = c > 0 ? (int64_t)c : 0;
+    if (want == n) {
+      if (f64) {
+        for (int64_t i = 0; i < n; i++) ((double *)o->data)[i] = st + (double)i * de;
+      } else {
+        float fs = (float)st, fd = (float)de;
+        for (int64_t i = 0; i < n; i++) ((float *)o->data)[i] = fs + (float)i * fd;
+      }
+    }
+  } else {
+    return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: type %s",
+                        apx_dtype_name(o->dtype));
+  }
+  if (want != n)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output has %lld elements, range gives %lld",
+                        (long long)n, (long long)want);
+  return APX_STATUS_OK;
+}
