@@ -1,0 +1,80 @@
+/* exec.h - the executor: runs a plan on a backend (DESIGN.md 12).
+ *
+ *   apx_exec_init      plan -> backend -> arena + persistent buffers -> initial data uploaded
+ *   apx_exec_set_input data inputs (host tensors, dtype and shape checked)
+ *   apx_exec_run       the kernels of one section in plan order (FORWARD, BACKWARD,
+ *                      OPTIMIZER), or apx_exec_run_range for any kernel range
+ *   apx_exec_read      any buffer back to the host (outputs, the loss, found_inf ...)
+ *   apx_exec_write     any buffer from the host (loss scale, learning rate, checkpoints)
+ *
+ * A training step (issue 5) is: set inputs, run FORWARD and BACKWARD, read UnscaleCheck's
+ * found_inf, run OPTIMIZER (the kernel skips the update itself when found_inf is set), update
+ * the loss-scale and lr STATE buffers with apx_exec_write, apx_exec_set_step. Checkpoints read
+ * and write the persistent buffers (PARAM and STATE kinds) by buffer id.
+ *
+ * The executor keeps pointers into the plan: the plan must outlive it. Kernel failures are
+ * reported as "<plan>: kernel K node '<name>' (<Op>): <status>: <reason>" with exit code 1. */
+#ifndef APX_EXEC_H
+#define APX_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compiler/diag.h"
+#include "runtime/backend.h"
+#include "runtime/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ApxExecConfig {
+  const char *device;  /* backend name; NULL: "cpu" */
+  int32_t device_index;
+  int32_t n_threads;   /* <= 0: library default */
+  uint64_t seed;       /* Dropout's Philox key; 0: the plan's seed option */
+} ApxExecConfig;
+
+typedef struct ApxExec {
+  const ApxPlan *plan;
+  ApxBackend *be;
+  ApxQueue *q;
+  ApxDevBuffer arena, persistent;
+  ApxTensor *views;       /* [n_bufs] device views of every buffer */
+  ApxTensor *args;        /* per-kernel input then output views, kernel k at arg_off[k] */
+  int64_t *arg_off;       /* [n_kernels] */
+  uint8_t *skip;          /* [n_kernels] 1: a SHAPEONLY kernel whose output is its input */
+  int64_t step;
+  int32_t n_launched;     /* kernels launched by the last run (tests, profiling) */
+} ApxExec;
+
+void apx_exec_config_init(ApxExecConfig *cfg);
+
+/* Returns 0 or -1 (error in d: exit 2 for an unknown device, 1 for a backend failure). */
+int apx_exec_init(ApxExec *ex, const ApxPlan *plan, const ApxExecConfig *cfg, ApxDiag *d);
+void apx_exec_free(ApxExec *ex);
+
+/* Data input i (plan->inputs order) from a host tensor of the same shape. A float tensor of
+ * another float dtype is converted (an fp32 test input feeding an fp16 plan input); anything
+ * else that differs is an error naming the input (exit 2). */
+int apx_exec_set_input(ApxExec *ex, int32_t i, const ApxTensor *host, ApxDiag *d);
+
+/* Whole-buffer copies between host memory and buffer `buf` (bytes must equal its size). */
+int apx_exec_write(ApxExec *ex, int32_t buf, const void *host, size_t bytes, ApxDiag *d);
+int apx_exec_read(ApxExec *ex, int32_t buf, void *host, size_t bytes, ApxDiag *d);
+/* Device view of buffer buf (data is a device address). */
+const ApxTensor *apx_exec_view(const ApxExec *ex, int32_t buf);
+
+/* Runs the kernels of section sec (an empty section does nothing), then synchronizes. */
+int apx_exec_run(ApxExec *ex, ApxSection sec, ApxDiag *d);
+/* Runs kernels [begin, end) in order, then synchronizes. */
+int apx_exec_run_range(ApxExec *ex, int32_t begin, int32_t end, ApxDiag *d);
+/* The training step number kernels see (Dropout's Philox counter). */
+void apx_exec_set_step(ApxExec *ex, int64_t step);
+/* Uploads every buffer's initial data again and zeroes persistent buffers without data. */
+int apx_exec_reset_persistent(ApxExec *ex, ApxDiag *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
