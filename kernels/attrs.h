@@ -37,6 +37,16 @@ typedef struct ApxAttrNone {
  * Exp, Log, Neg, Add, Sub, Mul, Div, Where, Cast, Expand and the shape ops use plain ops
  * (Mul, Div, Neg, ReduceSumTo, Reshape, Transpose, Split, Concat, Expand, Where, Cast). */
 
+/* Pre-shaped outputs (compiler/infer.h): the pass that creates these ops sets output 0's
+ * shape, which is not a function of the inputs; apx_node_infer fills the dtype and checks
+ * the shape against the inputs. (AveragePoolGrad, SliceGrad, GatherGrad and
+ * NegativeLogLikelihoodLossGrad too: see their structs.)
+ *   ReduceSumTo(X, Like?) -> Y   X summed over broadcast dims down to shape S: Like's shape
+ *     when input 1 is present (its data is never read), else Y's preset shape. S must
+ *     broadcast to X's shape; Y has X's dtype.
+ *   GlobalAveragePoolGrad(dY) -> dX   dX (N, C, H, W) preset (the forward input's shape);
+ *     dY is (N, C, 1, 1). */
+
 /* Gemm: Y = alpha * op(A) @ op(B) + beta * C */
 typedef struct ApxAttrGemm {
   float alpha, beta;
@@ -56,7 +66,8 @@ typedef struct ApxAttrGelu {
 
 /* Softmax, LogSoftmax, Flatten, Concat, Gather: axis normalized to [0, rank).
  * SoftmaxGrad(dY, Y) -> dX; LogSoftmaxGrad(dY, Y) -> dX;
- * GatherGrad(dY, Indices) -> dData (scatter-add into zeros of the output's shape). */
+ * GatherGrad(dY, Indices) -> dData (scatter-add into zeros of the output's shape; dData
+ * pre-shaped by the creating pass: the forward data's shape). */
 typedef struct ApxAttrAxis {
   int64_t axis;
 } ApxAttrAxis;
@@ -113,7 +124,7 @@ typedef struct ApxAttrConv {
 
 /* MaxPool(X) -> Y, Indices?; AveragePool(X) -> Y, 2-D in v1.
  * MaxPoolGrad(dY, X) -> dX (routes to the first max, as the forward's argmax);
- * AveragePoolGrad(dY) -> dX (output shape from the node's output value). */
+ * AveragePoolGrad(dY) -> dX (dX pre-shaped by the creating pass: the forward input's shape). */
 typedef struct ApxAttrPool {
   int64_t kernel[2];
   int64_t strides[2];
@@ -148,7 +159,8 @@ typedef struct ApxAttrSplit {
 
 /* Slice: one entry per input dimension (full rank), normalized: an untouched dim has
  * start 0, step 1. Output dims come from the output value.
- * SliceGrad(dY) -> dX: zeros of the forward input's shape with dY scattered back. */
+ * SliceGrad(dY) -> dX: zeros of the forward input's shape with dY scattered back (dX
+ * pre-shaped by the creating pass). */
 typedef struct ApxAttrSlice {
   int32_t rank;
   int64_t starts[APX_MAX_RANK];
@@ -179,8 +191,10 @@ typedef struct ApxAttrShape {
  * NegativeLogLikelihoodLoss(input, target, weight?) -> loss
  * SoftmaxCrossEntropyLossGrad(dLoss, log_prob, labels, weights?) -> dScores   (log_prob is
  *   the forward's output 1, which autodiff adds when the model left it absent)
- * NegativeLogLikelihoodLossGrad(dLoss, target, weight?) -> dInput (shape of the forward input)
- * FusedXentropy(scores, labels) -> loss, (saved row max + logsumexp) ;
+ * NegativeLogLikelihoodLossGrad(dLoss, target, weight?) -> dInput (shape of the forward input,
+ *   pre-shaped by the creating pass)
+ * FusedXentropy(scores, labels) -> loss, saved? (saved: fp32, labels' shape: the row's
+ *   logsumexp, row max included);
  * FusedXentropyGrad(dLoss, scores, labels, saved) -> dScores */
 typedef enum ApxReduction { APX_RED_MEAN = 0, APX_RED_SUM = 1, APX_RED_NONE = 2 } ApxReduction;
 typedef struct ApxAttrLoss {
