@@ -19,13 +19,14 @@ Steps, each printed:
      opset-17 model can use bf16 there; any other inference error fails.
   2. The original model in fp32 -> reference outputs.
   3. The emitted model on the same inputs (fp32 data cast to the emitted input types).
-     onnxruntime's CPU provider has no half-precision kernels for most ops. For fp16 it
-     wraps such nodes in fp32 Casts itself (its InsertCastTransformer); the check lists
-     the ops it did that for. For bf16 it refuses the model; the check then reports each
-     op that onnxruntime cannot run in bf16 and runs exactly those nodes as fp32 compute
-     with inputs widened and outputs rounded to bf16 by Cast nodes: the semantics of
-     apexc's CPU backend (DESIGN.md 12: 16-bit storage, fp32 math, round-to-nearest-even
-     on store). Nothing is skipped silently: every such node is named in the output.
+     onnxruntime's CPU provider has no half-precision kernels for most ops (on x86: none
+     of Gemm, MatMul, Conv, Add, ... in fp16; almost nothing in bf16). The check finds
+     each op it cannot run in the half type (session errors for bf16; for fp16 the fp32
+     Casts onnxruntime would insert itself, which then drop the model's own roundings)
+     and runs exactly those nodes as fp32 compute with inputs widened and outputs rounded
+     to the half type by explicit Cast nodes: the semantics of apexc's CPU backend
+     (DESIGN.md 12: 16-bit storage, fp32 math, round-to-nearest-even on store). Nothing
+     is skipped silently: the ops are named in the output.
   4. Per graph output: relative L2 error ||emitted - ref|| / ||ref|| in float64, which
      must be <= the bound. Integer/bool outputs must match exactly. Non-finite reference
      values must be matched position by position (and are excluded from the norm).
@@ -240,7 +241,16 @@ def failing_op(model, message):
 
 
 class Session:
-    """A session on the emitted model, widening ops onnxruntime cannot run in half."""
+    """A session on the emitted model in which every node reading or writing the half type
+    either has a half-precision kernel in onnxruntime's CPU provider or is widened by us
+    (widen_nodes: fp32 compute, explicit Casts that round its outputs to the half type).
+
+    Why not let onnxruntime handle fp16 itself: for an fp16 node without a CPU kernel it
+    inserts fp32 Casts around it and then drops Cast(fp32->fp16)->Cast(fp16->fp32) pairs as
+    redundant, so a value the emitted model rounds to fp16 reaches the next op unrounded
+    (an O1 model's fp16 Gemm inputs were not rounded at all). Explicit Casts written in
+    the model are kept, so widening ourselves gives the CPU backend's semantics (DESIGN.md
+    12). For bf16 onnxruntime has almost no kernels and refuses the model instead."""
 
     known_unsupported = {}  # half type -> op types found unsupported (shared across models)
 
@@ -253,16 +263,16 @@ class Session:
         attributed = set(unsupported)
         first_error, guessed = None, False
         while True:
-            err = self._try(model, unsupported)
+            err, ops = self._try(model, unsupported)
             if err is None:
                 break
             first_error = first_error or err
-            op = failing_op(model, err)
-            if op is not None and op not in unsupported:
-                unsupported.add(op)
-                attributed.add(op)
+            new = (ops & present) - unsupported
+            if new:
+                unsupported |= new
+                attributed |= new
             elif unsupported != present:
-                # the error names no op of the model (e.g. a node inside an expanded function
+                # the problem names no op of the model (a node inside an expanded function
                 # body): widen everything, then find which ops actually needed it
                 self.notes.append(f"could not attribute '{err}' to one op of the model: "
                                   f"narrowing it down by elimination")
@@ -272,55 +282,60 @@ class Session:
                                    f"half node widened to fp32: {err}")
         if guessed:
             for op in sorted(unsupported - attributed):
-                if self._try(model, unsupported - {op}) is None:
+                if self._try(model, unsupported - {op})[0] is None:
                     unsupported.discard(op)
-            if self._try(model, unsupported) is not None:  # pragma: no cover - defensive
+            if self._try(model, unsupported)[0] is not None:  # pragma: no cover - defensive
                 raise RuntimeError("onnxruntime: widening is not monotone for this model")
         self.widened_ops = sorted(unsupported)
         if unsupported:
             self.known_unsupported.setdefault(self.half_type, set()).update(unsupported)
+        if self.widened_nodes:
             self.notes.append(f"onnxruntime (CPU) has no {half} kernel for: {', '.join(self.widened_ops)}"
-                              + (f" (first error: {first_error})" if first_error else "")
+                              + (f" (first problem: {first_error})" if first_error else "")
                               + f"; those {len(self.widened_nodes)} node(s) ran as fp32 compute with "
                               f"{half}-rounded outputs")
-        if self.half_type == TensorProto.FLOAT16:
-            self.notes.extend(self._ort_inserted_casts(emitted))
 
     def _try(self, model, widen):
-        """Builds the session with `widen` op types widened; None or the error's first line."""
-        ort = _ort()
-        run_model, widened = widen_nodes(model, widen, self.half_type) if widen else (model, [])
-        try:
-            self.sess = ort.InferenceSession(run_model.SerializeToString(), session_options(),
-                                             providers=["CPUExecutionProvider"])
-        except Exception as e:  # noqa: BLE001 - onnxruntime raises several types
-            return str(e).split("\n")[0]
-        self.model, self.widened_nodes = run_model, widened
-        return None
-
-    @staticmethod
-    def _ort_inserted_casts(emitted):
-        """Ops that onnxruntime itself wrapped in fp32 Casts (no fp16 CPU kernel)."""
+        """Builds the session with `widen` op types widened. Returns (None, set()) when
+        onnxruntime runs every half node as written, else (problem, op types it names)."""
         import tempfile
         ort = _ort()
+        run_model, widened = widen_nodes(model, widen, self.half_type) if widen else (model, [])
         with tempfile.TemporaryDirectory() as tmp:
             so = session_options()
             so.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
             try:
-                ort.InferenceSession(emitted.SerializeToString(), so, providers=["CPUExecutionProvider"])
-                opt = onnx.load(so.optimized_model_filepath)
-            except Exception:  # noqa: BLE001 - diagnostics only
-                return []
-        ours = {n.name for n in emitted.graph.node}
-        present = {n.op_type for n in emitted.graph.node}
-        inserted = {o for n in opt.graph.node if n.op_type == "Cast" and n.name not in ours for o in n.output}
-        ops = {n.op_type for n in opt.graph.node if n.op_type != "Cast" and any(i in inserted for i in n.input)}
-        if not ops:
-            return []
-        inner = sorted(ops - present)
-        return [f"onnxruntime (CPU) has no fp16 kernel for: {', '.join(sorted(ops & present)) or '-'}"
-                + (f" (nor for {', '.join(inner)} inside expanded function bodies)" if inner else "")
-                + "; it ran them as fp32 compute between Casts it inserted (fp16 storage at their boundaries)"]
+                sess = ort.InferenceSession(run_model.SerializeToString(), so,
+                                            providers=["CPUExecutionProvider"])
+            except Exception as e:  # noqa: BLE001 - onnxruntime raises several types
+                msg = str(e).split("\n")[0]
+                op = failing_op(run_model, msg)
+                return msg, {op} if op else set()
+            opt = onnx.load(so.optimized_model_filepath)
+        # Casts onnxruntime inserted around nodes it has no half kernel for (ignoring casts
+        # it inserts for other types, e.g. around int64 Equal)
+        types = value_types(run_model)
+        ours = {n.name for n in run_model.graph.node}
+        hv = self.half_type
+
+        def to_of(n):
+            return next((a.i for a in n.attribute if a.name == "to"), None)
+
+        ins = [n for n in opt.graph.node if n.op_type == "Cast" and n.name not in ours]
+        up_out = {o for n in ins if to_of(n) != hv and types.get(n.input[0]) == hv for o in n.output}
+        down_in = {n.input[0] for n in ins if to_of(n) == hv}
+        upcast = {n.op_type for n in opt.graph.node if n.op_type != "Cast" and
+                  (any(i in up_out for i in n.input) or any(o in down_in for o in n.output))}
+        # ... and the model's own Casts to the half type that it dropped with them (their
+        # rounding then never happens): their consumers are upcast too
+        kept = {n.name for n in opt.graph.node}
+        dropped = {o for n in run_model.graph.node
+                   if n.op_type == "Cast" and n.name not in kept and to_of(n) == hv for o in n.output}
+        upcast |= {n.op_type for n in run_model.graph.node if n.op_type != "Cast" and any(i in dropped for i in n.input)}
+        if upcast:
+            return f"onnxruntime inserted fp32 Casts around {', '.join(sorted(upcast))}", upcast
+        self.sess, self.model, self.widened_nodes = sess, run_model, widened
+        return None, set()
 
     def run(self, feeds):
         ins = {i.name: i for i in self.sess.get_inputs()}

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""run_emit_checks.py - `apexc --emit-onnx` against onnxruntime for the example models and
+the ONNX node tests of v1 ops, at O1 and O2 with fp16 and bf16 (one Python process, so
+onnxruntime is loaded once).
+
+    run_emit_checks.py TOOL EXAMPLES_DIR NODE_TEST_DIR [--node-filter SUBSTR]
+
+TOOL is tests/ort/emit_onnx_tool (apexc's option parsing + pipeline + apx_emit_onnx).
+For every case: TOOL MODEL -O<L> --half=<H> --emit-onnx OUT [--inference
+--allow-old-opset for node tests], then check_emitted.check() on the first batch (examples)
+or test_data_set_0 (node tests).
+
+Node tests taken: every folder whose model has ai.onnx opset 7..21 (what apexc accepts with
+--allow-old-opset), uses only v1 and compile-time ops (read from kernels/ops.def) and whose
+inputs and outputs are float32 (int64/bool allowed for index,
+label and condition inputs). A compile error that says "not supported yet" is listed as
+skipped (an honest limitation of apexc, not of --emit-onnx); any other compile error, a
+crash, or a failed check is a failure.
+
+The pipeline's pass names are printed first. While they include no precision pass, the
+emitted models are the loaded forward graphs in fp32 and the check is a round trip
+(loader -> IR -> emitter must reproduce the model's outputs, error 0). Once the precision
+passes run, an O1/O2 emission of a model with a half-list op (Gemm, MatMul, Conv) that
+holds no half tensor is a failure.
+
+Last line: "N passed, M failed" (JUnit XML in $XML_OUTPUT_FILE under Bazel).
+"""
+import argparse
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import onnx
+from onnx import TensorProto
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import check_emitted  # noqa: E402
+import junit  # noqa: E402
+
+LEVELS = ("O1", "O2")
+HALVES = ("fp16", "bf16")
+HALF_LIST_OPS = {"Gemm", "MatMul", "Conv"}
+OK_INT_TYPES = {TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL}
+
+
+def v1_ops(ops_def):
+    ops = set()
+    for line in open(ops_def):
+        m = re.match(r'APX_OP\(\w+, "(\w+)", \w+, ([^,]+),', line)
+        if m and re.search(r"\b(V1|FOLD)\b", m.group(2)):
+            ops.add(m.group(1))
+    return ops
+
+
+def node_tests(root, allowed, name_filter):
+    taken, left_out = [], 0
+    for d in sorted(glob.glob(os.path.join(root, "*"))):
+        if name_filter and name_filter not in os.path.basename(d):
+            continue
+        path = os.path.join(d, "model.onnx")
+        if not os.path.exists(path) or not os.path.isdir(os.path.join(d, "test_data_set_0")):
+            continue
+        try:
+            m = onnx.load(path)
+        except Exception:  # noqa: BLE001
+            left_out += 1
+            continue
+        opset = check_emitted.opset_of(m)
+        ok = 7 <= opset <= 21 and all(n.op_type in allowed and n.domain in ("", "ai.onnx") for n in m.graph.node)
+        vis = list(m.graph.input) + list(m.graph.output)
+        types = [vi.type.tensor_type.elem_type for vi in vis if vi.type.HasField("tensor_type")]
+        ok = ok and len(types) == len(vis) and TensorProto.FLOAT in types and \
+            all(t == TensorProto.FLOAT or t in OK_INT_TYPES for t in types)
+        if ok:
+            taken.append(d)
+        else:
+            left_out += 1
+    return taken, left_out
+
+
+def half_count(model):
+    halves = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
+    n = sum(t.data_type in halves for t in model.graph.initializer)
+    n += sum(vi.type.tensor_type.elem_type in halves for vi in
+             list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output))
+    n += sum(1 for nd in model.graph.node if nd.op_type == "Cast" and
+             any(a.name == "to" and a.i in halves for a in nd.attribute))
+    return n
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("tool")
+    ap.add_argument("examples")
+    ap.add_argument("node_tests")
+    ap.add_argument("--ops-def", default=os.path.join(HERE, "..", "..", "kernels", "ops.def"))
+    ap.add_argument("--node-filter", default="")
+    a = ap.parse_args()
+
+    passes = subprocess.run([a.tool, "--list-passes"], capture_output=True, text=True).stdout.split()
+    precision_on = "precision" in passes or "cast_insert" in passes
+    print(f"pipeline passes: {' '.join(passes) or '(none)'}")
+    combos = [(lvl, half) for lvl in LEVELS for half in HALVES]
+    if not precision_on:
+        print("NOTE: no precision pass in the pipeline yet: emitted models are fp32 round trips, "
+              "checked once per model (-O1 fp16) instead of at every level and half type")
+        combos = [("O1", "fp16")]
+
+    cases, skipped = [], []
+    work = []
+    for ex in ("mlp", "cnn", "transformer"):
+        work.append((f"example {ex}", os.path.join(a.examples, ex, "model.onnx"),
+                     os.path.join(a.examples, ex, "data"), []))
+    taken, left_out = node_tests(a.node_tests, v1_ops(a.ops_def), a.node_filter)
+    for d in taken:
+        work.append((f"node {os.path.basename(d)}", os.path.join(d, "model.onnx"),
+                     os.path.join(d, "test_data_set_0"), ["--inference", "--allow-old-opset"]))
+    print(f"{len(taken)} node tests of v1 ops with float32 data ({left_out} others left out)")
+
+    t0 = time.time()
+    max_err = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, model_path, data, flags in work:
+            model = onnx.load(model_path)
+            try:
+                feeds = check_emitted.load_feeds(model, data)
+            except Exception as e:  # noqa: BLE001
+                cases.append((label, False, f"FAIL {label}: cannot read its data: {e}"))
+                print(cases[-1][2])
+                continue
+            for lvl, half in combos:
+                if True:
+                    name = f"{label} -{lvl} {half}"
+                    out = os.path.join(tmp, "emitted.onnx")
+                    r = subprocess.run([a.tool, model_path, f"-{lvl}", f"--half={half}", "--emit-onnx", out] + flags,
+                                       capture_output=True, text=True)
+                    msg = (r.stderr.strip().splitlines() or [""])[-1]
+                    if r.returncode != 0:
+                        if "not supported yet" in msg and r.returncode == 2:
+                            skipped.append(f"{name}: {msg}")
+                            continue
+                        text = f"FAIL {name}: emit_onnx_tool exit {r.returncode}: {msg}"
+                        cases.append((name, False, text))
+                        print(text)
+                        continue
+                    emitted = onnx.load(out)
+                    ok, lines, errs = check_emitted.check(model, emitted, feeds, half)
+                    nh = half_count(emitted)
+                    if precision_on and nh == 0 and any(n.op_type in HALF_LIST_OPS for n in model.graph.node):
+                        ok = False
+                        lines.append("FAIL no half-precision tensor in the emitted model of a model with a half-list op")
+                    for k, e in errs.items():
+                        key = (label.split()[0], half)
+                        max_err[key] = max(max_err.get(key, 0.0), e)
+                    text = f"{'PASS' if ok else 'FAIL'} {name} ({nh} half tensors/casts)" + \
+                        "".join("\n    " + x for x in lines)
+                    cases.append((name, ok, text))
+                    if not ok or label.startswith("example"):
+                        print(text)
+    for s in skipped:
+        print(f"SKIP {s}")
+    for (kind, half), e in sorted(max_err.items()):
+        print(f"largest rel L2 error, {kind} models, {half}: {e:.3e} (bound {check_emitted.BOUNDS[half]:.0e})")
+    widened = {("fp16" if t == TensorProto.FLOAT16 else "bf16"): sorted(v)
+               for t, v in check_emitted.Session.known_unsupported.items()}
+    for half, ops in sorted(widened.items()):
+        print(f"ops onnxruntime (CPU) could not run in {half}, run as fp32 compute + {half} rounding: {', '.join(ops)}")
+    failed = sum(1 for _, ok, _ in cases if not ok)
+    print(f"{len(skipped)} skipped (not supported yet), {time.time() - t0:.0f} s")
+    junit.write(None, "emit_onnx_ort", cases)
+    print(f"{len(cases) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
