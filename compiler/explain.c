@@ -1,0 +1,424 @@
+/* explain.c - --explain text and JSON: one row per node with its precision decision and
+ * reason, then the summary (see explain.h; JSON schema in docs/explain-schema.md). */
+#include "compiler/explain.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/cost.h"
+#include "compiler/json.h"
+#include "compiler/policy.h"
+#include "compiler/precision_rules.h"
+
+static const char *section_name(ApxSection s) {
+  return s == APX_SEC_FORWARD ? "forward" : s == APX_SEC_BACKWARD ? "backward" : "optimizer";
+}
+
+static int is_row(const ApxGraph *g, int id) {
+  return !(g->nodes[id].flags & APX_NODEF_DEAD) && !apx_prec_is_inserted_cast(g, id);
+}
+
+/* ---- casts feeding a node ----------------------------------------------------------- */
+
+typedef struct CastRef {
+  int output;       /* 0: input slot, 1: output slot */
+  int slot;
+  int src, dst;     /* value ids: before and after the conversion */
+  const char *kind; /* "cast", "param-copy", "folded", "output" */
+  int node;         /* the Cast node, -1 for folded constants */
+} CastRef;
+
+static int collect_casts(const ApxGraph *g, int id, CastRef *refs, int cap) {
+  const ApxNode *n = &g->nodes[id];
+  int k = 0;
+  for (int i = 0; i < n->n_in && k < cap; i++) {
+    int v = n->in[i];
+    if (v < 0) continue;
+    const ApxValue *val = &g->vals[v];
+    int p = val->producer;
+    if (p >= 0 && apx_prec_is_inserted_cast(g, p) && g->nodes[p].n_in > 0 && g->nodes[p].in[0] >= 0) {
+      int src = g->nodes[p].in[0];
+      CastRef r = {0, i, src, v, g->vals[src].kind == APX_VAL_PARAM ? "param-copy" : "cast", p};
+      refs[k++] = r;
+    } else if (p < 0 && val->kind == APX_VAL_CONST && val->origin >= 0 && val->origin < g->n_vals &&
+               g->vals[val->origin].dtype != val->dtype) {
+      CastRef r = {0, i, val->origin, v, "folded", -1};
+      refs[k++] = r;
+    }
+  }
+  for (int o = 0; o < n->n_out && k < cap; o++) {
+    int w = n->out[o];
+    if (w < 0) continue;
+    int orig = g->vals[w].origin;
+    if (orig < 0 || orig >= g->n_vals) continue;
+    int p = g->vals[orig].producer;
+    if (p >= 0 && apx_prec_is_inserted_cast(g, p) && g->nodes[p].n_in > 0 && g->nodes[p].in[0] == w &&
+        !(g->nodes[p].flags & APX_NODEF_DEAD)) {
+      CastRef r = {1, o, w, orig, "output", p};
+      refs[k++] = r;
+    }
+  }
+  return k;
+}
+
+/* ---- summary ------------------------------------------------------------------------ */
+
+void apx_explain_summarize(const ApxGraph *g, ApxPrecisionSummary *s) {
+  memset(s, 0, sizeof *s);
+  for (int k = 0; k < g->n_order; k++) {
+    int id = g->order[k];
+    if (!is_row(g, id)) continue;
+    const ApxNode *n = &g->nodes[id];
+    if (n->section >= APX_SEC_FORWARD && n->section <= APX_SEC_OPTIMIZER) s->rows[n->section]++;
+    if (apx_dtype_is_half(n->compute)) s->n_half++;
+    else if (n->compute == APX_DT_F32) s->n_fp32++;
+    else s->n_other++;
+    if (n->note) s->notes++;
+    int64_t f = apx_node_flops(g, id);
+    if (f < 0) {
+      s->flops_unknown++;
+    } else {
+      s->flops_total += f;
+      if (apx_dtype_is_half(n->compute)) s->flops_half += f;
+    }
+  }
+  for (int i = 0; i < g->n_nodes; i++)
+    s->casts_live += g->nodes[i].op == APX_OP_Cast && !(g->nodes[i].flags & APX_NODEF_DEAD);
+  s->casts_inserted = g->casts.inserted;
+  s->casts_folded = g->casts.folded;
+  s->casts_before_cleanup = g->casts.before_cleanup;
+  s->casts_after_cleanup = g->casts.after_cleanup;
+  for (int v = 0; v < g->n_vals; v++) {
+    const ApxValue *val = &g->vals[v];
+    if (val->kind != APX_VAL_ACTIVATION || val->producer < 0) continue;
+    if (g->nodes[val->producer].flags & APX_NODEF_DEAD) continue;
+    int64_t b = apx_value_bytes(val), ne = apx_value_numel(val);
+    if (b < 0 || ne < 0) continue;
+    s->act_bytes_mixed += b;
+    if (apx_prec_is_inserted_cast(g, val->producer)) continue;
+    s->act_bytes_fp32 += (val->dtype == APX_DT_F16 || val->dtype == APX_DT_BF16) ? ne * 4 : b;
+  }
+}
+
+/* ---- text --------------------------------------------------------------------------- */
+
+/* Grows-as-needed string builder for one cell. */
+typedef struct Buf {
+  char *p;
+  size_t len, cap;
+} Buf;
+
+static void buf_add(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void buf_add(Buf *b, const char *fmt, ...) {
+  va_list ap;
+  for (;;) {
+    va_start(ap, fmt);
+    int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if (b->p && b->len + (size_t)n < b->cap) {
+      b->len += (size_t)n;
+      return;
+    }
+    size_t nc = b->cap ? b->cap * 2 : 256;
+    while (nc < b->len + (size_t)n + 1) nc *= 2;
+    char *np = realloc(b->p, nc);
+    if (!np) return;
+    b->p = np;
+    b->cap = nc;
+  }
+}
+
+static void inputs_cell(const ApxGraph *g, const ApxNode *n, Buf *b) {
+  b->len = 0;
+  if (b->p) b->p[0] = 0;
+  for (int i = 0; i < n->n_in; i++)
+    buf_add(b, "%s%s", i ? "," : "", n->in[i] >= 0 ? apx_dtype_short(g->vals[n->in[i]].dtype) : "-");
+  if (!n->n_in) buf_add(b, "-");
+}
+
+static void outputs_cell(const ApxGraph *g, const ApxNode *n, Buf *b) {
+  b->len = 0;
+  if (b->p) b->p[0] = 0;
+  for (int i = 0; i < n->n_out; i++)
+    buf_add(b, "%s%s", i ? "," : "", n->out[i] >= 0 ? apx_dtype_short(g->vals[n->out[i]].dtype) : "-");
+  if (!n->n_out) buf_add(b, "-");
+}
+
+static const char *decision_str(ApxDType t) {
+  return t == APX_DT_UNDEFINED ? "undecided" : apx_dtype_short(t);
+}
+
+static void casts_cell(const ApxGraph *g, int id, Buf *b, CastRef *refs, int cap) {
+  b->len = 0;
+  if (b->p) b->p[0] = 0;
+  int k = collect_casts(g, id, refs, cap);
+  for (int i = 0; i < k; i++) {
+    const CastRef *r = &refs[i];
+    const char *suffix = !strcmp(r->kind, "param-copy") ? " (per-step copy)"
+                         : !strcmp(r->kind, "folded")   ? " (folded)"
+                         : !strcmp(r->kind, "output")   ? " (graph output)"
+                                                        : "";
+    buf_add(b, "%s%s%d %s %s->%s%s", i ? ", " : "", r->output ? "out" : "in", r->slot,
+            g->vals[r->output ? r->dst : r->src].name, apx_dtype_short(g->vals[r->src].dtype),
+            apx_dtype_short(g->vals[r->dst].dtype), suffix);
+  }
+  if (!k) buf_add(b, "-");
+}
+
+static void human(char *buf, size_t cap, double x, const char *unit) {
+  const char *pre[] = {"", "K", "M", "G", "T", "P"};
+  int i = 0;
+  double base = !strcmp(unit, "B") ? 1024.0 : 1000.0;
+  while (x >= base && i < 5) {
+    x /= base;
+    i++;
+  }
+  if (!strcmp(unit, "B") && i) snprintf(buf, cap, "%.2f %siB", x, pre[i]);
+  else snprintf(buf, cap, "%.3g %s%s", x, pre[i], unit);
+}
+
+static void write_summary_text(const ApxPrecisionSummary *s, FILE *f) {
+  char a[32], b[32];
+  fprintf(f, "\nsummary\n");
+  human(a, sizeof a, (double)s->flops_half, "FLOP");
+  human(b, sizeof b, (double)s->flops_total, "FLOP");
+  fprintf(f, "  FLOPs in half precision: %.1f%% (%s of %s)", s->flops_total ? 100.0 * (double)s->flops_half / (double)s->flops_total : 0.0, a, b);
+  if (s->flops_unknown) fprintf(f, "; %d node(s) of unknown cost", s->flops_unknown);
+  fputc('\n', f);
+  fprintf(f, "  casts inserted: %d Cast node(s), %d constant(s) converted at compile time; "
+             "live Cast nodes before cleanup %d, after %d\n",
+          s->casts_inserted, s->casts_folded, s->casts_before_cleanup, s->casts_after_cleanup);
+  human(a, sizeof a, (double)s->act_bytes_fp32, "B");
+  human(b, sizeof b, (double)s->act_bytes_mixed, "B");
+  fprintf(f, "  activation bytes: %s at fp32, %s mixed (%.1f%%)\n", a, b,
+          s->act_bytes_fp32 ? 100.0 * (double)s->act_bytes_mixed / (double)s->act_bytes_fp32 : 100.0);
+  fprintf(f, "  decisions: %d half, %d fp32, %d other (%d forward, %d backward, %d optimizer rows)\n",
+          s->n_half, s->n_fp32, s->n_other, s->rows[0], s->rows[1], s->rows[2]);
+}
+
+static void header_text(const ApxGraph *g, const ApxOptions *o, FILE *f) {
+  ApxPrecSettings s = apx_prec_settings(o);
+  fprintf(f, "apexc --explain: %s  -O%d  half=%s  lists=%s  keep_batchnorm_fp32=%s  "
+             "master_weights=%s  cast_model_type=%s\n",
+          g->file, (int)s.level, apx_dtype_short(s.half), s.lists ? "on" : "off",
+          s.keep_bn_fp32 ? "on" : "off", s.master_weights ? "on" : "off",
+          s.model_half ? apx_dtype_short(s.half) : "fp32");
+}
+
+static int write_text(const ApxGraph *g, const ApxOptions *o, FILE *f) {
+  header_text(g, o, f);
+  int wname = 4, wop = 2, win = 6, wout = 6, wdec = 8, wreason = 6;
+  Buf b = {0};
+  for (int k = 0; k < g->n_order; k++) {
+    int id = g->order[k];
+    if (!is_row(g, id)) continue;
+    const ApxNode *n = &g->nodes[id];
+    int l = (int)strlen(n->name);
+    if (l > wname) wname = l;
+    l = (int)strlen(apx_op_name(n->op));
+    if (l > wop) wop = l;
+    inputs_cell(g, n, &b);
+    if ((int)b.len > win) win = (int)b.len;
+    outputs_cell(g, n, &b);
+    if ((int)b.len > wout) wout = (int)b.len;
+    l = n->reason_detail ? (int)strlen(n->reason_detail) : 9;
+    if (l > wreason) wreason = l;
+  }
+  if (wname > 40) wname = 40;
+  if (win > 30) win = 30;
+  if (wout > 20) wout = 20;
+  if (wreason > 60) wreason = 60;
+  int cap = 16;
+  CastRef *refs = malloc(sizeof *refs * (size_t)cap);
+  Buf cin = {0}, cout = {0}, ccast = {0};
+  for (int sec = APX_SEC_FORWARD; sec <= APX_SEC_OPTIMIZER; sec++) {
+    int count = 0;
+    for (int k = 0; k < g->n_order; k++)
+      count += is_row(g, g->order[k]) && (int)g->nodes[g->order[k]].section == sec;
+    if (!count) continue;
+    fprintf(f, "\n%s (%d node%s)\n", section_name((ApxSection)sec), count, count == 1 ? "" : "s");
+    fprintf(f, "  %-*s  %-*s  %-*s  %-*s  %-*s  %-*s  %s\n", wname, "node", wop, "op", win, "inputs",
+            wout, "output", wdec, "decision", wreason, "reason", "casts");
+    for (int k = 0; k < g->n_order; k++) {
+      int id = g->order[k];
+      const ApxNode *n = &g->nodes[id];
+      if (!is_row(g, id) || (int)n->section != sec) continue;
+      int need = n->n_in + n->n_out;
+      if (need > cap) {
+        CastRef *nr = realloc(refs, sizeof *refs * (size_t)need);
+        if (nr) {
+          refs = nr;
+          cap = need;
+        }
+      }
+      inputs_cell(g, n, &cin);
+      outputs_cell(g, n, &cout);
+      casts_cell(g, id, &ccast, refs, refs ? cap : 0);
+      fprintf(f, "  %-*s  %-*s  %-*s  %-*s  %-*s  %-*s  %s\n", wname, n->name, wop, apx_op_name(n->op),
+              win, cin.p ? cin.p : "", wout, cout.p ? cout.p : "", wdec, decision_str(n->compute),
+              wreason, n->reason_detail ? n->reason_detail : "undecided", ccast.p ? ccast.p : "");
+      if (n->note) fprintf(f, "  %-*s  note: %s\n", wname, "", n->note);
+    }
+  }
+  free(refs);
+  free(b.p);
+  free(cin.p);
+  free(cout.p);
+  free(ccast.p);
+  ApxPrecisionSummary s;
+  apx_explain_summarize(g, &s);
+  write_summary_text(&s, f);
+  return 0;
+}
+
+/* ---- json --------------------------------------------------------------------------- */
+
+static void json_values(ApxJsonWriter *w, const ApxGraph *g, const int *ids, int n) {
+  apx_json_begin_array(w);
+  for (int i = 0; i < n; i++) {
+    if (ids[i] < 0) {
+      apx_json_null(w);
+      continue;
+    }
+    apx_json_begin_object(w);
+    apx_json_kv_string(w, "name", g->vals[ids[i]].name);
+    apx_json_kv_string(w, "dtype", apx_dtype_short(g->vals[ids[i]].dtype));
+    apx_json_end_object(w);
+  }
+  apx_json_end_array(w);
+}
+
+static int write_json(const ApxGraph *g, const ApxOptions *o, FILE *f) {
+  ApxPrecSettings s = apx_prec_settings(o);
+  ApxJsonWriter w;
+  apx_json_writer_init(&w, f);
+  apx_json_begin_object(&w);
+  apx_json_kv_string(&w, "schema", APX_EXPLAIN_SCHEMA);
+  apx_json_kv_string(&w, "model", g->file);
+  apx_json_key(&w, "options");
+  apx_json_begin_object_inline(&w);
+  char lvl[4] = {'O', (char)('0' + (int)s.level), 0, 0};
+  apx_json_kv_string(&w, "opt_level", lvl);
+  apx_json_kv_string(&w, "half", apx_dtype_short(s.half));
+  apx_json_key(&w, "lists");
+  apx_json_bool(&w, s.lists);
+  apx_json_key(&w, "keep_batchnorm_fp32");
+  apx_json_bool(&w, s.keep_bn_fp32);
+  apx_json_key(&w, "master_weights");
+  apx_json_bool(&w, s.master_weights);
+  apx_json_kv_string(&w, "cast_model_type", s.model_half ? apx_dtype_short(s.half) : "fp32");
+  apx_json_key(&w, "clamp_constants");
+  apx_json_bool(&w, o->clamp_constants != 0);
+  apx_json_end_object(&w);
+  apx_json_key(&w, "nodes");
+  apx_json_begin_array(&w);
+  int cap = 16;
+  CastRef *refs = malloc(sizeof *refs * (size_t)cap);
+  for (int sec = APX_SEC_FORWARD; sec <= APX_SEC_OPTIMIZER; sec++)
+    for (int k = 0; k < g->n_order; k++) {
+      int id = g->order[k];
+      const ApxNode *n = &g->nodes[id];
+      if (!is_row(g, id) || (int)n->section != sec) continue;
+      apx_json_begin_object_inline(&w);
+      apx_json_kv_string(&w, "name", n->name);
+      apx_json_kv_string(&w, "op", apx_op_name(n->op));
+      apx_json_kv_string(&w, "section", section_name(n->section));
+      apx_json_kv_string(&w, "decision", n->compute == APX_DT_UNDEFINED ? NULL : apx_dtype_short(n->compute));
+      apx_json_kv_string(&w, "rule", apx_reason_id(n->reason));
+      apx_json_kv_string(&w, "reason", n->reason_detail);
+      apx_json_key(&w, "inputs");
+      json_values(&w, g, n->in, n->n_in);
+      apx_json_key(&w, "outputs");
+      json_values(&w, g, n->out, n->n_out);
+      apx_json_key(&w, "casts");
+      int need = n->n_in + n->n_out;
+      if (need > cap) {
+        CastRef *nr = realloc(refs, sizeof *refs * (size_t)need);
+        if (nr) {
+          refs = nr;
+          cap = need;
+        }
+      }
+      int nc = refs ? collect_casts(g, id, refs, cap) : 0;
+      apx_json_begin_array(&w);
+      for (int i = 0; i < nc; i++) {
+        const CastRef *r = &refs[i];
+        apx_json_begin_object(&w);
+        apx_json_kv_string(&w, "slot", r->output ? "output" : "input");
+        apx_json_kv_int(&w, "index", r->slot);
+        apx_json_kv_string(&w, "value", g->vals[r->output ? r->dst : r->src].name);
+        apx_json_kv_string(&w, "from", apx_dtype_short(g->vals[r->src].dtype));
+        apx_json_kv_string(&w, "to", apx_dtype_short(g->vals[r->dst].dtype));
+        apx_json_kv_string(&w, "kind", r->kind);
+        apx_json_kv_string(&w, "node", r->node >= 0 ? g->nodes[r->node].name : NULL);
+        apx_json_end_object(&w);
+      }
+      apx_json_end_array(&w);
+      apx_json_kv_string(&w, "origin", n->origin >= 0 && n->origin < g->n_nodes ? g->nodes[n->origin].name : NULL);
+      apx_json_kv_string(&w, "note", n->note);
+      int64_t fl = apx_node_flops(g, id);
+      apx_json_key(&w, "flops");
+      if (fl < 0) apx_json_null(&w);
+      else apx_json_int(&w, fl);
+      apx_json_end_object(&w);
+    }
+  free(refs);
+  apx_json_end_array(&w);
+  ApxPrecisionSummary sm;
+  apx_explain_summarize(g, &sm);
+  apx_json_key(&w, "summary");
+  apx_json_begin_object(&w);
+  apx_json_key(&w, "rows");
+  apx_json_begin_object_inline(&w);
+  apx_json_kv_int(&w, "forward", sm.rows[0]);
+  apx_json_kv_int(&w, "backward", sm.rows[1]);
+  apx_json_kv_int(&w, "optimizer", sm.rows[2]);
+  apx_json_end_object(&w);
+  apx_json_key(&w, "decisions");
+  apx_json_begin_object_inline(&w);
+  apx_json_kv_int(&w, "half", sm.n_half);
+  apx_json_kv_int(&w, "fp32", sm.n_fp32);
+  apx_json_kv_int(&w, "other", sm.n_other);
+  apx_json_end_object(&w);
+  apx_json_kv_int(&w, "flops_total", sm.flops_total);
+  apx_json_kv_int(&w, "flops_half", sm.flops_half);
+  apx_json_kv_number(&w, "half_flops_share", sm.flops_total ? (double)sm.flops_half / (double)sm.flops_total : 0.0);
+  apx_json_kv_int(&w, "flops_unknown_nodes", sm.flops_unknown);
+  apx_json_key(&w, "casts");
+  apx_json_begin_object_inline(&w);
+  apx_json_kv_int(&w, "inserted", sm.casts_inserted);
+  apx_json_kv_int(&w, "folded", sm.casts_folded);
+  apx_json_kv_int(&w, "before_cleanup", sm.casts_before_cleanup);
+  apx_json_kv_int(&w, "after_cleanup", sm.casts_after_cleanup);
+  apx_json_kv_int(&w, "live", sm.casts_live);
+  apx_json_end_object(&w);
+  apx_json_kv_int(&w, "activation_bytes_fp32", sm.act_bytes_fp32);
+  apx_json_kv_int(&w, "activation_bytes_mixed", sm.act_bytes_mixed);
+  apx_json_kv_int(&w, "notes", sm.notes);
+  apx_json_end_object(&w);
+  apx_json_end_object(&w);
+  return 0;
+}
+
+int apx_explain_write(const ApxGraph *g, const ApxOptions *o, ApxExplainFormat fmt, FILE *f, ApxDiag *d) {
+  int rc = fmt == APX_EXPLAIN_JSON ? write_json(g, o, f) : write_text(g, o, f);
+  if (rc == 0 && (fflush(f) != 0 || ferror(f)))
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write the explanation: %s", g->file, strerror(errno));
+  return rc;
+}
+
+int apx_explain_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
+  if (!o->explain) return 0;
+  ApxExplainFormat fmt = o->explain == 2 ? APX_EXPLAIN_JSON : APX_EXPLAIN_TEXT;
+  if (!o->explain_path) return apx_explain_write(g, o, fmt, stdout, d);
+  FILE *f = fopen(o->explain_path, "w");
+  if (!f)
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot open for writing: %s", o->explain_path, strerror(errno));
+  int rc = apx_explain_write(g, o, fmt, f, d);
+  if (fclose(f) != 0 && rc == 0)
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write: %s", o->explain_path, strerror(errno));
+  return rc;
+}

@@ -1,0 +1,64 @@
+/* explain.h - --explain: every node's precision decision and the rule that made it, then a
+ * summary (DESIGN.md 7). Run after pass_cast_cleanup and before fusion, so the rows are
+ * the model's nodes (plus autodiff's and the optimizer's) and --policy can read the JSON
+ * back by node name.
+ *
+ * One row per live node, forward section first, then backward, then optimizer, each in
+ * g->order; the Casts cast_insert added are not rows of their own: they show in the "casts"
+ * column of the nodes that read them. Row fields: name, op, input dtypes (as wired, after
+ * casts), output dtype(s), decision (ApxNode.compute), reason (the rule and list that
+ * fired: ApxNode.reason_detail), casts feeding the node (Cast nodes, per-step half copies
+ * of parameters, constants folded to another type, graph outputs cast back), and the
+ * node's note (tensor-core alignment, clamped constants, overflow findings that did not
+ * change the decision).
+ *
+ * Text format: aligned columns with a header per section and "note:" lines under rows.
+ * JSON format: the schema in docs/explain-schema.md ("apexc-explain/1"), one node object
+ * per line. The summary (both formats): share of FLOPs in half precision (compiler/cost.h
+ * estimates over the rows), casts inserted and live Cast nodes before/after cleanup,
+ * activation bytes at fp32 vs mixed, decision counts. */
+#ifndef APX_EXPLAIN_H
+#define APX_EXPLAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "compiler/diag.h"
+#include "compiler/ir.h"
+#include "compiler/options.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ApxExplainFormat { APX_EXPLAIN_TEXT = 1, APX_EXPLAIN_JSON = 2 } ApxExplainFormat;
+
+typedef struct ApxPrecisionSummary {
+  int32_t rows[3];          /* rows per section: forward, backward, optimizer */
+  int32_t n_half, n_fp32, n_other; /* rows by decision (other: fp64, integer, undecided) */
+  int64_t flops_total;      /* over rows whose cost is known */
+  int64_t flops_half;       /* of those, rows decided in fp16/bf16 */
+  int32_t flops_unknown;    /* rows whose cost is unknown (shape not known) */
+  int32_t casts_inserted;   /* g->casts.inserted */
+  int32_t casts_folded;     /* g->casts.folded */
+  int32_t casts_before_cleanup, casts_after_cleanup;
+  int32_t casts_live;       /* live Cast nodes now (model casts included) */
+  int64_t act_bytes_fp32;   /* activations if every float one were fp32 (added casts excluded) */
+  int64_t act_bytes_mixed;  /* activations at their current dtypes (added casts included) */
+  int32_t notes;            /* rows with a note */
+} ApxPrecisionSummary;
+
+/* Fills s from g (decided and cast). */
+void apx_explain_summarize(const ApxGraph *g, ApxPrecisionSummary *s);
+
+/* Writes the explanation of g to f. o supplies the header (opt level, half type, lists).
+ * Returns 0, or -1 with an error in d (write error on f). */
+int apx_explain_write(const ApxGraph *g, const ApxOptions *o, ApxExplainFormat fmt, FILE *f, ApxDiag *d);
+
+/* Convenience for the CLI: o->explain (1 text, 2 json) to o->explain_path or stdout. */
+int apx_explain_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

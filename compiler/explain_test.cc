@@ -1,0 +1,291 @@
+// explain_test.cc - --explain text and JSON rows and summary, and --policy: the JSON read
+// back reproduces the decisions; unknown names and ops are errors naming them.
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "passes/precision_testing.h"
+
+extern "C" {
+#include "compiler/explain.h"
+#include "compiler/json.h"
+#include "compiler/policy.h"
+}
+
+using apxtest::PGraph;
+
+namespace {
+
+std::string explain(PGraph &t, ApxExplainFormat fmt) {
+  char *buf = nullptr;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  EXPECT_EQ(apx_explain_write(&t.g, &t.o, fmt, f, &t.d), 0) << t.d.msg;
+  fclose(f);
+  std::string s(buf, len);
+  free(buf);
+  return s;
+}
+
+// x[2,4] -> MatMul(W[4,8]) -> Softmax -> out
+void tiny(PGraph &t) {
+  int x = t.input("x", {2, 4});
+  int w = t.param("W", {4, 8});
+  int y = t.op(APX_OP_MatMul, "mm", {x, w}, {2, 8});
+  int s = t.op(APX_OP_Softmax, "sm", {y}, {2, 8});
+  t.output(s);
+}
+
+// A small transformer-ish block with a masked softmax, a LayerNorm, an MLP with bias,
+// integer shape math, a loss and a few backward nodes.
+void block(PGraph &t) {
+  int x = t.input("x", {8, 64});
+  int wq = t.param("Wq", {64, 64}), wk = t.param("Wk", {64, 64});
+  int q = t.op(APX_OP_MatMul, "attn_q", {x, wq}, {8, 64});
+  int k = t.op(APX_OP_MatMul, "attn_k", {x, wk}, {8, 64});
+  int kt = t.op(APX_OP_Transpose, "attn_kT", {k}, {64, 8});
+  int sc = t.op(APX_OP_MatMul, "attn_scores", {q, kt}, {8, 8});
+  int mask = t.constant("mask", {8, 8}, {0.0f, -1e9f});
+  int ms = t.op(APX_OP_Add, "attn_mask", {sc, mask}, {8, 8});
+  int p = t.op(APX_OP_Softmax, "attn_softmax", {ms}, {8, 8});
+  int ctx = t.op(APX_OP_MatMul, "attn_ctx", {p, x}, {8, 64});
+  int res = t.op(APX_OP_Add, "residual", {ctx, x}, {8, 64});
+  int g = t.param("ln_g", {64}, {1.0f}), b = t.param("ln_b", {64}, {0.0f});
+  int ln = t.op(APX_OP_LayerNormalization, "ln", {res, g, b}, {8, 64});
+  int w1 = t.param("W1", {64, 100}), b1 = t.param("b1", {100});
+  int h = t.op(APX_OP_Gemm, "mlp_fc", {ln, w1, b1}, {8, 100});
+  apxtest::attrs<ApxAttrGemm>(t, t.find_node("mlp_fc"))->alpha = 1.0f;
+  int a = t.op(APX_OP_Gelu, "mlp_act", {h}, {8, 100});
+  int labels = t.input("labels", {8}, APX_DT_I64);
+  int loss = t.op(APX_OP_SoftmaxCrossEntropyLoss, "loss", {a, labels}, {});
+  t.loss(loss);
+  int shp = t.int_const("shape", {2}, {8, 64});
+  int i0 = t.int_const("i0", {}, {0});
+  int d0 = t.op(APX_OP_Gather, "dim0", {shp, i0}, {}, APX_DT_I64);
+  t.output(d0);
+  int dl = t.input("dloss", {});
+  int da = t.op(APX_OP_SoftmaxCrossEntropyLossGrad, "loss_grad", {dl, a, labels}, {8, 100}, APX_DT_F32,
+                APX_SEC_BACKWARD, t.find_node("loss"));
+  int dh = t.op(APX_OP_GeluGrad, "mlp_act_grad", {da, h}, {8, 100}, APX_DT_F32, APX_SEC_BACKWARD,
+                t.find_node("mlp_act"));
+  int dw = t.op(APX_OP_FusedMatMul, "mlp_fc_grad_w", {ln, dh}, {64, 100}, APX_DT_F32, APX_SEC_BACKWARD,
+                t.find_node("mlp_fc"));
+  t.output(dw);
+}
+
+std::string tmpfile_path() {
+  char tmpl[] = "/tmp/apx_policy_XXXXXX";
+  int fd = mkstemp(tmpl);
+  EXPECT_GE(fd, 0);
+  close(fd);
+  return tmpl;
+}
+
+std::map<std::string, ApxDType> decisions(const PGraph &t) {
+  std::map<std::string, ApxDType> m;
+  for (int k = 0; k < t.g.n_order; k++) {
+    const ApxNode &n = t.g.nodes[t.g.order[k]];
+    if (!apx_prec_is_inserted_cast(&t.g, t.g.order[k])) m[n.name] = n.compute;
+  }
+  return m;
+}
+
+bool has(const std::string &s, const std::string &sub) { return s.find(sub) != std::string::npos; }
+
+}  // namespace
+
+TEST(Explain, TextRowsShowDecisionReasonAndCasts) {
+  PGraph t(APX_O1);
+  tiny(t);
+  t.preset();
+  t.compile();
+  std::string s = explain(t, APX_EXPLAIN_TEXT);
+  std::istringstream in(s);
+  std::string line, mm, sm;
+  while (std::getline(in, line)) {
+    if (line.rfind("  mm ", 0) == 0) mm = line;
+    if (line.rfind("  sm ", 0) == 0) sm = line;
+    EXPECT_NE(line.rfind("  Cast_", 0), 0u) << "inserted casts are not rows: " << line;
+  }
+  EXPECT_TRUE(has(s, "apexc --explain: m.onnx  -O1  half=fp16  lists=on")) << s;
+  EXPECT_TRUE(has(s, "\nforward (2 nodes)\n")) << s;
+  EXPECT_TRUE(has(mm, " MatMul ")) << mm;
+  EXPECT_TRUE(has(mm, "fp16,fp16")) << mm;
+  EXPECT_TRUE(has(mm, "list: fp16 (allow) -- MatMul")) << mm;
+  EXPECT_TRUE(has(mm, "in0 x fp32->fp16, in1 W fp32->fp16 (per-step copy)")) << mm;
+  EXPECT_TRUE(has(sm, "list: fp32 (deny) -- Softmax")) << sm;
+  EXPECT_TRUE(has(sm, "in0 mm:0 fp16->fp32")) << sm;
+  EXPECT_TRUE(has(s, "FLOPs in half precision: 61.5% (128 FLOP of 208 FLOP)")) << s;
+  EXPECT_TRUE(has(s, "casts inserted: 3 Cast node(s), 0 constant(s) converted at compile time; "
+                     "live Cast nodes before cleanup 3, after 3")) << s;
+}
+
+TEST(Explain, SummaryCountsFlopsCastsAndBytes) {
+  PGraph t(APX_O1);
+  tiny(t);
+  t.preset();
+  t.compile();
+  ApxPrecisionSummary s;
+  apx_explain_summarize(&t.g, &s);
+  EXPECT_EQ(s.rows[0], 2);
+  EXPECT_EQ(s.flops_total, 2 * 2 * 8 * 4 + 5 * 16);  // MatMul 2MNK, Softmax 5 per element
+  EXPECT_EQ(s.flops_half, 2 * 2 * 8 * 4);
+  EXPECT_EQ(s.n_half, 1);
+  EXPECT_EQ(s.n_fp32, 1);
+  EXPECT_EQ(s.casts_inserted, 3);
+  // fp32 baseline: mm:0 [2,8] + sm:0 [2,8] at 4 bytes
+  EXPECT_EQ(s.act_bytes_fp32, (16 + 16) * 4);
+  // mixed: x copy [2,4] fp16 + W copy [4,8] fp16 + mm:0 fp16 + its fp32 cast + sm:0 fp32
+  EXPECT_EQ(s.act_bytes_mixed, 8 * 2 + 32 * 2 + 16 * 2 + 16 * 4 + 16 * 4);
+}
+
+TEST(Explain, JsonFollowsTheSchema) {
+  PGraph t(APX_O2);
+  block(t);
+  t.preset();
+  t.compile();
+  std::string s = explain(t, APX_EXPLAIN_JSON);
+  ApxArena a;
+  apx_arena_init(&a);
+  char err[256];
+  ApxJson *j = apx_json_parse(&a, s.data(), s.size(), err, sizeof err);
+  ASSERT_NE(j, nullptr) << err << "\n" << s;
+  EXPECT_STREQ(apx_json_get(j, "schema")->str, "apexc-explain/1");
+  EXPECT_STREQ(apx_json_get(apx_json_get(j, "options"), "opt_level")->str, "O2");
+  const ApxJson *nodes = apx_json_get(j, "nodes");
+  ASSERT_NE(nodes, nullptr);
+  ApxPrecisionSummary sm;
+  apx_explain_summarize(&t.g, &sm);
+  EXPECT_EQ(nodes->n, sm.rows[0] + sm.rows[1] + sm.rows[2]);
+  std::map<std::string, const ApxJson *> by;
+  int last_section = 0;
+  const std::map<std::string, int> order = {{"forward", 0}, {"backward", 1}, {"optimizer", 2}};
+  for (int i = 0; i < nodes->n; i++) {
+    const ApxJson *n = &nodes->items[i];
+    for (const char *key : {"name", "op", "section", "decision", "rule", "reason", "inputs", "outputs",
+                            "casts", "origin", "note", "flops"})
+      EXPECT_NE(apx_json_get(n, key), nullptr) << key;
+    by[apx_json_get(n, "name")->str] = n;
+    int sec = order.at(apx_json_get(n, "section")->str);
+    EXPECT_GE(sec, last_section);  // forward rows, then backward, then optimizer
+    last_section = sec;
+  }
+  ASSERT_TRUE(by.count("attn_mask"));
+  EXPECT_STREQ(apx_json_get(by["attn_mask"], "rule")->str, "overflow-constant");
+  EXPECT_STREQ(apx_json_get(by["attn_mask"], "decision")->str, "fp32");
+  EXPECT_STREQ(apx_json_get(by["mlp_fc_grad_w"], "rule")->str, "inherited");
+  EXPECT_STREQ(apx_json_get(by["mlp_fc_grad_w"], "origin")->str, "mlp_fc");
+  EXPECT_STREQ(apx_json_get(by["dim0"], "decision")->str, "i64");
+  EXPECT_STREQ(apx_json_get(by["loss"], "rule")->str, "loss");
+  EXPECT_NE(std::string(apx_json_get(by["mlp_fc"], "note")->str).find("N=100"), std::string::npos);
+  const ApxJson *casts = apx_json_get(by["attn_q"], "casts");
+  ASSERT_EQ(casts->n, 1);  // x cast to half; Wq is stored in half
+  EXPECT_STREQ(apx_json_get(&casts->items[0], "value")->str, "x");
+  EXPECT_STREQ(apx_json_get(&casts->items[0], "kind")->str, "cast");
+  const ApxJson *summary = apx_json_get(j, "summary");
+  EXPECT_EQ(apx_json_get(summary, "flops_total")->number, (double)sm.flops_total);
+  EXPECT_EQ(apx_json_get(apx_json_get(summary, "casts"), "inserted")->number, (double)sm.casts_inserted);
+  apx_arena_free(&a);
+}
+
+TEST(Explain, PolicyRoundTrip) {
+  std::string path = tmpfile_path();
+  std::map<std::string, ApxDType> first;
+  {
+    PGraph t(APX_O1);
+    block(t);
+    t.o.fp32_nodes.items[t.o.fp32_nodes.n++] = "attn_q";
+    t.o.half_ops.items[t.o.half_ops.n++] = "LayerNormalization";
+    t.preset();
+    t.compile();
+    first = decisions(t);
+    std::ofstream(path) << explain(t, APX_EXPLAIN_JSON);
+  }
+  EXPECT_EQ(first["attn_q"], APX_DT_F32);
+  EXPECT_EQ(first["ln"], APX_DT_F16);
+  PGraph t(APX_O1);
+  block(t);
+  t.o.policy_path = path.c_str();
+  t.preset();
+  t.compile();
+  std::map<std::string, ApxDType> second = decisions(t);
+  EXPECT_EQ(first, second);
+  EXPECT_EQ(t.n("attn_q").reason, APX_REASON_POLICY_NODE);
+  EXPECT_EQ(t.n("ln").reason, APX_REASON_POLICY_NODE);
+  EXPECT_EQ(t.n("mlp_fc_grad_w").reason, APX_REASON_INHERITED);  // roles are not overridden
+  EXPECT_EQ(t.warnings().find("--policy"), std::string::npos) << t.warnings();
+  unlink(path.c_str());
+}
+
+TEST(Explain, PolicyUnknownNodesAndOpsAreErrors) {
+  std::string path = tmpfile_path();
+  {
+    std::ofstream(path) << R"({"schema": "apexc-explain/1", "nodes": [
+      {"name": "mm", "decision": "fp32"}, {"name": "nope", "decision": "fp16"},
+      {"name": "gone", "decision": "fp16"}]})";
+    PGraph t(APX_O1);
+    tiny(t);
+    t.o.policy_path = path.c_str();
+    t.preset();
+    EXPECT_LT(t.run(pass_precision), 0);
+    EXPECT_EQ(std::string(t.d.msg), path + ": unknown nodes 'nope', 'gone' (not in m.onnx)");
+    EXPECT_EQ(t.d.code, APX_EXIT_BAD_INPUT);
+  }
+  {
+    std::ofstream(path) << R"({"ops": [{"op": "SoftMax", "decision": "fp16"}]})";
+    PGraph t(APX_O1);
+    tiny(t);
+    t.o.policy_path = path.c_str();
+    t.preset();
+    EXPECT_LT(t.run(pass_precision), 0);
+    EXPECT_EQ(std::string(t.d.msg), path + ": line 1: unknown op 'SoftMax'");
+  }
+  {
+    std::ofstream(path) << R"({"nodes": [{"name": "mm", "op": "Gemm", "decision": "fp16"}]})";
+    PGraph t(APX_O1);
+    tiny(t);
+    t.o.policy_path = path.c_str();
+    t.preset();
+    EXPECT_LT(t.run(pass_precision), 0);
+    EXPECT_EQ(std::string(t.d.msg), path + ": line 1: node 'mm' is a MatMul in m.onnx, the policy says Gemm");
+  }
+  {
+    std::ofstream(path) << "{\"nodes\": [";
+    PGraph t(APX_O1);
+    tiny(t);
+    t.o.policy_path = path.c_str();
+    t.preset();
+    EXPECT_LT(t.run(pass_precision), 0);
+    EXPECT_TRUE(has(t.d.msg, ": not valid JSON: line 1, column 12")) << t.d.msg;
+  }
+  unlink(path.c_str());
+}
+
+TEST(Explain, PolicyOpEntriesAndFixedRoles) {
+  std::string path = tmpfile_path();
+  std::ofstream(path) << R"({"ops": [{"op": "Softmax", "decision": "half"}],
+    "nodes": [{"name": "loss", "decision": "fp16"}]})";
+  PGraph t(APX_O1);
+  block(t);
+  t.o.policy_path = path.c_str();
+  t.o.fp32_nodes.items[t.o.fp32_nodes.n++] = "attn_softmax";
+  t.preset();
+  t.decide();
+  EXPECT_EQ(t.n("attn_softmax").compute, APX_DT_F32);  // the CLI node override wins
+  EXPECT_EQ(t.n("loss").compute, APX_DT_F32);          // loss stays fp32
+  EXPECT_TRUE(has(t.warnings(), "node 'loss' (SoftmaxCrossEntropyLoss): --policy")) << t.warnings();
+  EXPECT_TRUE(has(t.warnings(), "asks fp16, ignored: loss: SoftmaxCrossEntropyLoss stays fp32")) << t.warnings();
+  unlink(path.c_str());
+
+  std::ofstream(path) << R"({"ops": [{"op": "Softmax", "decision": "half"}]})";
+  PGraph u(APX_O1);
+  tiny(u);
+  u.o.policy_path = path.c_str();
+  u.preset();
+  u.decide();
+  EXPECT_EQ(u.n("sm").compute, APX_DT_F16);
+  EXPECT_EQ(u.n("sm").reason, APX_REASON_POLICY_OP);
+  unlink(path.c_str());
+}
