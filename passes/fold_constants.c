@@ -173,8 +173,40 @@ static int fold_node(ApxGraph *g, int node, int must, ApxDiag *d) {
   return 1;
 }
 
-int pass_fold_constants(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
+/* A float initializer (PARAM) whose every use is a static-input slot or an input of a
+ * compile-time op is an operand, not a weight (an exporter's Dropout ratio, Range bounds):
+ * it becomes CONST so that it is read as a constant and never trained. */
+static int params_to_consts(ApxGraph *g, ApxDiag *d) {
+  ApxUses u;
+  if (apx_uses_build(g, &u)) {
+    apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory building use lists", g->file);
+    return -1;
+  }
   int changed = 0;
+  for (int v = 0; v < g->n_vals; v++) {
+    ApxValue *val = &g->vals[v];
+    if (val->kind != APX_VAL_PARAM || (val->flags & APX_VALF_GRAPH_OUTPUT) || !apx_uses_count(&u, v))
+      continue;
+    int operand_only = 1;
+    for (int j = u.use_start[v]; j < u.use_start[v + 1] && operand_only; j++) {
+      const ApxNode *n = &g->nodes[u.use_node[j]];
+      const ApxOpInfo *info = apx_op_info(n->op);
+      int slot = u.use_slot[j];
+      operand_only = ((info->flags & APX_OPF_FOLD) && n->op != APX_OP_Shape) ||
+                     (slot < 32 && ((info->static_inputs >> slot) & 1));
+    }
+    if (operand_only) {
+      val->kind = APX_VAL_CONST;
+      changed = 1;
+    }
+  }
+  apx_uses_free(&u);
+  return changed;
+}
+
+int pass_fold_constants(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
+  int changed = params_to_consts(g, d);
+  if (changed < 0) return APX_PASS_ERROR;
   for (int k = 0; k < g->n_order; k++) {
     int node = g->order[k];
     const ApxNode *n = &g->nodes[node];

@@ -1,6 +1,9 @@
 /* fold_constants.h - compile-time folding of shape subgraphs and constants (DESIGN.md 2, 4).
  *
- * pass_fold_constants walks g->order; for every live node it runs apx_node_canonicalize and
+ * First, a float initializer (APX_VAL_PARAM) used only as a static input (ops.def
+ * STATIC_INPUTS: Dropout's ratio, ...) or as an input of a compile-time op becomes
+ * APX_VAL_CONST: it is an operand, never a trained weight.
+ * Then pass_fold_constants walks g->order; for every live node it runs apx_node_canonicalize and
  * apx_node_infer (compiler/infer.h), then folds it when
  *   - it is Shape: always (from the input's static shape, data or not);
  *   - it is another compile-time op (ops.def FOLD: Constant, ConstantOfShape, Equal,

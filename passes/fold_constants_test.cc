@@ -224,3 +224,19 @@ TEST(FoldConstants, ReshapeShapeComputedAtRunTimeIsAnError) {
   EXPECT_TRUE(has(t.d.msg, "node 'reshape' (Reshape) input 1 'shape' must be a compile-time constant "
                            "(value 's': it is computed at run time by node 'add' (Add))")) << t.d.msg;
 }
+
+TEST(FoldConstants, FloatInitializerUsedOnlyAsAnOperandIsNotTrained) {
+  G t;
+  t.g.opset = 13;
+  int x = t.input("x", APX_DT_F32, {2, 3}), w = t.cst<float>("w", APX_DT_F32, {3, 3}, std::vector<float>(9, 1.0f), APX_VAL_PARAM);
+  int ratio = t.cst<float>("ratio", APX_DT_F32, {}, {0.25f}, APX_VAL_PARAM);
+  int tm = t.cst<uint8_t>("tm", APX_DT_BOOL, {}, {1});
+  int h = t.value("h"), y = t.value("y"), m = t.value("m");
+  t.node(APX_OP_MatMul, "mm", {x, w}, {h});
+  int dn = t.node(APX_OP_Dropout, "drop", {h, ratio, tm}, {y, m});
+  ASSERT_EQ(t.fold(), APX_PASS_CHANGED) << t.d.msg;
+  EXPECT_EQ(t.g.vals[ratio].kind, APX_VAL_CONST);
+  EXPECT_EQ(t.g.vals[w].kind, APX_VAL_PARAM);
+  EXPECT_FLOAT_EQ(((ApxAttrDropout *)t.g.nodes[dn].typed)->ratio, 0.25f);
+  EXPECT_EQ(((ApxAttrDropout *)t.g.nodes[dn].typed)->training_mode, 1);
+}
