@@ -1,0 +1,131 @@
+/* grad_rules_elementwise.c - gradient rules of the elementwise ops (numpy broadcasting:
+ * a broadcast input's gradient is summed back to its shape with ReduceSumTo). */
+#include "passes/grad_rules.h"
+
+/* dx[k] = gradient v summed to input k's shape. */
+static int give(GradCtx *c, int k, int v) {
+  if (v < 0) return -1;
+  c->dx[k] = gr_sum_to(c, v, gr_in(c, k));
+  return c->dx[k] < 0 ? -1 : 0;
+}
+
+GRAD_RULE(Add) {
+  for (int k = 0; k < 2; k++)
+    if (gr_need(c, k) && give(c, k, c->dy[0])) return -1;
+  return 0;
+}
+
+GRAD_RULE(Sub) {
+  if (gr_need(c, 0) && give(c, 0, c->dy[0])) return -1;
+  if (gr_need(c, 1)) {
+    int s = gr_sum_to(c, c->dy[0], gr_in(c, 1));
+    if (s < 0 || (c->dx[1] = gr_op1(c, APX_OP_Neg, s)) < 0) return -1;
+  }
+  return 0;
+}
+
+GRAD_RULE(Mul) {
+  /* d(a*b)/da = b, d(a*b)/db = a */
+  for (int k = 0; k < 2; k++)
+    if (gr_need(c, k) && give(c, k, gr_op2(c, APX_OP_Mul, c->dy[0], gr_in(c, 1 - k)))) return -1;
+  return 0;
+}
+
+GRAD_RULE(Div) {
+  /* y = a / b: da = dy / b; db = -dy * a / b^2 = -(dy * y) / b */
+  int b = gr_in(c, 1), y = gr_out(c, 0), dy = c->dy[0];
+  if (gr_need(c, 0) && give(c, 0, gr_op2(c, APX_OP_Div, dy, b))) return -1;
+  if (gr_need(c, 1)) {
+    int t = gr_op2(c, APX_OP_Mul, dy, y);
+    if (t < 0) return -1;
+    t = gr_op2(c, APX_OP_Div, t, b);
+    if (t < 0) return -1;
+    t = gr_sum_to(c, t, b);
+    if (t < 0 || (c->dx[1] = gr_op1(c, APX_OP_Neg, t)) < 0) return -1;
+  }
+  return 0;
+}
+
+GRAD_RULE(Neg) {
+  if (gr_need(c, 0)) return (c->dx[0] = gr_op1(c, APX_OP_Neg, c->dy[0])) < 0 ? -1 : 0;
+  return 0;
+}
+
+GRAD_RULE(Identity) {
+  c->dx[0] = gr_need(c, 0) ? c->dy[0] : -1;
+  return 0;
+}
+
+/* opGrad(dy, saved) -> dx with the forward node's attributes (or none). */
+static int unary_grad(GradCtx *c, ApxOp grad_op, int saved, int copy_attrs) {
+  if (!gr_need(c, 0)) return 0;
+  int in[2] = {c->dy[0], saved};
+  c->dx[0] = gr_op(c, grad_op, copy_attrs ? gr_attrs(c) : NULL, 2, in);
+  return c->dx[0] < 0 ? -1 : 0;
+}
+
+GRAD_RULE(Relu) { return unary_grad(c, APX_OP_ReluGrad, gr_out(c, 0), 0); }
+GRAD_RULE(LeakyRelu) { return unary_grad(c, APX_OP_LeakyReluGrad, gr_in(c, 0), 1); }
+GRAD_RULE(Sigmoid) { return unary_grad(c, APX_OP_SigmoidGrad, gr_out(c, 0), 0); }
+GRAD_RULE(Tanh) { return unary_grad(c, APX_OP_TanhGrad, gr_out(c, 0), 0); }
+GRAD_RULE(Gelu) { return unary_grad(c, APX_OP_GeluGrad, gr_in(c, 0), 1); }
+GRAD_RULE(Erf) { return unary_grad(c, APX_OP_ErfGrad, gr_in(c, 0), 0); }
+GRAD_RULE(Sqrt) { return unary_grad(c, APX_OP_SqrtGrad, gr_out(c, 0), 0); }
+
+GRAD_RULE(Exp) {
+  /* y = exp(x): dx = dy * y */
+  if (!gr_need(c, 0)) return 0;
+  return (c->dx[0] = gr_op2(c, APX_OP_Mul, c->dy[0], gr_out(c, 0))) < 0 ? -1 : 0;
+}
+
+GRAD_RULE(Log) {
+  /* y = log(x): dx = dy / x */
+  if (!gr_need(c, 0)) return 0;
+  return (c->dx[0] = gr_op2(c, APX_OP_Div, c->dy[0], gr_in(c, 0))) < 0 ? -1 : 0;
+}
+
+GRAD_RULE(Pow) {
+  /* PowGrad(dy, a, b) -> da?, db? in dy's shape (attrs.h), then reduced to a's / b's. */
+  int dy = c->dy[0];
+  int out[2] = {-1, -1};
+  for (int k = 0; k < 2; k++) {
+    if (!gr_need(c, k)) continue;
+    ApxValue shape = *gr_val(c, dy); /* a copy: adding values may move the array */
+    out[k] = gr_new_value(c, shape.dtype, shape.rank, shape.dims);
+    if (out[k] < 0) return -1;
+  }
+  int in[3] = {dy, gr_in(c, 0), gr_in(c, 1)};
+  if (gr_node(c, APX_OP_PowGrad, NULL, 3, in, 2, out) < 0) return -1;
+  for (int k = 0; k < 2; k++)
+    if (out[k] >= 0 && give(c, k, out[k])) return -1;
+  return 0;
+}
+
+GRAD_RULE(Where) {
+  /* y = cond ? a : b: da = cond ? dy : 0, db = cond ? 0 : dy (then reduced) */
+  int cond = gr_in(c, 0), dy = c->dy[0];
+  if (!gr_need(c, 1) && !gr_need(c, 2)) return 0;
+  int zero = gr_scalar(c, 0.0, gr_val(c, dy)->dtype);
+  if (zero < 0) return -1;
+  if (gr_need(c, 1)) {
+    int in[3] = {cond, dy, zero};
+    if (give(c, 1, gr_op(c, APX_OP_Where, NULL, 3, in))) return -1;
+  }
+  if (gr_need(c, 2)) {
+    int in[3] = {cond, zero, dy};
+    if (give(c, 2, gr_op(c, APX_OP_Where, NULL, 3, in))) return -1;
+  }
+  return 0;
+}
+
+GRAD_RULE(Cast) {
+  /* float -> float cast: the gradient is cast back to the input's type */
+  if (!gr_need(c, 0)) return 0;
+  int x = gr_in(c, 0), dy = c->dy[0];
+  if (gr_val(c, x)->dtype == gr_val(c, dy)->dtype) {
+    c->dx[0] = dy;
+    return 0;
+  }
+  ApxAttrCast a = {.to = (int32_t)gr_val(c, x)->dtype, .saturate = 1};
+  return (c->dx[0] = gr_op(c, APX_OP_Cast, &a, 1, &dy)) < 0 ? -1 : 0;
+}
