@@ -1,0 +1,274 @@
+/* apexrun_main.c - the apexrun command line (DESIGN.md 13).
+ *
+ *   apexrun infer MODEL.onnx|PLAN.apx --input-dir D --output-dir O [-O0|-O1|-O2|-O3]
+ *           [--half=fp16|bf16] [--dim NAME=V] [--allow-old-opset] [--threads N]
+ *           [--device cpu]
+ *   apexrun PLAN.apx --data DIR --steps N ...     (training: issue 5)
+ *
+ * infer reads D/input_K.pb (ONNX TensorProto, K = 0.. in the order of the model's data
+ * inputs), runs the forward section and writes O/output_K.pb for each graph output. A model
+ * that is not a plan file is compiled on the fly as apexc would (training off).
+ * Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input; errors are one line. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "compiler/diag.h"
+#include "compiler/emit_plan.h"
+#include "compiler/ir.h"
+#include "compiler/onnx_load.h"
+#include "compiler/options.h"
+#include "compiler/pipeline.h"
+#include "passes/memplan.h"
+#include "runtime/backend.h"
+#include "runtime/exec.h"
+#include "runtime/plan.h"
+
+#define APEXRUN_VERSION "0.1.0"
+
+static const char *usage_text =
+    "usage: apexrun infer MODEL.onnx|PLAN.apx --input-dir D --output-dir O [options]\n"
+    "       apexrun PLAN.apx --data DIR --steps N ...   (training; not supported yet)\n"
+    "\n"
+    "infer: runs the model's forward pass on ONNX test-data tensors.\n"
+    "  --input-dir D         reads D/input_0.pb, input_1.pb, ... (one per data input, in order)\n"
+    "  --output-dir O        writes O/output_0.pb, ... (one per graph output; O is created)\n"
+    "  -O0|-O1|-O2|-O3       opt level when MODEL is ONNX (compiled on the fly; default -O1)\n"
+    "  --half=fp16|bf16      half type when MODEL is ONNX (default fp16)\n"
+    "  --dim NAME=V          bind a symbolic dimension when MODEL is ONNX (repeatable)\n"
+    "  --allow-old-opset     accept ai.onnx opset 7..12 and ir_version 3..6\n"
+    "  --threads N           CPU threads (default: all)\n"
+    "  --device cpu          backend (this build: %s)\n"
+    "  -h, --help            this text\n"
+    "  --version             version and plan format\n"
+    "\n"
+    "Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input.\n";
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("apexrun: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputs(" (see apexrun --help)\n", stderr);
+  va_end(ap);
+  return APX_EXIT_BAD_INPUT;
+}
+
+static int fail(const ApxDiag *d) {
+  fprintf(stderr, "%s\n", d->msg);
+  return d->code ? d->code : APX_EXIT_RUNTIME;
+}
+
+typedef struct InferArgs {
+  const char *model, *input_dir, *output_dir, *device;
+  int threads;
+  ApxOptions o;
+} InferArgs;
+
+/* "--flag=value" or "--flag value": the value, advancing *i for the second form. */
+static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
+  size_t n = strlen(flag);
+  const char *a = argv[*i];
+  if (strncmp(a, flag, n) != 0) return NULL;
+  if (a[n] == '=') return a + n + 1;
+  if (a[n] != '\0') return NULL;
+  if (*i + 1 >= argc) return "";
+  return argv[++*i];
+}
+
+static int parse_infer(int argc, char **argv, InferArgs *a) {
+  memset(a, 0, sizeof *a);
+  apx_options_init(&a->o);
+  a->o.training = 0;
+  a->device = "cpu";
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i], *v;
+    if (arg[0] != '-') {
+      if (a->model) return usage_error("infer takes one model, got a second: '%s'", arg);
+      a->model = arg;
+    } else if (!strcmp(arg, "-O0") || !strcmp(arg, "-O1") || !strcmp(arg, "-O2") ||
+               !strcmp(arg, "-O3")) {
+      a->o.opt_level = (ApxOptLevel)(arg[2] - '0');
+    } else if ((v = flag_value(argc, argv, &i, "--input-dir"))) {
+      if (!*v) return usage_error("%s needs a folder", "--input-dir");
+      a->input_dir = v;
+    } else if ((v = flag_value(argc, argv, &i, "--output-dir"))) {
+      if (!*v) return usage_error("%s needs a folder", "--output-dir");
+      a->output_dir = v;
+    } else if ((v = flag_value(argc, argv, &i, "--device"))) {
+      if (!*v) return usage_error("%s needs a name", "--device");
+      a->device = v;
+    } else if ((v = flag_value(argc, argv, &i, "--threads"))) {
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (!*v || *end || n < 1 || n > 4096) return usage_error("--threads: '%s' is not a count in [1, 4096]", v);
+      a->threads = (int)n;
+    } else if ((v = flag_value(argc, argv, &i, "--half"))) {
+      ApxDType t = apx_dtype_parse(v);
+      if (t != APX_DT_F16 && t != APX_DT_BF16) return usage_error("--half: expected fp16 or bf16, got '%s'", v);
+      a->o.half = t;
+      a->o.half_set = 1;
+    } else if ((v = flag_value(argc, argv, &i, "--dim"))) {
+      const char *eq = strchr(v, '=');
+      char *end = NULL;
+      long long n = eq ? strtoll(eq + 1, &end, 10) : 0;
+      if (!eq || eq == v || !end || *end || eq[1] == '\0' || n < 1)
+        return usage_error("--dim: expected NAME=VALUE with VALUE >= 1, got '%s'", v);
+      if (a->o.n_dims >= APX_MAX_DIMS_BOUND) return usage_error("--dim: too many bindings");
+      a->o.dim_names[a->o.n_dims] = strndup(v, (size_t)(eq - v));
+      a->o.dim_values[a->o.n_dims++] = n;
+    } else if (!strcmp(arg, "--allow-old-opset")) {
+      a->o.opset_min = 7;
+      a->o.ir_version_min = 3;
+    } else {
+      return usage_error("infer: unknown option '%s'", arg);
+    }
+  }
+  if (!a->model) return usage_error("infer needs a model (MODEL.onnx or PLAN.apx)");
+  if (!a->input_dir) return usage_error("infer needs %s", "--input-dir D");
+  if (!a->output_dir) return usage_error("infer needs %s", "--output-dir O");
+  char err[512];
+  if (apx_options_apply_preset(&a->o, err, sizeof err)) return usage_error("%s", err);
+  a->o.model_path = a->model;
+  return 0;
+}
+
+static int is_plan_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return 0;
+  char m[8] = {0};
+  size_t n = fread(m, 1, 8, f);
+  fclose(f);
+  return n == 8 && memcmp(m, "APXPLAN", 8) == 0;
+}
+
+static int file_exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+static int cmd_infer(int argc, char **argv) {
+  InferArgs a;
+  int rc = parse_infer(argc, argv, &a);
+  if (rc) return rc;
+  ApxDiag d;
+  apx_diag_init(&d);
+  if (!file_exists(a.model)) {
+    fprintf(stderr, "%s: cannot open model: %s\n", a.model, strerror(errno));
+    return APX_EXIT_BAD_INPUT;
+  }
+  ApxGraph g;
+  int have_graph = 0;
+  ApxPlan plan;
+  apx_plan_init(&plan);
+  ApxExec ex;
+  memset(&ex, 0, sizeof ex);
+  ApxArena arena;
+  apx_arena_init(&arena);
+  rc = 0;
+
+  if (is_plan_file(a.model)) {
+    if (apx_plan_read(&plan, a.model, &d)) goto done;
+  } else {
+    have_graph = 1;
+    if (apx_compile_file(&g, &a.o, &d)) goto done;
+    if (g.arena_bytes < 0 && pass_memplan(&g, &a.o, &d) < 0) goto done;
+    if (apx_plan_from_graph(&g, &a.o, &plan, &d)) goto done;
+  }
+
+  ApxExecConfig cfg;
+  apx_exec_config_init(&cfg);
+  cfg.device = a.device;
+  cfg.n_threads = a.threads;
+  if (apx_exec_init(&ex, &plan, &cfg, &d)) goto done;
+
+  /* inputs: exactly input_0.pb .. input_{n-1}.pb */
+  for (int32_t i = 0;; i++) {
+    char *path = apx_arena_printf(&arena, "%s/input_%d.pb", a.input_dir, i);
+    if (!path) {
+      apx_diag_error(&d, APX_EXIT_RUNTIME, "apexrun: out of memory");
+      goto done;
+    }
+    if (i >= plan.n_inputs) {
+      if (file_exists(path))
+        apx_diag_error(&d, APX_EXIT_BAD_INPUT, "%s: the model has %d data input%s, this is one more",
+                       path, plan.n_inputs, plan.n_inputs == 1 ? "" : "s");
+      if (d.code) goto done;
+      break;
+    }
+    ApxTensorConst tc;
+    const char *name = NULL;
+    if (apx_onnx_read_tensor_file(path, &arena, &tc, &name, &d)) goto done;
+    ApxTensor t = {tc.data, tc.dtype, tc.rank, {0}};
+    memcpy(t.dims, tc.dims, sizeof t.dims);
+    ApxDiag di;
+    apx_diag_init(&di);
+    if (apx_exec_set_input(&ex, i, &t, &di)) {
+      /* name the input file rather than the plan: that is what was wrong */
+      const char *what = strstr(di.msg, ": ");
+      apx_diag_error(&d, di.code, "%s%s", path, what ? what : di.msg);
+      goto done;
+    }
+  }
+
+  if (apx_exec_run(&ex, APX_SEC_FORWARD, &d)) goto done;
+
+  if (mkdir(a.output_dir, 0755) && errno != EEXIST) {
+    apx_diag_error(&d, APX_EXIT_RUNTIME, "%s: cannot create the output folder: %s", a.output_dir,
+                   strerror(errno));
+    goto done;
+  }
+  for (int32_t i = 0; i < plan.n_outputs; i++) {
+    const ApxPlanBuffer *b = &plan.bufs[plan.outputs[i]];
+    void *host = apx_arena_alloc_raw(&arena, (size_t)b->bytes + 1);
+    char *path = apx_arena_printf(&arena, "%s/output_%d.pb", a.output_dir, i);
+    if (!host || !path) {
+      apx_diag_error(&d, APX_EXIT_RUNTIME, "apexrun: out of memory");
+      goto done;
+    }
+    if (apx_exec_read(&ex, plan.outputs[i], host, (size_t)b->bytes, &d)) goto done;
+    ApxTensor t = {host, b->dtype, b->rank, {0}};
+    memcpy(t.dims, b->dims, sizeof t.dims);
+    if (apx_onnx_write_tensor_file(path, b->name, &t, &d)) goto done;
+  }
+
+done:
+  if (d.code) rc = fail(&d);
+  apx_exec_free(&ex);
+  apx_plan_free(&plan);
+  if (have_graph) apx_graph_free(&g);
+  apx_arena_free(&arena);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, usage_text, apx_backend_names());
+    return APX_EXIT_BAD_INPUT;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
+    printf(usage_text, apx_backend_names());
+    return APX_EXIT_OK;
+  }
+  if (!strcmp(cmd, "--version")) {
+    printf("apexrun %s (plan format %u, attrs ABI %d, backends: %s)\n", APEXRUN_VERSION,
+           APX_PLAN_FORMAT_VERSION, APX_ATTRS_ABI, apx_backend_names());
+    return APX_EXIT_OK;
+  }
+  if (!strcmp(cmd, "infer")) {
+    for (int i = 2; i < argc; i++)
+      if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+        printf(usage_text, apx_backend_names());
+        return APX_EXIT_OK;
+      }
+    return cmd_infer(argc - 1, argv + 1);
+  }
+  if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
+  fprintf(stderr, "apexrun: not supported yet: training (issue 5)\n");
+  return APX_EXIT_BAD_INPUT;
+}

@@ -1,0 +1,217 @@
+// apexrun_test.cc - the apexrun CLI end to end: ONNX node tests from libonnx-testdata run
+// through a plan file (compiled here: load, infer_shapes, memplan, emit) and through
+// on-the-fly compilation of the .onnx, compared with their output_K.pb; exit codes and
+// one-line errors for bad usage and bad input.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+extern "C" {
+#include "compiler/emit_plan.h"
+#include "compiler/onnx_load.h"
+#include "passes/infer_shapes.h"
+#include "passes/memplan.h"
+}
+
+namespace {
+
+const char *kNodeTests = "/usr/share/libonnx-testdata/data/node";
+
+std::string tmp() {
+  const char *t = getenv("TEST_TMPDIR");
+  return t ? t : "/tmp";
+}
+
+struct Result {
+  int code;
+  std::string out;  // stdout and stderr
+};
+
+Result apexrun(const std::string &args) {
+  std::string cmd = "./runtime/apexrun " + args + " 2>&1";
+  FILE *p = popen(cmd.c_str(), "r");
+  Result r{-1, ""};
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  return r;
+}
+
+double eps_of(ApxDType t) {
+  switch (t) {
+    case APX_DT_F16: return 9.765625e-4;
+    case APX_DT_BF16: return 7.8125e-3;
+    case APX_DT_F64: return 2.220446049250313e-16;
+    default: return 1.1920928955078125e-7;
+  }
+}
+
+double as_double(const ApxTensorConst &t, int64_t i) {
+  switch (t.dtype) {
+    case APX_DT_F32: return ((const float *)t.data)[i];
+    case APX_DT_F64: return ((const double *)t.data)[i];
+    case APX_DT_I64: return (double)((const int64_t *)t.data)[i];
+    case APX_DT_I32: return ((const int32_t *)t.data)[i];
+    case APX_DT_BOOL:
+    case APX_DT_U8: return ((const uint8_t *)t.data)[i];
+    default: return NAN;
+  }
+}
+
+// Compares every output_K.pb of a test data set with what apexrun wrote in out_dir.
+// Tolerance from the dtype's epsilon: |got - want| <= 16 eps (1 + |want|).
+void expect_outputs_match(const std::string &case_dir, const std::string &out_dir) {
+  for (int k = 0;; k++) {
+    std::string want_path = case_dir + "/test_data_set_0/output_" + std::to_string(k) + ".pb";
+    struct stat st;
+    if (stat(want_path.c_str(), &st) != 0) {
+      EXPECT_GT(k, 0) << "no expected outputs in " << case_dir;
+      break;
+    }
+    std::string got_path = out_dir + "/output_" + std::to_string(k) + ".pb";
+    ApxArena a;
+    apx_arena_init(&a);
+    ApxDiag d;
+    apx_diag_init(&d);
+    ApxTensorConst want, got;
+    const char *wn = nullptr, *gn = nullptr;
+    ASSERT_EQ(apx_onnx_read_tensor_file(want_path.c_str(), &a, &want, &wn, &d), 0) << d.msg;
+    ASSERT_EQ(apx_onnx_read_tensor_file(got_path.c_str(), &a, &got, &gn, &d), 0) << d.msg;
+    ASSERT_EQ(got.dtype, want.dtype) << got_path;
+    ASSERT_EQ(got.rank, want.rank) << got_path;
+    int64_t n = 1;
+    for (int i = 0; i < want.rank; i++) {
+      ASSERT_EQ(got.dims[i], want.dims[i]) << got_path << " dim " << i;
+      n *= want.dims[i];
+    }
+    ASSERT_GT(n, 0);
+    double tol = 16 * eps_of(want.dtype);
+    for (int64_t i = 0; i < n; i++) {
+      double g = as_double(got, i), w = as_double(want, i);
+      ASSERT_LE(std::fabs(g - w), tol * (1 + std::fabs(w))) << got_path << " element " << i;
+    }
+    if (wn && gn) {
+      EXPECT_STREQ(gn, wn);
+    }
+    apx_arena_free(&a);
+  }
+}
+
+// Compiles model.onnx of a node test to a plan file with the library passes apexrun relies on.
+std::string compile_to_plan(const std::string &case_dir, const std::string &name) {
+  ApxGraph g;
+  apx_graph_init(&g, (case_dir + "/model.onnx").c_str());
+  ApxDiag d;
+  apx_diag_init(&d);
+  ApxOptions o;
+  apx_options_init(&o);
+  o.training = 0;
+  std::string plan = tmp() + "/" + name + ".apx";
+  EXPECT_EQ(apx_onnx_load_file(&g, (case_dir + "/model.onnx").c_str(), &o, &d), 0) << d.msg;
+  EXPECT_GE(pass_infer_shapes(&g, &o, &d), 0) << d.msg;
+  EXPECT_EQ(pass_memplan(&g, &o, &d), 0) << d.msg;
+  EXPECT_EQ(apx_emit_plan_file(&g, &o, plan.c_str(), &d), 0) << d.msg;
+  apx_graph_free(&g);
+  return plan;
+}
+
+class NodeTest : public ::testing::TestWithParam<const char *> {};
+
+}  // namespace
+
+TEST_P(NodeTest, ThroughAPlanFile) {
+  std::string dir = std::string(kNodeTests) + "/" + GetParam();
+  std::string plan = compile_to_plan(dir, GetParam());
+  std::string out = tmp() + "/out_plan_" + GetParam();
+  Result r = apexrun("infer " + plan + " --input-dir " + dir + "/test_data_set_0 --output-dir " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  expect_outputs_match(dir, out);
+}
+
+TEST_P(NodeTest, CompilingTheOnnxModelAtO0) {
+  std::string dir = std::string(kNodeTests) + "/" + GetParam();
+  std::string out = tmp() + "/out_onnx_" + GetParam();
+  Result r = apexrun("infer " + dir + "/model.onnx -O0 --threads 1 --input-dir " + dir +
+                  "/test_data_set_0 --output-dir " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  expect_outputs_match(dir, out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Onnx, NodeTest,
+                         ::testing::Values("test_gemm_default_matrix_bias", "test_matmul_2d",
+                                           "test_relu", "test_add_bcast", "test_softmax_axis_1",
+                                           "test_transpose_default", "test_sigmoid"));
+
+TEST(Apexrun, HelpAndVersion) {
+  Result h = apexrun("--help");
+  EXPECT_EQ(h.code, 0);
+  EXPECT_NE(h.out.find("apexrun infer MODEL.onnx|PLAN.apx"), std::string::npos) << h.out;
+  Result v = apexrun("--version");
+  EXPECT_EQ(v.code, 0);
+  EXPECT_NE(v.out.find("plan format 1"), std::string::npos) << v.out;
+}
+
+TEST(Apexrun, BadUsageExitsWith2AndOneLine) {
+  struct {
+    const char *args, *want;
+  } cases[] = {
+      {"", "usage:"},
+      {"--bogus", "unknown option '--bogus'"},
+      {"infer", "infer needs a model"},
+      {"infer m.onnx --output-dir /tmp/x", "infer needs --input-dir"},
+      {"infer m.onnx --input-dir /tmp --output-dir /tmp/x --threads 0", "--threads"},
+      {"infer m.onnx --input-dir /tmp --output-dir /tmp/x --half=fp8", "--half"},
+      {"infer m.onnx --input-dir /tmp --output-dir /tmp/x --frobnicate", "unknown option"},
+      {"model.apx --data d --steps 3", "not supported yet: training (issue 5)"},
+  };
+  for (auto &c : cases) {
+    Result r = apexrun(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << ": " << r.out;
+    EXPECT_NE(r.out.find(c.want), std::string::npos) << c.args << ": " << r.out;
+    if (c.args[0]) {
+      EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << c.args << ": " << r.out;
+    }
+  }
+}
+
+TEST(Apexrun, BadInputsExitWith2) {
+  std::string dir = std::string(kNodeTests) + "/test_gemm_default_matrix_bias";
+  std::string plan = compile_to_plan(dir, "gemm_for_bad_inputs");
+  // missing input folder
+  Result r = apexrun("infer " + plan + " --input-dir " + tmp() + "/nowhere --output-dir " + tmp() + "/o1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("input_0.pb"), std::string::npos) << r.out;
+  // inputs of the wrong shape: another node test's data
+  std::string other = std::string(kNodeTests) + "/test_relu/test_data_set_0";
+  r = apexrun("infer " + plan + " --input-dir " + other + " --output-dir " + tmp() + "/o2");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("input 0 ('a'): expected"), std::string::npos) << r.out;
+  // a corrupt plan
+  std::string bad = tmp() + "/corrupt.apx";
+  FILE *f = fopen(bad.c_str(), "wb");
+  fputs("APXPLAN", f);
+  fputc(0, f);
+  for (int i = 0; i < 100; i++) fputc(i, f);
+  fclose(f);
+  r = apexrun("infer " + bad + " --input-dir " + dir + "/test_data_set_0 --output-dir " + tmp() + "/o3");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("corrupt.apx:"), std::string::npos) << r.out;
+  // a missing model
+  r = apexrun("infer " + tmp() + "/none.onnx --input-dir " + dir + " --output-dir " + tmp() + "/o4");
+  EXPECT_EQ(r.code, 2) << r.out;
+  // an unknown device
+  r = apexrun("infer " + plan + " --device tpu --input-dir " + dir + "/test_data_set_0 --output-dir " +
+              tmp() + "/o5");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("unknown device 'tpu'"), std::string::npos) << r.out;
+}
