@@ -6,10 +6,13 @@
 #include <string.h>
 
 #include "compiler/cli.h"
+#include "compiler/cost.h"
 #include "compiler/diag.h"
+#include "compiler/emit_plan.h"
 #include "compiler/ir.h"
 #include "compiler/pipeline.h"
 #include "kernels/op.h"
+#include "runtime/plan.h"
 
 static int list_ops(void) {
   printf("%-30s %-8s %s\n", "op", "O1 list", "support");
@@ -49,6 +52,47 @@ static void print_summary(const ApxGraph *g, const ApxOptions *o) {
     if (count[i]) printf(" %s=%d", apx_op_name((ApxOp)i), count[i]);
   printf("\nparameters: %" PRId64 " tensors, %" PRId64 " elements, %" PRId64 " bytes\n", n_params,
          param_elems, param_bytes);
+  /* estimated FLOPs per step, by section (compiler/cost.h) */
+  int64_t flops[3] = {0, 0, 0};
+  int unknown = 0;
+  for (int k = 0; k < g->n_order; k++) {
+    int64_t f = apx_node_flops(g, g->order[k]);
+    if (f < 0)
+      unknown++;
+    else
+      flops[g->nodes[g->order[k]].section] += f;
+  }
+  printf("estimated FLOPs per step: %.4g (forward %.4g, backward %.4g, optimizer %.4g)%s\n",
+         (double)(flops[0] + flops[1] + flops[2]), (double)flops[0], (double)flops[1],
+         (double)flops[2], unknown ? " (some nodes unknown)" : "");
+  if (g->arena_bytes > 0)
+    printf("activation arena: %" PRId64 " bytes (lower bound %" PRId64 ", no reuse %" PRId64 ")\n",
+           g->arena_bytes, g->peak_live_bytes, g->no_reuse_bytes);
+}
+
+/* MODEL.onnx -> MODEL.apx next to it */
+static char *default_plan_path(const char *model) {
+  size_t n = strlen(model);
+  const char *dot = strrchr(model, '.');
+  const char *slash = strrchr(model, '/');
+  if (dot && (!slash || dot > slash)) n = (size_t)(dot - model);
+  char *p = malloc(n + 5);
+  if (!p) return NULL;
+  memcpy(p, model, n);
+  memcpy(p + n, ".apx", 5);
+  return p;
+}
+
+static int dump_plan(const char *path) {
+  ApxPlan plan;
+  ApxDiag d;
+  apx_plan_init(&plan);
+  apx_diag_init(&d);
+  int rc = apx_plan_read(&plan, path, &d);
+  if (rc == 0) apx_plan_dump(&plan, stdout);
+  else fprintf(stderr, "%s\n", d.msg);
+  apx_plan_free(&plan);
+  return rc ? (d.code ? d.code : APX_EXIT_BAD_INPUT) : 0;
 }
 
 int main(int argc, char **argv) {
@@ -63,9 +107,7 @@ int main(int argc, char **argv) {
     case APX_CLI_HELP: fputs(apx_cli_usage(), stdout); return 0;
     case APX_CLI_VERSION: printf("apexc %s\n", APX_VERSION); return 0;
     case APX_CLI_LIST_OPS: return list_ops();
-    case APX_CLI_DUMP_PLAN:
-      fprintf(stderr, "apexc: not supported yet: --dump-plan (plan format lands with issue 3)\n");
-      return APX_EXIT_BAD_INPUT;
+    case APX_CLI_DUMP_PLAN: return dump_plan(a.dump_plan_path);
     case APX_CLI_COMPILE: break;
   }
   ApxDiag d;
@@ -74,6 +116,14 @@ int main(int argc, char **argv) {
   ApxGraph g;
   int rc = apx_compile_file(&g, &o, &d);
   if (rc == 0 && a.summary) print_summary(&g, &o);
+  if (rc == 0 && a.write_plan) {
+    char *owned = o.output_path ? NULL : default_plan_path(o.model_path);
+    const char *out = o.output_path ? o.output_path : owned;
+    rc = out ? apx_emit_plan_file(&g, &o, out, &d)
+             : apx_diag_error(&d, APX_EXIT_RUNTIME, "apexc: out of memory");
+    if (rc == 0 && !o.quiet) fprintf(stderr, "wrote %s\n", out);
+    free(owned);
+  }
   if (rc) fprintf(stderr, "%s\n", d.msg);
   int code = rc ? d.code : 0;
   apx_graph_free(&g);

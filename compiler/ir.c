@@ -242,7 +242,7 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
     apx_uses_free(&u);
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory sorting the graph", g->file);
   }
-  /* Kahn with a min-heap on node id keeps the model's order where it is already valid. */
+  /* Kahn with a min-heap keeps the model's order where it is already valid. */
   int *heap = malloc(((size_t)live + 1) * sizeof(int));
   int hn = 0;
   if (!heap) {
@@ -250,11 +250,16 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
     apx_uses_free(&u);
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory sorting the graph", g->file);
   }
+  /* Priority: section first (forward, backward, optimizer: a later section never feeds an
+   * earlier one), then node id. */
+#define NODE_BEFORE(a, b)                                                              \
+  (g->nodes[a].section != g->nodes[b].section ? g->nodes[a].section < g->nodes[b].section \
+                                              : (a) < (b))
 #define HEAP_PUSH(x)                                                     \
   do {                                                                   \
     int c_ = hn++;                                                       \
     heap[c_] = (x);                                                      \
-    while (c_ > 0 && heap[(c_ - 1) / 2] > heap[c_]) {                    \
+    while (c_ > 0 && NODE_BEFORE(heap[c_], heap[(c_ - 1) / 2])) {        \
       int t_ = heap[c_]; heap[c_] = heap[(c_ - 1) / 2]; heap[(c_ - 1) / 2] = t_; \
       c_ = (c_ - 1) / 2;                                                 \
     }                                                                    \
@@ -267,8 +272,8 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
     heap[0] = heap[--hn];
     for (int c = 0;;) {
       int l = 2 * c + 1, r = l + 1, m = c;
-      if (l < hn && heap[l] < heap[m]) m = l;
-      if (r < hn && heap[r] < heap[m]) m = r;
+      if (l < hn && NODE_BEFORE(heap[l], heap[m])) m = l;
+      if (r < hn && NODE_BEFORE(heap[r], heap[m])) m = r;
       if (m == c) break;
       int t = heap[c]; heap[c] = heap[m]; heap[m] = t;
       c = m;
@@ -285,6 +290,7 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
     }
   }
 #undef HEAP_PUSH
+#undef NODE_BEFORE
   free(heap);
   apx_uses_free(&u);
   g->n_order = k;

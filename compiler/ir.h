@@ -208,8 +208,9 @@ void apx_value_set_shape(ApxValue *v, int32_t rank, const int64_t *dims);
 /* "[64,128]" / "[N,128]" / "?" into buf; returns buf. */
 char *apx_value_shape_str(const ApxValue *v, char *buf, size_t cap);
 
-/* Rebuilds g->order from live nodes: a stable topological order (Kahn's algorithm,
- * ties broken by node id so the model's order is kept where it is valid). A cycle is an
+/* Rebuilds g->order from live nodes: a stable topological order (Kahn's algorithm, ties
+ * broken by section (forward, backward, optimizer) and then node id, so sections stay
+ * contiguous and the model's order is kept where it is valid). A cycle is an
  * error naming one node on it. Returns 0 or -1. */
 int apx_graph_toposort(ApxGraph *g, ApxDiag *d);
 

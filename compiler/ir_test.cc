@@ -116,3 +116,17 @@ TEST(Ir, ShapeHelpers) {
   EXPECT_EQ(apx_value_bytes(&t.g.vals[v]), 128);
   EXPECT_TRUE(t.g.vals[v].flags & APX_VALF_SHAPE_KNOWN);
 }
+
+TEST(Ir, ToposortKeepsSectionsContiguous) {
+  Graph t;
+  int x = t.val("x", APX_VAL_INPUT), y = t.val("y"), s = t.val("s"), z = t.val("z");
+  int opt = t.node(APX_OP_Relu, "opt", {y}, {s});  // created first, but optimizer section
+  t.g.nodes[opt].section = APX_SEC_OPTIMIZER;
+  int fwd = t.node(APX_OP_Relu, "fwd", {x}, {y});
+  int fwd2 = t.node(APX_OP_Relu, "fwd2", {x}, {z});  // independent of the optimizer node
+  ASSERT_EQ(apx_graph_toposort(&t.g, &t.d), 0) << t.d.msg;
+  ASSERT_EQ(t.g.n_order, 3);
+  EXPECT_EQ(t.g.order[0], fwd);
+  EXPECT_EQ(t.g.order[1], fwd2);
+  EXPECT_EQ(t.g.order[2], opt);
+}

@@ -4,11 +4,43 @@
 #include <fnmatch.h>
 #include <string.h>
 
+#include "compiler/emit_onnx.h"
+#include "compiler/explain.h"
 #include "compiler/onnx_load.h"
+#include "passes/autodiff.h"
+#include "passes/cast_cleanup.h"
+#include "passes/cast_insert.h"
+#include "passes/fold_constants.h"
+#include "passes/infer_shapes.h"
+#include "passes/master_weights.h"
+#include "passes/memplan.h"
+#include "passes/optimizer.h"
+#include "passes/overflow_check.h"
+#include "passes/precision.h"
 
-/* The pass table (STYLE.md 3). Passes land here as they are written; each entry is a
- * function in passes/<name>.c. */
+/* Inspection stage: --explain and --emit-onnx see the graph after the precision passes and
+ * before fusion, so rows and emitted nodes are the model's own (DESIGN.md 7). */
+static int stage_inspect(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
+  if (o->explain && apx_explain_emit(g, o, d)) return APX_PASS_ERROR;
+  if (o->emit_onnx && apx_emit_onnx(g, o->emit_onnx, d)) return APX_PASS_ERROR;
+  return APX_PASS_UNCHANGED;
+}
+
+/* The pass table (STYLE.md 3): the whole compiler, in order. Each entry is a function in
+ * passes/<name>.c; passes that do not apply (training passes with --inference) return
+ * unchanged. */
 static const ApxPassInfo passes[] = {
+    {"fold_constants", pass_fold_constants, "fold Shape and constant shape subgraphs"},
+    {"infer_shapes", pass_infer_shapes, "static dtypes and shapes of every value"},
+    {"autodiff", pass_autodiff, "backward graph from the loss (training)"},
+    {"optimizer", pass_optimizer, "loss scaling, unscale + inf check, optimizer update"},
+    {"overflow_check", pass_overflow_check, "constants out of half range, risky patterns"},
+    {"precision", pass_precision, "per-node precision decisions with their reasons"},
+    {"cast_insert", pass_cast_insert, "casts where dtypes and decisions differ"},
+    {"cast_cleanup", pass_cast_cleanup, "no round trips, one cast per value and type"},
+    {"inspect", stage_inspect, "--explain and --emit-onnx output"},
+    {"master_weights", pass_master_weights, "optimizer updates fp32 masters, refreshes half"},
+    {"memplan", pass_memplan, "liveness and arena offsets"},
     {NULL, NULL, NULL},
 };
 
