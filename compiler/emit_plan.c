@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "compiler/precision_rules.h"
 #include "passes/memplan.h"
 
 /* The plan stores ApxMemRegion and ApxSection values as they are. */
@@ -188,7 +189,7 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
     dc->op = apx_op_name(n->op);
     dc->decision = n->compute;
     dc->rule_code = n->reason;
-    dc->rule = "";
+    dc->rule = n->reason > 0 ? apx_reason_id(n->reason) : "";
     dc->detail = n->reason_detail ? n->reason_detail : "";
     dc->casts_added = casts[id];
   }

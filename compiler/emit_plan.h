@@ -8,8 +8,8 @@
  *  - one kernel per node of g->order, with its typed attributes; static inputs (ops.def
  *    STATIC_INPUTS) and absent optionals are -1;
  *  - a precision decision per node whose compute type is decided (rule code from
- *    ApxNode.reason, detail, and the Casts added for it: pass-made Cast nodes whose origin
- *    is the node);
+ *    ApxNode.reason with its apx_reason_id name, detail, and the Casts added for it:
+ *    pass-made Cast nodes whose origin is the node);
  *  - a gradient bucket per Allreduce node (members = its inputs, ready after the last
  *    member's producer);
  *  - the options the runtime needs, data inputs, outputs, loss, memory summary, and the

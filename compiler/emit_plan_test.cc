@@ -9,6 +9,7 @@
 
 extern "C" {
 #include "compiler/emit_plan.h"
+#include "compiler/precision_rules.h"
 #include "passes/memplan.h"
 #include "runtime/plan.h"
 }
@@ -83,7 +84,7 @@ struct Model {
     ga->alpha = 2.f;
     ga->beta = 1.f;
     t.g.nodes[n_mm].compute = APX_DT_F16;
-    t.g.nodes[n_mm].reason = 8;
+    t.g.nodes[n_mm].reason = APX_REASON_LIST_HALF;
     t.g.nodes[n_mm].reason_detail = "Gemm is on the half list";
     t.g.nodes[n_cast].origin = n_mm;  // cast_insert's convention: origin = first user
     t.g.nodes[n_cast].compute = APX_DT_F16;
@@ -168,7 +169,8 @@ TEST(EmitPlan, GraphBecomesAPlanThatRoundTrips) {
       seen = true;
       EXPECT_EQ(p.decisions[i].casts_added, 1);
       EXPECT_EQ(p.decisions[i].decision, APX_DT_F16);
-      EXPECT_EQ(p.decisions[i].rule_code, 8);
+      EXPECT_EQ(p.decisions[i].rule_code, APX_REASON_LIST_HALF);
+      EXPECT_STREQ(p.decisions[i].rule, apx_reason_id(APX_REASON_LIST_HALF));
       EXPECT_STREQ(p.decisions[i].detail, "Gemm is on the half list");
     }
   EXPECT_TRUE(seen);
