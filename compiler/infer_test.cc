@@ -896,3 +896,11 @@ TEST(Infer, InternalOpCanonicalizationKeepsThePassesTypedAttributes) {
   EXPECT_EQ(t.attrs<ApxAttrAxis>(n)->axis, 1);
   EXPECT_EQ(t.shape(dx), (Dims{3, 4}));
 }
+
+TEST(Infer, ShapesWhoseElementCountOverflowsAreErrors) {
+  G t;
+  int x = t.input("x", APX_DT_F32, {1}), y = t.value("y");
+  int64_t big = (int64_t)1 << 40;
+  EXPECT_LT(t.run(t.node(APX_OP_Expand, "ex", {x, t.ints("s", {big, big})}, {y})), 0);
+  EXPECT_TRUE(has(t.msg(), "has too many elements")) << t.msg();
+}

@@ -411,6 +411,13 @@ int infer_set_out(ApxGraph *g, int node, int slot, ApxDType dt, int32_t rank,
   for (int i = 0; i < rank; i++)
     if (dims[i] < 0)
       return apx_node_error(d, g, node, "output %d '%s': inferred a negative dim", slot, v->name);
+  int64_t numel = infer_numel(rank, dims);
+  if (numel < 0 || numel > INT64_MAX / 16) {
+    char b[256];
+    infer_dims_str(rank, dims, b, sizeof b);
+    return apx_node_error(d, g, node, "output %d '%s': shape %s has too many elements", slot,
+                          v->name, b);
+  }
   v->dtype = dt;
   apx_value_set_shape(v, rank, dims);
   return 0;

@@ -158,6 +158,15 @@ static int fold_node(ApxGraph *g, int node, int must, ApxDiag *d) {
   const ApxNode *n = &g->nodes[node];
   void *out[16] = {0};
   if (n->n_out > 16) return 0;
+  for (int k = 0; k < n->n_out; k++) {
+    if (n->out[k] < 0) continue;
+    int64_t bytes = apx_value_bytes(&g->vals[n->out[k]]);
+    if (bytes >= 0 && bytes <= APX_FOLD_MAX_BYTES) continue;
+    if (!must) return 0;
+    return apx_node_error(d, g, node, "compile-time constant output %d '%s' would take %lld "
+                          "bytes (at most %lld are folded)", k, g->vals[n->out[k]].name,
+                          (long long)bytes, (long long)APX_FOLD_MAX_BYTES);
+  }
   int done = eval_direct(g, node, out, d);
   if (done == 0) done = eval_kernel(g, node, must, out, d);
   if (done <= 0) return done;

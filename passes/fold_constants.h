@@ -16,7 +16,8 @@
  *     folded (they are trained), nor float arithmetic.
  * Folding evaluates the node on the CPU (apx_cpu_run, kernels/cpu; Shape, Constant,
  * ConstantOfShape and the copy-only ops Identity/Reshape/Flatten/Squeeze/Unsqueeze are
- * evaluated here directly), turns its outputs into APX_VAL_CONST values with data in
+ * evaluated here directly; a compile-time output over APX_FOLD_MAX_BYTES is an error),
+ * turns its outputs into APX_VAL_CONST values with data in
  * g->arena and producer -1, and marks the node APX_NODEF_DEAD. A folded value keeps its
  * name, so graph outputs and later nodes see the constant. Dead-code elimination is not
  * done here (nodes whose outputs nobody uses stay).
@@ -32,6 +33,8 @@ extern "C" {
 #endif
 
 #define APX_FOLD_MAX_ELEMS (1 << 20)
+/* A compile-time op whose output would exceed this is an error (bad or hostile model). */
+#define APX_FOLD_MAX_BYTES ((int64_t)1 << 30)
 
 int pass_fold_constants(ApxGraph *g, const ApxOptions *o, ApxDiag *d);
 

@@ -240,3 +240,11 @@ TEST(FoldConstants, FloatInitializerUsedOnlyAsAnOperandIsNotTrained) {
   EXPECT_FLOAT_EQ(((ApxAttrDropout *)t.g.nodes[dn].typed)->ratio, 0.25f);
   EXPECT_EQ(((ApxAttrDropout *)t.g.nodes[dn].typed)->training_mode, 1);
 }
+
+TEST(FoldConstants, RejectsAHugeCompileTimeConstant) {
+  G t;
+  int c = t.value("c");
+  t.node(APX_OP_ConstantOfShape, "cos", {t.ints("shp", {1 << 20, 1 << 20})}, {c});
+  EXPECT_EQ(t.fold(), APX_PASS_ERROR);
+  EXPECT_TRUE(has(t.d.msg, "compile-time constant output 0 'c' would take 4398046511104 bytes")) << t.d.msg;
+}
