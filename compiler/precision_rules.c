@@ -106,8 +106,9 @@ int apx_prec_output_follows(const ApxGraph *g, int node, int slot) {
 
 int apx_prec_is_float_node(const ApxGraph *g, int node) {
   const ApxNode *n = &g->nodes[node];
-  if (n->n_out < 1 || n->out[0] < 0) return 0;
-  return apx_dtype_is_float(g->vals[n->out[0]].dtype);
+  for (int o = 0; o < n->n_out; o++)
+    if (n->out[o] >= 0 && apx_dtype_is_float(g->vals[n->out[o]].dtype)) return 1;
+  return 0;
 }
 
 int apx_prec_is_loss_node(const ApxGraph *g, int node) {

@@ -87,7 +87,8 @@ ApxInputRole apx_prec_input_role(const ApxGraph *g, int node, int slot);
  * BatchNormGrad dscale/dB, outputs of optimizer and loss-scaling ops). */
 int apx_prec_output_follows(const ApxGraph *g, int node, int slot);
 
-/* 1 when the node computes on float data: its output 0 is a float value. */
+/* 1 when the node computes on float data: one of its present outputs is a float value
+ * (gradient ops may leave output 0 absent). */
 int apx_prec_is_float_node(const ApxGraph *g, int node);
 /* 1 for loss ops (SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss, FusedXentropy) and
  * the producer of the value flagged APX_VALF_LOSS. */

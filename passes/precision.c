@@ -285,7 +285,9 @@ static int decide_fixed(Ctx *c, int id, Dec *r) {
     return 1;
   }
   if (!apx_prec_is_float_node(g, id)) {
-    ApxDType out = n->n_out > 0 && n->out[0] >= 0 ? g->vals[n->out[0]].dtype : APX_DT_UNDEFINED;
+    ApxDType out = APX_DT_UNDEFINED;
+    for (int o = 0; o < n->n_out && out == APX_DT_UNDEFINED; o++)
+      if (n->out[o] >= 0) out = g->vals[n->out[o]].dtype;
     ApxDType dt = out;
     if (apx_op_info(n->op)->prec == APX_PREC_PROMOTE) {
       ApxDType w = widest_input(c, id);

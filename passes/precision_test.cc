@@ -337,3 +337,22 @@ TEST(Precision, DecisionsAreStableWhenRunTwice) {
   EXPECT_EQ(t.run(pass_overflow_check), APX_PASS_UNCHANGED);
   EXPECT_EQ(t.run(pass_precision), APX_PASS_UNCHANGED);
 }
+
+TEST(Precision, GradientWithAbsentFirstOutputStillInherits) {
+  PGraph t(APX_O1);
+  int x = t.input("x", {2, 3, 8, 8});
+  int w = t.param("convW", {8, 3, 3, 3});
+  int y = t.op(APX_OP_Conv, "conv", {x, w}, {2, 8, 6, 6});
+  t.output(y);
+  int dy = t.input("dy", {2, 8, 6, 6});
+  int dw = t.value("dW", APX_VAL_ACTIVATION, {8, 3, 3, 3});
+  t.node(APX_OP_ConvGrad, "conv_grad", {dy, x, w}, {-1, dw}, APX_SEC_BACKWARD, t.find_node("conv"));
+  t.output(dw);
+  t.preset();
+  t.compile();
+  EXPECT_EQ(t.n("conv_grad").compute, APX_DT_F16);
+  EXPECT_EQ(t.n("conv_grad").reason, APX_REASON_INHERITED);
+  EXPECT_EQ(t.n("conv_grad").in[1], t.n("conv").in[0]);  // the same half copy of x
+  EXPECT_EQ(t.n("conv_grad").in[2], t.n("conv").in[1]);  // and of the weight
+  EXPECT_EQ(t.v(dw).dtype, APX_DT_F32);                  // a graph output keeps its dtype
+}
