@@ -2,6 +2,7 @@
 #include "passes/memplan.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,8 @@ typedef struct Class {
 typedef struct Plan {
   Class *cls;
   int32_t n;
+  int32_t *placed;   /* assigned classes with size > 0, sorted by offset */
+  int32_t n_placed;
 } Plan;
 
 static int64_t align_up(int64_t x) { return (x + APX_MEMPLAN_ALIGN - 1) & ~(int64_t)(APX_MEMPLAN_ALIGN - 1); }
@@ -71,35 +74,53 @@ static int root_of(const ApxGraph *g, int v) {
   return v;
 }
 
-static int cmp_start(const void *a, const void *b) {
-  const int64_t *x = a, *y = b;
-  return (x[0] > y[0]) - (x[0] < y[0]);
-}
+typedef enum Fit { FIT_BEST, FIT_FIRST } Fit;
 
-/* Best-fit offset for c among assigned classes whose intervals overlap c's. */
-static int64_t best_fit(const Plan *pl, const Class *c, int64_t (*tmp)[2]) {
-  int32_t m = 0;
-  for (int32_t i = 0; i < pl->n; i++) {
-    const Class *o = &pl->cls[i];
-    if (o->offset < 0 || o == c || o->size == 0) continue;
-    if (o->end < c->start || c->end < o->start) continue;
-    tmp[m][0] = o->offset;
-    tmp[m][1] = o->offset + o->size;
-    m++;
-  }
-  qsort(tmp, (size_t)m, sizeof *tmp, cmp_start);
+/* Offset for c among the placed classes (pl->placed, sorted by offset) whose intervals
+ * overlap c's: the smallest gap that holds it (best fit) or the lowest (first fit); above
+ * them all when no gap does. O(placed) per call, no sorting. */
+static int64_t find_offset(const Plan *pl, const Class *c, Fit fit) {
   int64_t cursor = 0, best = -1, best_gap = INT64_MAX;
-  for (int32_t i = 0; i < m; i++) {
-    if (tmp[i][0] > cursor) {
-      int64_t gap = tmp[i][0] - cursor;
+  for (int32_t k = 0; k < pl->n_placed; k++) {
+    const Class *o = &pl->cls[pl->placed[k]];
+    if (o->end < c->start || c->end < o->start) continue;
+    if (o->offset > cursor) {
+      int64_t gap = o->offset - cursor;
       if (gap >= c->size && gap < best_gap) {
         best_gap = gap;
         best = cursor;
+        if (fit == FIT_FIRST) break;
       }
     }
-    if (tmp[i][1] > cursor) cursor = tmp[i][1];
+    if (o->offset + o->size > cursor) cursor = o->offset + o->size;
   }
   return best >= 0 ? best : cursor;
+}
+
+/* Gives class i its offset and keeps pl->placed sorted by offset. */
+static void place(Plan *pl, int32_t i, Fit fit) {
+  Class *c = &pl->cls[i];
+  if (c->size == 0) {
+    c->offset = 0;
+    return;
+  }
+  c->offset = find_offset(pl, c, fit);
+  int32_t lo = 0, hi = pl->n_placed;
+  while (lo < hi) {
+    int32_t mid = (lo + hi) / 2;
+    if (pl->cls[pl->placed[mid]].offset <= c->offset)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  memmove(pl->placed + lo + 1, pl->placed + lo, (size_t)(pl->n_placed - lo) * sizeof *pl->placed);
+  pl->placed[lo] = i;
+  pl->n_placed++;
+}
+
+static void unplace_all(Plan *pl) {
+  for (int32_t i = 0; i < pl->n; i++) pl->cls[i].offset = -1;
+  pl->n_placed = 0;
 }
 
 static int64_t arena_size(const Plan *pl) {
@@ -109,28 +130,32 @@ static int64_t arena_size(const Plan *pl) {
   return top;
 }
 
-static const Class *g_sort_cls; /* qsort context (single-threaded pass) */
+/* Placement orders: classes sorted by a two-level key, larger first. */
+typedef struct Key {
+  double a, b;
+} Key;
 
-static int by_size_desc(const void *a, const void *b) {
-  const Class *x = &g_sort_cls[*(const int32_t *)a], *y = &g_sort_cls[*(const int32_t *)b];
-  if (x->size != y->size) return x->size > y->size ? -1 : 1;
-  int32_t lx = x->end - x->start, ly = y->end - y->start;
-  if (lx != ly) return lx > ly ? -1 : 1;
-  return (x->start > y->start) - (x->start < y->start);
+static const Key *g_sort_key; /* qsort context (the pass is single-threaded) */
+
+static int by_key_desc(const void *x, const void *y) {
+  int32_t i = *(const int32_t *)x, j = *(const int32_t *)y;
+  const Key *p = &g_sort_key[i], *q = &g_sort_key[j];
+  if (p->a != q->a) return p->a > q->a ? -1 : 1;
+  if (p->b != q->b) return p->b > q->b ? -1 : 1;
+  return (i > j) - (i < j);
 }
 
-/* TFLite's GreedyBySize: largest first, each at the best-fitting gap. */
-static void greedy_by_size(Plan *pl, int32_t *idx, int64_t (*tmp)[2]) {
-  for (int32_t i = 0; i < pl->n; i++) {
-    idx[i] = i;
-    pl->cls[i].offset = -1;
-  }
-  g_sort_cls = pl->cls;
-  qsort(idx, (size_t)pl->n, sizeof *idx, by_size_desc);
-  for (int32_t i = 0; i < pl->n; i++) {
-    Class *c = &pl->cls[idx[i]];
-    c->offset = c->size ? best_fit(pl, c, tmp) : 0;
-  }
+/* Places the classes idx[0..m) (still unassigned) in key order. */
+static void place_sorted(Plan *pl, int32_t *idx, int32_t m, const Key *key, Fit fit) {
+  g_sort_key = key;
+  qsort(idx, (size_t)m, sizeof *idx, by_key_desc);
+  for (int32_t i = 0; i < m; i++) place(pl, idx[i], fit);
+}
+
+static void place_all(Plan *pl, int32_t *idx, const Key *key, Fit fit) {
+  unplace_all(pl);
+  for (int32_t i = 0; i < pl->n; i++) idx[i] = i;
+  place_sorted(pl, idx, pl->n, key, fit);
 }
 
 static const int64_t *g_sort_live;
@@ -142,26 +167,79 @@ static int by_live_desc(const void *a, const void *b) {
 }
 
 /* TFLite's GreedyByBreadth: steps with the most live bytes first; at each, its unassigned
- * classes largest first, each at the best-fitting gap. */
+ * classes in key order (largest first), each at the best-fitting gap. */
 static void greedy_by_breadth(Plan *pl, int32_t n_steps, const int64_t *live, int32_t *idx,
-                              int32_t *steps, int64_t (*tmp)[2]) {
-  for (int32_t i = 0; i < pl->n; i++) pl->cls[i].offset = -1;
+                              int32_t *steps, const Key *key) {
+  unplace_all(pl);
   for (int32_t t = 0; t < n_steps; t++) steps[t] = t;
   g_sort_live = live;
   qsort(steps, (size_t)n_steps, sizeof *steps, by_live_desc);
-  g_sort_cls = pl->cls;
   for (int32_t s = 0; s < n_steps; s++) {
     int32_t t = steps[s], m = 0;
     for (int32_t i = 0; i < pl->n; i++)
       if (pl->cls[i].offset < 0 && pl->cls[i].start <= t && t <= pl->cls[i].end) idx[m++] = i;
-    qsort(idx, (size_t)m, sizeof *idx, by_size_desc);
-    for (int32_t i = 0; i < m; i++) {
-      Class *c = &pl->cls[idx[i]];
-      c->offset = c->size ? best_fit(pl, c, tmp) : 0;
-    }
+    place_sorted(pl, idx, m, key, FIT_BEST);
   }
-  for (int32_t i = 0; i < pl->n; i++) /* classes live at no step (none expected) */
-    if (pl->cls[i].offset < 0) pl->cls[i].offset = pl->cls[i].size ? best_fit(pl, &pl->cls[i], tmp) : 0;
+  int32_t m = 0; /* classes live at no step (none expected) */
+  for (int32_t i = 0; i < pl->n; i++)
+    if (pl->cls[i].offset < 0) idx[m++] = i;
+  place_sorted(pl, idx, m, key, FIT_BEST);
+}
+
+static uint64_t xorshift(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+/* Runs every placement heuristic and keeps the smallest arena in best_off (stops early at
+ * the lower bound):
+ *   greedy by size (TFLite GreedyBySize), best and first fit; by size x lifetime; by
+ *   start step; greedy by breadth (TFLite GreedyByBreadth); then randomized size orders
+ *   (each size scaled by a factor in [e^-0.5, e^0.5]), as many as the graph size allows.
+ * Deterministic: the random orders come from a fixed seed. Returns the arena size. */
+static int64_t pack_arena(Plan *pl, int32_t n_steps, const int64_t *live, int64_t lower,
+                          int32_t *idx, int32_t *steps, Key *key, int64_t *best_off) {
+  int64_t best = -1;
+#define KEEP()                                                              \
+  do {                                                                      \
+    int64_t sz_ = arena_size(pl);                                           \
+    if (best < 0 || sz_ < best) {                                           \
+      best = sz_;                                                           \
+      for (int32_t i_ = 0; i_ < pl->n; i_++) best_off[i_] = pl->cls[i_].offset; \
+    }                                                                       \
+    if (best <= lower) return best;                                         \
+  } while (0)
+  for (int32_t i = 0; i < pl->n; i++) key[i] = (Key){(double)pl->cls[i].size, pl->cls[i].end - pl->cls[i].start};
+  place_all(pl, idx, key, FIT_BEST);
+  KEEP();
+  greedy_by_breadth(pl, n_steps, live, idx, steps, key);
+  KEEP();
+  place_all(pl, idx, key, FIT_FIRST);
+  KEEP();
+  for (int32_t i = 0; i < pl->n; i++)
+    key[i] = (Key){(double)pl->cls[i].size * (pl->cls[i].end - pl->cls[i].start + 1), (double)pl->cls[i].size};
+  place_all(pl, idx, key, FIT_BEST);
+  KEEP();
+  for (int32_t i = 0; i < pl->n; i++) key[i] = (Key){-(double)pl->cls[i].start, (double)pl->cls[i].size};
+  place_all(pl, idx, key, FIT_BEST);
+  KEEP();
+  /* each trial costs about n^2: keep the total near 2e8 steps */
+  double n2 = (double)pl->n * (double)pl->n + 1.0;
+  int trials = (int)(2e8 / n2);
+  if (trials > 64) trials = 64;
+  uint64_t rng = 0x9E3779B97F4A7C15ull;
+  for (int t = 0; t < trials; t++) {
+    for (int32_t i = 0; i < pl->n; i++) {
+      double u = (double)(xorshift(&rng) >> 11) / 9007199254740992.0; /* [0, 1) */
+      key[i] = (Key){(double)pl->cls[i].size * exp(u - 0.5), pl->cls[i].end - pl->cls[i].start};
+    }
+    place_all(pl, idx, key, t % 2 ? FIT_FIRST : FIT_BEST);
+    KEEP();
+  }
+#undef KEEP
+  return best;
 }
 
 int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
@@ -170,14 +248,14 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   int32_t n_steps = g->n_order + 1; /* step n_order: after the run (outputs are read) */
   int32_t *def = malloc(((size_t)nv + 1) * sizeof *def);
   int32_t *last = malloc(((size_t)nv + 1) * sizeof *last);
-  Plan pl = {calloc((size_t)nv + 1, sizeof(Class)), 0};
+  Plan pl = {calloc((size_t)nv + 1, sizeof(Class)), 0, malloc(((size_t)nv + 1) * sizeof(int32_t)), 0};
   int64_t *live = calloc((size_t)n_steps + 1, sizeof *live);
   int32_t *idx = malloc(((size_t)nv + (size_t)n_steps + 1) * sizeof *idx);
   int32_t *steps = malloc(((size_t)n_steps + 1) * sizeof *steps);
-  int64_t(*tmp)[2] = malloc(((size_t)nv + 1) * sizeof *tmp);
   int64_t *best_off = malloc(((size_t)nv + 1) * sizeof *best_off);
+  Key *key = malloc(((size_t)nv + 1) * sizeof *key);
   int rc = 0;
-  if (!def || !last || !pl.cls || !live || !idx || !steps || !tmp || !best_off) {
+  if (!def || !last || !pl.cls || !live || !idx || !steps || !pl.placed || !best_off || !key) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
     goto out;
   }
@@ -290,17 +368,7 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
     if (t) live[t] += live[t - 1];
     if (live[t] > peak) peak = live[t];
   }
-  int64_t best = -1;
-  if (pl.n) {
-    greedy_by_size(&pl, idx, tmp);
-    best = arena_size(&pl);
-    for (int32_t i = 0; i < pl.n; i++) best_off[i] = pl.cls[i].offset;
-    greedy_by_breadth(&pl, n_steps, live, idx, steps, tmp);
-    if (arena_size(&pl) < best) {
-      best = arena_size(&pl);
-      for (int32_t i = 0; i < pl.n; i++) best_off[i] = pl.cls[i].offset;
-    }
-  }
+  int64_t best = pl.n ? pack_arena(&pl, n_steps, live, peak, idx, steps, key, best_off) : 0;
   for (int32_t i = 0; i < pl.n; i++) g->vals[pl.cls[i].root].mem_offset = best_off[i];
 
   /* 4. aliases take their root's place */
@@ -323,7 +391,8 @@ out:
   free(live);
   free(idx);
   free(steps);
-  free(tmp);
+  free(pl.placed);
   free(best_off);
+  free(key);
   return rc;
 }

@@ -14,9 +14,10 @@
  *  - each alias class lives over the closed interval [first definition, last use] of the
  *    schedule (data inputs from step 0, graph outputs and the loss to past the end), so an
  *    op's inputs and outputs never share bytes unless aliased on purpose;
- *  - classes are packed in the arena by two heuristics (greedy by size with best-fit gaps,
- *    greedy by breadth of the fullest step), keeping the smaller arena. Offsets and sizes
- *    are multiples of APX_MEMPLAN_ALIGN.
+ *  - classes are packed in the arena by several greedy orders (TFLite's greedy by size and
+ *    by breadth, by size x lifetime, by start; best and first fit) plus deterministic
+ *    randomized size orders, keeping the smallest arena (stopping at the lower bound).
+ *    Offsets and sizes are multiples of APX_MEMPLAN_ALIGN.
  * Summary in g: arena_bytes, peak_live_bytes (lower bound: the most bytes of classes live
  * at one schedule step, sizes rounded to the alignment), no_reuse_bytes (every arena value
  * that is not a SHAPEONLY view in its own slot), persistent_bytes.

@@ -4,6 +4,7 @@
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -373,18 +374,54 @@ TEST(Memplan, EmptyGraphAndZeroSizedTensors) {
 
 // ---- random DAGs -----------------------------------------------------------------------
 
+void build_random_dag(G &t, std::mt19937 &rng, int n_nodes);
+static void report(const char *name, const ApxGraph *g) {
+  double lb = (double)g->arena_bytes / (double)g->peak_live_bytes;
+  double nr = (double)g->arena_bytes / (double)g->no_reuse_bytes;
+  printf("memplan %-26s arena %10lld  lower bound %10lld  (x%.3f)  no-reuse %10lld  (x%.3f)\n",
+         name, (long long)g->arena_bytes, (long long)g->peak_live_bytes, lb,
+         (long long)g->no_reuse_bytes, nr);
+}
+
 TEST(Memplan, RandomDagsNeverOverlapLiveTensors) {
   std::mt19937 rng(12345);
   int total_inplace = 0, total_views = 0;
   for (int iter = 0; iter < 300; iter++) {
     G t;
+    build_random_dag(t, rng, 5 + rng() % 40);
+    ASSERT_EQ(t.plan(), APX_PASS_UNCHANGED) << t.d.msg;
+    ASSERT_EQ(check_plan(&t.g), 0) << "random graph " << iter;
+    for (int v = 0; v < t.g.n_vals; v++) {
+      if (t.g.vals[v].mem_alias < 0) continue;
+      uint32_t fl = apx_op_info(t.g.nodes[t.g.vals[v].producer].op)->flags;
+      (fl & APX_OPF_SHAPEONLY ? total_views : total_inplace)++;
+    }
+  }
+  EXPECT_GT(total_inplace, 50);  // the rule fires where it may
+  EXPECT_GT(total_views, 50);
+}
+
+// A big random DAG: planning time stays in seconds (the packing is about n^2 per order).
+TEST(Memplan, LargeRandomDagPlansInSeconds) {
+  std::mt19937 rng(777);
+  G t;
+  build_random_dag(t, rng, 3000);
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(t.plan(), APX_PASS_UNCHANGED) << t.d.msg;
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  report("random DAG, 3000 nodes", &t.g);
+  printf("  %d values planned in %.2f s\n", t.g.n_vals, s);
+  EXPECT_LT(s, 30.0);
+}
+
+void build_random_dag(G &t, std::mt19937 &rng, int n_nodes) {
+  {
     std::vector<int> pool;  // values usable as inputs
     auto dim = [&]() { return (int64_t)(1 + rng() % 40); };
     int n_in = 1 + rng() % 3;
     for (int i = 0; i < n_in; i++) pool.push_back(t.input("in" + std::to_string(i), {dim(), dim()}));
     int n_par = rng() % 3;
     for (int i = 0; i < n_par; i++) pool.push_back(t.param("p" + std::to_string(i), {dim(), dim()}));
-    int n_nodes = 5 + rng() % 40;
     auto pick = [&]() {
       // mostly recent values, so chains and in-place chances appear
       size_t k = pool.size();
@@ -443,29 +480,13 @@ TEST(Memplan, RandomDagsNeverOverlapLiveTensors) {
     for (int v : pool)
       if (t.g.vals[v].kind == APX_VAL_ACTIVATION && rng() % 8 == 0 && v != pool.back()) outs.push_back(v);
     t.finish(outs);
-    ASSERT_EQ(t.plan(), APX_PASS_UNCHANGED) << t.d.msg;
-    ASSERT_EQ(check_plan(&t.g), 0) << "random graph " << iter;
-    for (int v = 0; v < t.g.n_vals; v++) {
-      if (t.g.vals[v].mem_alias < 0) continue;
-      uint32_t fl = apx_op_info(t.g.nodes[t.g.vals[v].producer].op)->flags;
-      (fl & APX_OPF_SHAPEONLY ? total_views : total_inplace)++;
-    }
   }
-  EXPECT_GT(total_inplace, 50);  // the rule fires where it may
-  EXPECT_GT(total_views, 50);
 }
 
 // ---- realistic graphs: arena against the lower bound --------------------------------
 
 namespace {
 
-void report(const char *name, const ApxGraph *g) {
-  double lb = (double)g->arena_bytes / (double)g->peak_live_bytes;
-  double nr = (double)g->arena_bytes / (double)g->no_reuse_bytes;
-  printf("memplan %-26s arena %10lld  lower bound %10lld  (x%.3f)  no-reuse %10lld  (x%.3f)\n",
-         name, (long long)g->arena_bytes, (long long)g->peak_live_bytes, lb,
-         (long long)g->no_reuse_bytes, nr);
-}
 
 // MLP 784-512-512-10, batch 64: forward, loss, backward and one optimizer node.
 void build_mlp(G &t) {
@@ -591,64 +612,74 @@ void build_cnn(G &t) {
   t.finish({loss}, loss);
 }
 
-// Transformer block (pre-LN attention + MLP), B=8, T=128, C=256, 4 heads: forward only.
-void build_transformer(G &t) {
-  const int64_t B = 8, T = 128, C = 256, NH = 4, HD = C / NH;
+// Transformer blocks (pre-LN attention + MLP), B=8, T=128, C=256, 4 heads: forward only.
+int transformer_block(G &t, int x, const std::string &p);
+
+void build_transformer(G &t, int layers = 1) {
+  const int64_t B = 8, T = 128, C = 256;
   int x = t.input("x", {B, T, C});
-  int ln1s = t.param("ln1_s", {C}), ln1b = t.param("ln1_b", {C});
-  int ln1 = t.act("ln1", {B, T, C});
+  for (int l = 0; l < layers; l++) x = transformer_block(t, x, "L" + std::to_string(l) + "_");
+  t.finish({x});
+}
+
+int transformer_block(G &t, int x, const std::string &p) {
+  const int64_t B = 8, T = 128, C = 256, NH = 4, HD = C / NH;
+  auto param = [&](const std::string &n, std::vector<int64_t> d) { return t.param(p + n, d); };
+  auto act = [&](const std::string &n, std::vector<int64_t> d) { return t.act(p + n, d); };
+  int ln1s = param("ln1_s", {C}), ln1b = param("ln1_b", {C});
+  int ln1 = act("ln1", {B, T, C});
   t.node(APX_OP_LayerNormalization, {x, ln1s, ln1b}, {ln1});
   int heads[3];
   const char *qkv = "qkv";
   for (int i = 0; i < 3; i++) {
     std::string s(1, qkv[i]);
-    int w = t.param("W" + s, {C, C});
-    int p = t.act(s + "_proj", {B, T, C});
+    int w = param("W" + s, {C, C});
+    int p = act(s + "_proj", {B, T, C});
     t.node(APX_OP_MatMul, {ln1, w}, {p});
-    int r = t.act(s + "_r", {B, T, NH, HD});
+    int r = act(s + "_r", {B, T, NH, HD});
     t.node(APX_OP_Reshape, {p, t.shape_const({B, T, NH, HD})}, {r});
-    heads[i] = t.act(s + "_h", {B, NH, T, HD});
+    heads[i] = act(s + "_h", {B, NH, T, HD});
     t.node(APX_OP_Transpose, {r}, {heads[i]});
   }
-  int kt = t.act("k_t", {B, NH, HD, T});
+  int kt = act("k_t", {B, NH, HD, T});
   t.node(APX_OP_Transpose, {heads[1]}, {kt});
-  int att = t.act("att", {B, NH, T, T});
+  int att = act("att", {B, NH, T, T});
   t.node(APX_OP_MatMul, {heads[0], kt}, {att});
-  int scale = t.value("scale", APX_VAL_CONST, {});
-  int atts = t.act("att_s", {B, NH, T, T});
+  int scale = t.value(p + "scale", APX_VAL_CONST, {});
+  int atts = act("att_s", {B, NH, T, T});
   t.node(APX_OP_Mul, {att, scale}, {atts});
-  int mask = t.value("mask", APX_VAL_CONST, {T, T});
-  int attm = t.act("att_m", {B, NH, T, T});
+  int mask = t.value(p + "mask", APX_VAL_CONST, {T, T});
+  int attm = act("att_m", {B, NH, T, T});
   t.node(APX_OP_Add, {atts, mask}, {attm});
-  int sm = t.act("att_p", {B, NH, T, T});
+  int sm = act("att_p", {B, NH, T, T});
   t.node(APX_OP_Softmax, {attm}, {sm});
-  int ctx = t.act("ctx", {B, NH, T, HD});
+  int ctx = act("ctx", {B, NH, T, HD});
   t.node(APX_OP_MatMul, {sm, heads[2]}, {ctx});
-  int ctxt = t.act("ctx_t", {B, T, NH, HD});
+  int ctxt = act("ctx_t", {B, T, NH, HD});
   t.node(APX_OP_Transpose, {ctx}, {ctxt});
-  int ctxr = t.act("ctx_r", {B, T, C});
+  int ctxr = act("ctx_r", {B, T, C});
   t.node(APX_OP_Reshape, {ctxt, t.shape_const({B, T, C})}, {ctxr});
-  int wo = t.param("Wo", {C, C});
-  int o = t.act("attn_out", {B, T, C});
+  int wo = param("Wo", {C, C});
+  int o = act("attn_out", {B, T, C});
   t.node(APX_OP_MatMul, {ctxr, wo}, {o});
-  int res1 = t.act("res1", {B, T, C});
+  int res1 = act("res1", {B, T, C});
   t.node(APX_OP_Add, {o, x}, {res1});
-  int ln2s = t.param("ln2_s", {C}), ln2b = t.param("ln2_b", {C});
-  int ln2 = t.act("ln2", {B, T, C});
+  int ln2s = param("ln2_s", {C}), ln2b = param("ln2_b", {C});
+  int ln2 = act("ln2", {B, T, C});
   t.node(APX_OP_LayerNormalization, {res1, ln2s, ln2b}, {ln2});
-  int w1 = t.param("W1", {C, 4 * C}), b1 = t.param("b1", {4 * C});
-  int f1 = t.act("fc1", {B, T, 4 * C}), f1b = t.act("fc1_b", {B, T, 4 * C});
+  int w1 = param("W1", {C, 4 * C}), b1 = param("b1", {4 * C});
+  int f1 = act("fc1", {B, T, 4 * C}), f1b = act("fc1_b", {B, T, 4 * C});
   t.node(APX_OP_MatMul, {ln2, w1}, {f1});
   t.node(APX_OP_Add, {f1, b1}, {f1b});
-  int ge = t.act("gelu", {B, T, 4 * C});
+  int ge = act("gelu", {B, T, 4 * C});
   t.node(APX_OP_Gelu, {f1b}, {ge});
-  int w2 = t.param("W2", {4 * C, C}), b2 = t.param("b2", {C});
-  int f2 = t.act("fc2", {B, T, C}), f2b = t.act("fc2_b", {B, T, C});
+  int w2 = param("W2", {4 * C, C}), b2 = param("b2", {C});
+  int f2 = act("fc2", {B, T, C}), f2b = act("fc2_b", {B, T, C});
   t.node(APX_OP_MatMul, {ge, w2}, {f2});
   t.node(APX_OP_Add, {f2, b2}, {f2b});
-  int out = t.act("out", {B, T, C});
+  int out = act("out", {B, T, C});
   t.node(APX_OP_Add, {f2b, res1}, {out});
-  t.finish({out});
+  return out;
 }
 
 }  // namespace
@@ -677,6 +708,18 @@ TEST(Memplan, TransformerBlockArenaWithin110PercentOfLowerBound) {
   ASSERT_EQ(t.plan(), APX_PASS_UNCHANGED) << t.d.msg;
   EXPECT_EQ(check_plan(&t.g), 0);
   report("transformer block (fwd)", &t.g);
+  EXPECT_LE(t.g.arena_bytes, t.g.peak_live_bytes * 11 / 10);
+}
+
+TEST(Memplan, TwelveTransformerBlocksPlanQuickly) {
+  G t;
+  build_transformer(t, 12);
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(t.plan(), APX_PASS_UNCHANGED) << t.d.msg;
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(check_plan(&t.g), 0);
+  report("12 transformer blocks (fwd)", &t.g);
+  printf("  %d values planned in %.3f s\n", t.g.n_vals, s);
   EXPECT_LE(t.g.arena_bytes, t.g.peak_live_bytes * 11 / 10);
 }
 

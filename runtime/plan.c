@@ -1053,9 +1053,12 @@ static void dump_attrs(FILE *f, ApxOp op, const void *a) {
     fprintf(f, "scale=%g has_mask=%d", x->scale, x->has_mask);
   } else if (!strcmp(t, "ApxAttrOptimizer")) {
     const ApxAttrOptimizer *x = a;
-    fprintf(f, "kind=%d n_params=%d lr=%g momentum=%g betas=%g,%g eps=%g wd=%g nesterov=%d master=%d",
-            x->kind, x->n_params, x->lr, x->momentum, x->beta1, x->beta2, x->eps, x->weight_decay,
-            x->nesterov, x->master_weights);
+    fprintf(f, "kind=%d n_params=%d lr=%g momentum=%g betas=%g,%g eps=%g wd=%g dampening=%g "
+            "nesterov=%d master=%d max_grad_norm=%g", x->kind, x->n_params, x->lr, x->momentum,
+            x->beta1, x->beta2, x->eps, x->weight_decay, x->dampening, x->nesterov,
+            x->master_weights, x->max_grad_norm);
+  } else if (!strcmp(t, "ApxAttrLossScaleSeed")) {
+    fprintf(f, "multiplier=%g", ((const ApxAttrLossScaleSeed *)a)->multiplier);
   } else if (!strcmp(t, "ApxAttrAllreduce")) {
     const ApxAttrAllreduce *x = a;
     fprintf(f, "bucket=%d fp32=%d predivide=%g average=%d", x->bucket, x->fp32, x->predivide,
