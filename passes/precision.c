@@ -134,6 +134,9 @@ static int decide_override(Ctx *c, int id, Dec *r) {
   if (c->have_pol && c->pol_entry[id] >= 0) {
     const ApxPolicyNode *e = &c->pol.nodes[c->pol_entry[id]];
     ApxDType dt = apx_policy_dtype(e->kind, e->dtype, c->s.half);
+    if (e->kind == APX_POLICY_DTYPE && !apx_dtype_is_float(dt))
+      apx_node_warn(c->d, g, id, "--policy %s asks %s for a float node, ignored", c->pol.path,
+                    apx_dtype_short(dt));
     if (apx_dtype_is_float(dt)) {
       *r = dec(dt, APX_REASON_POLICY_NODE,
                apx_arena_printf(&g->arena, "node override --policy %s: %s", c->pol.path,
