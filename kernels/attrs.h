@@ -29,7 +29,8 @@ typedef struct ApxAttrNone {
  *   TanhGrad(dY, Y) -> dX = dY * (1 - Y * Y)         (Y: the forward output)
  *   ErfGrad(dY, X) -> dX = dY * 2/sqrt(pi) * exp(-X * X)
  *   SqrtGrad(dY, Y) -> dX = dY / (2 * Y)             (Y: the forward output)
- *   PowGrad(dY, A, B) -> dA?, dB?   A and B broadcast to dY's shape (numpy); both outputs
+ *   PowGrad(dY, A, B) -> dA?, dB?   A and B float (autodiff casts an integer exponent to
+ *     A's type) and broadcast to dY's shape (numpy); both outputs
  *     have dY's full shape (the rule reduces them to A's / B's shape with ReduceSumTo);
  *     an output is absent (-1, data NULL) when not needed:
  *       dA = dY * B * A^(B - 1)

@@ -130,6 +130,11 @@ std::vector<Case> Cases() {
                  int e = b.Const("two", {}, {2.0});
                  b.WeightedSumLoss(b.Op("Pow", {a, e}));
                }});
+  c.push_back({"Pow_IntegerExponent", [](GraphBuilder &b) {
+                 int a = b.Param("a", {2, 3}, -2.0, 2.0, 0.2);
+                 int e = b.Data("three", APX_VAL_CONST, APX_DT_I64, {}, {3});
+                 b.WeightedSumLoss(b.Op("Pow", {a, e}));
+               }});
   // unary
   unary("Neg", "Neg", -1, 1, 0);
   unary("Relu", "Relu", -1, 1, 0.1);

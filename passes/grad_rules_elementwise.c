@@ -85,7 +85,8 @@ GRAD_RULE(Log) {
 }
 
 GRAD_RULE(Pow) {
-  /* PowGrad(dy, a, b) -> da?, db? in dy's shape (attrs.h), then reduced to a's / b's. */
+  /* PowGrad(dy, a, b) -> da?, db? in dy's shape (attrs.h), then reduced to a's / b's; an
+   * integer exponent is cast to a's type first (PowGrad takes float tensors). */
   int dy = c->dy[0];
   int out[2] = {-1, -1};
   for (int k = 0; k < 2; k++) {
@@ -95,6 +96,10 @@ GRAD_RULE(Pow) {
     if (out[k] < 0) return -1;
   }
   int in[3] = {dy, gr_in(c, 0), gr_in(c, 1)};
+  if (!apx_dtype_is_float(gr_val(c, in[2])->dtype)) { /* x ** 3: the exponent as a float */
+    ApxAttrCast at = {.to = (int32_t)gr_val(c, in[1])->dtype, .saturate = 1};
+    if ((in[2] = gr_op(c, APX_OP_Cast, &at, 1, &in[2])) < 0) return -1;
+  }
   if (gr_node(c, APX_OP_PowGrad, NULL, 3, in, 2, out) < 0) return -1;
   for (int k = 0; k < 2; k++)
     if (out[k] >= 0 && give(c, k, out[k])) return -1;

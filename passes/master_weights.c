@@ -15,26 +15,24 @@ static int same_shape(const ApxValue *a, const ApxValue *b) {
   return 1;
 }
 
-static int is_input_of(const ApxNode *n, int v) {
-  for (int k = 0; k < n->n_in; k++)
-    if (n->in[k] == v) return 1;
-  return 0;
-}
-
-/* The fp32 master of half parameter p: the STATE value with APX_VALF_MASTER and origin p
- * (passes/cast_insert.c), not already an input of node; -1 if none. */
-static int find_master(const ApxGraph *g, int node, int p) {
+/* master_of[p]: the fp32 master of parameter p (STATE, APX_VALF_MASTER, origin p, fp32,
+ * p's shape; passes/cast_insert.c), -1 if none. One scan over the values. */
+static int *compute_masters(const ApxGraph *g) {
+  int *master_of = malloc(((size_t)g->n_vals + 1) * sizeof(int));
+  if (!master_of) return NULL;
+  for (int v = 0; v < g->n_vals; v++) master_of[v] = -1;
   for (int v = 0; v < g->n_vals; v++) {
     const ApxValue *m = &g->vals[v];
-    if (m->origin != p || !(m->flags & APX_VALF_MASTER) || m->kind != APX_VAL_STATE) continue;
-    if (m->dtype != APX_DT_F32 || !same_shape(m, &g->vals[p]) || is_input_of(&g->nodes[node], v))
+    int p = m->origin;
+    if (p < 0 || p >= g->n_vals || !(m->flags & APX_VALF_MASTER) || m->kind != APX_VAL_STATE ||
+        m->dtype != APX_DT_F32 || !same_shape(m, &g->vals[p]) || master_of[p] >= 0)
       continue;
-    return v;
+    master_of[p] = v;
   }
-  return -1;
+  return master_of;
 }
 
-static int rewrite(ApxGraph *g, const ApxOptions *o, ApxDiag *d, int node) {
+static int rewrite(ApxGraph *g, const ApxOptions *o, ApxDiag *d, int node, const int *master_of) {
   ApxAttrOptimizer *at = APX_NODE_ATTRS(g, node, ApxAttrOptimizer);
   int n = at->n_params, k = apx_optimizer_state_groups(at);
   const int first = APX_OPTIM_IN_FIRST_GROUP;
@@ -54,7 +52,7 @@ static int rewrite(ApxGraph *g, const ApxOptions *o, ApxDiag *d, int node) {
     master[i] = p;
     copy[i] = -1;
     if (!apx_dtype_is_half(g->vals[p].dtype)) continue; /* fp32 storage: updated itself */
-    int m = find_master(g, node, p);
+    int m = master_of[p];
     if (m >= 0) {
       master[i] = m;
       copy[i] = p;
@@ -94,15 +92,21 @@ out:
 }
 
 int pass_master_weights(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
-  int changed = 0;
+  int changed = 0, *master_of = NULL;
   for (int k = 0; k < g->n_order; k++) {
     int id = g->order[k];
     if (g->nodes[id].op != APX_OP_OptimizerStep ||
         APX_NODE_ATTRS(g, id, ApxAttrOptimizer)->master_weights)
       continue;
-    int rc = rewrite(g, o, d, id);
-    if (rc < 0) return APX_PASS_ERROR;
+    if (!master_of && !(master_of = compute_masters(g)))
+      return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);
+    int rc = rewrite(g, o, d, id, master_of);
+    if (rc < 0) {
+      free(master_of);
+      return APX_PASS_ERROR;
+    }
     changed |= rc;
   }
+  free(master_of);
   return changed ? APX_PASS_CHANGED : APX_PASS_UNCHANGED;
 }
