@@ -105,7 +105,6 @@ APX_CPU_KERNEL(apx_cpu_conv) {
   void *col = alloc_col(&g, apx_dtype_size(dt));
   if (!col) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory (im2col buffer)");
   int nt = apx_cpu_threads(ctx), relu = op == APX_OP_ConvBiasRelu;
-  apx_cpu_blas_threads(nt);
   if (dt == APX_DT_F64)
     conv_f64(&g, ins[0].data, ins[1].data, b ? b->data : NULL, outs[0].data, col, relu, nt);
   else
@@ -133,7 +132,6 @@ APX_CPU_KERNEL(apx_cpu_conv_grad) {
   void *col = alloc_col(&g, apx_dtype_size(dt));
   if (!col) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory (im2col buffer)");
   int nt = apx_cpu_threads(ctx);
-  apx_cpu_blas_threads(nt);
   if (dt == APX_DT_F64)
     conv_grad_f64(&g, ins[0].data, ins[1].data, ins[2].data, dx, dw, db, col, nt);
   else

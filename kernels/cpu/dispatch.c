@@ -68,6 +68,7 @@ static const CpuEntry cpu_table[APX_OP_COUNT] = {
     [APX_OP_LayerNormGrad] = MATH(apx_cpu_layer_norm_grad, TF),
     [APX_OP_BatchNormalization] = MATH(apx_cpu_batch_norm, TF),
     [APX_OP_BatchNormGrad] = MATH(apx_cpu_batch_norm_grad, TF),
+    [APX_OP_BatchNormRelu] = MATH(apx_cpu_batch_norm, TF),
     [APX_OP_SoftmaxCrossEntropyLoss] = MATH(apx_cpu_loss, TF),
     [APX_OP_NegativeLogLikelihoodLoss] = MATH(apx_cpu_loss, TF),
     [APX_OP_SoftmaxCrossEntropyLossGrad] = MATH(apx_cpu_loss_grad, TF),
@@ -77,6 +78,7 @@ static const CpuEntry cpu_table[APX_OP_COUNT] = {
     /* convolution and pooling */
     [APX_OP_Conv] = MATH(apx_cpu_conv, TF),
     [APX_OP_ConvGrad] = MATH(apx_cpu_conv_grad, TF),
+    [APX_OP_ConvBiasRelu] = MATH(apx_cpu_conv, TF),
     [APX_OP_MaxPool] = MATH(apx_cpu_pool, TF),
     [APX_OP_AveragePool] = MATH(apx_cpu_pool, TF),
     [APX_OP_MaxPoolGrad] = MATH(apx_cpu_pool_grad, TF),

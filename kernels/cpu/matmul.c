@@ -62,7 +62,6 @@ APX_CPU_KERNEL(apx_cpu_gemm) {
   if (too_big(M) || too_big(N) || too_big(K))
     return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: dims beyond 2^31");
   int nt = apx_cpu_threads(ctx);
-  apx_cpu_blas_threads(nt);
   double beta = 0;
   if (apx_cpu_has(ins, n_in, 2) && g->beta != 0) {
     if ((s = check_real(ctx, &ins[2], dt, "C"))) return s;
@@ -71,9 +70,10 @@ APX_CPU_KERNEL(apx_cpu_gemm) {
     beta = g->beta;
   }
   if (dt == APX_DT_F64)
-    gemm_f64(g->trans_a, g->trans_b, M, N, K, g->alpha, A->data, B->data, beta, Y->data);
+    gemm_f64(g->trans_a, g->trans_b, M, N, K, g->alpha, A->data, B->data, beta, Y->data, nt);
   else
-    gemm_f32(g->trans_a, g->trans_b, M, N, K, g->alpha, A->data, B->data, (float)beta, Y->data);
+    gemm_f32(g->trans_a, g->trans_b, M, N, K, g->alpha, A->data, B->data, (float)beta, Y->data,
+             nt);
   return APX_STATUS_OK;
 }
 
@@ -179,10 +179,10 @@ APX_CPU_KERNEL(apx_cpu_matmul) {
                         apx_dtype_name(dt));
   if ((s = check_real(ctx, &ins[0], dt, "A")) || (s = check_real(ctx, &ins[1], dt, "B"))) return s;
   if ((s = plan_matmul(ctx, &p, &ins[0], &ins[1], &outs[0]))) return s;
-  apx_cpu_blas_threads(apx_cpu_threads(ctx));
+  int nt = apx_cpu_threads(ctx);
   if (dt == APX_DT_F64)
-    matmul_batched_f64(&p, ins[0].data, ins[1].data, outs[0].data);
+    matmul_batched_f64(&p, ins[0].data, ins[1].data, outs[0].data, nt);
   else
-    matmul_batched_f32(&p, ins[0].data, ins[1].data, outs[0].data);
+    matmul_batched_f32(&p, ins[0].data, ins[1].data, outs[0].data, nt);
   return APX_STATUS_OK;
 }

@@ -25,6 +25,19 @@ std::vector<int64_t> strides_of(const std::vector<int64_t> &dims) {
   return s;
 }
 
+int64_t broadcast_index(const std::vector<int64_t> &out, const std::vector<int64_t> &in,
+                        int64_t i) {
+  std::vector<int64_t> is = strides_of(in);
+  int64_t off = 0;
+  size_t lead = out.size() - in.size();
+  for (size_t d = out.size(); d-- > 0;) {
+    int64_t id = i % out[d];
+    i /= out[d];
+    if (d >= lead && in[d - lead] != 1) off += id * is[d - lead];
+  }
+  return off;
+}
+
 Tensor::Tensor(ApxDType t, std::vector<int64_t> d) : dt(t), dims(std::move(d)) {
   bytes.assign((size_t)numel() * apx_dtype_size(dt) + 1, 0);
 }

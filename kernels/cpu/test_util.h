@@ -53,6 +53,10 @@ Tensor cast(const Tensor &x, ApxDType t);
 // Row-major strides / unravel helpers for references.
 std::vector<int64_t> strides_of(const std::vector<int64_t> &dims);
 int64_t numel_of(const std::vector<int64_t> &dims);
+// Flat index into a tensor of dims `in` of output element i (dims `out`) under numpy
+// broadcasting (right-aligned; size-1 dims repeat).
+int64_t broadcast_index(const std::vector<int64_t> &out, const std::vector<int64_t> &in,
+                        int64_t i);
 
 // Runs op; absent inputs/outputs are nullptr. Returns the status; *err gets ctx.err.
 struct RunOpts {

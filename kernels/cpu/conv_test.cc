@@ -1,0 +1,124 @@
+// conv_test.cc - 2-D Conv / ConvBiasRelu against a naive double convolution: groups
+// (including depthwise), asymmetric pads, strides, dilations, 1x1 fast path, every float
+// dtype; shape checks; thread-count independence.
+#include <cmath>
+
+#include "kernels/cpu/test_util.h"
+
+using namespace apxtest;
+
+namespace {
+
+struct ConvCase {
+  int64_t N, C, H, W, M, kh, kw, group;
+  int64_t sh, sw, dh, dw, pt, pl, pb, pr;
+  bool bias;
+};
+
+int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1) {
+  return (in + p0 + p1 - d * (k - 1) - 1) / s + 1;
+}
+
+ApxAttrConv attrs_of(const ConvCase &c) {
+  ApxAttrConv a = {};
+  a.kernel[0] = c.kh;
+  a.kernel[1] = c.kw;
+  a.strides[0] = c.sh;
+  a.strides[1] = c.sw;
+  a.dilations[0] = c.dh;
+  a.dilations[1] = c.dw;
+  a.pads[0] = c.pt;
+  a.pads[1] = c.pl;
+  a.pads[2] = c.pb;
+  a.pads[3] = c.pr;
+  a.group = c.group;
+  return a;
+}
+
+// y and the error scale sum |x w| + |b|
+void ref_conv(const ConvCase &c, const std::vector<double> &x, const std::vector<double> &w,
+              const std::vector<double> *b, int64_t OH, int64_t OW, std::vector<double> &y,
+              std::vector<double> &sc) {
+  int64_t Cg = c.C / c.group, Mg = c.M / c.group;
+  y.assign(c.N * c.M * OH * OW, 0.0);
+  sc.assign(y.size(), 0.0);
+  for (int64_t n = 0; n < c.N; n++)
+    for (int64_t m = 0; m < c.M; m++)
+      for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t ow = 0; ow < OW; ow++) {
+          double s = b ? (*b)[m] : 0, a = b ? std::fabs((*b)[m]) : 0;
+          int64_t g = m / Mg;
+          for (int64_t ci = 0; ci < Cg; ci++)
+            for (int64_t i = 0; i < c.kh; i++)
+              for (int64_t j = 0; j < c.kw; j++) {
+                int64_t h = oh * c.sh - c.pt + i * c.dh, ww = ow * c.sw - c.pl + j * c.dw;
+                if (h < 0 || h >= c.H || ww < 0 || ww >= c.W) continue;
+                double xv = x[((n * c.C + g * Cg + ci) * c.H + h) * c.W + ww];
+                double wv = w[((m * Cg + ci) * c.kh + i) * c.kw + j];
+                s += xv * wv;
+                a += std::fabs(xv * wv);
+              }
+          size_t o = ((n * c.M + m) * OH + oh) * OW + ow;
+          y[o] = s;
+          sc[o] = a;
+        }
+}
+
+const std::vector<ConvCase> kCases = {
+    {2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, true},
+    {1, 4, 9, 8, 6, 3, 2, 2, 2, 1, 1, 2, 0, 1, 2, 0, false},   // groups, strides, dilation, asym pads
+    {2, 6, 5, 5, 6, 3, 3, 6, 1, 2, 1, 1, 1, 1, 1, 1, true},    // depthwise
+    {3, 5, 4, 4, 7, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, true},    // pointwise (no im2col)
+    {1, 2, 6, 6, 2, 2, 2, 1, 2, 2, 1, 1, 0, 0, 0, 0, false},
+    {1, 1, 3, 3, 1, 3, 3, 1, 1, 1, 2, 2, 2, 2, 2, 2, true},    // dilation larger than input
+};
+
+}  // namespace
+
+TEST(Conv, EveryShapeCaseEveryFloatType) {
+  for (const ConvCase &c : kCases)
+    for (ApxDType dt : kFloatTypes)
+      for (int relu = 0; relu < 2; relu++) {
+        int64_t OH = out_dim(c.H, c.kh, c.sh, c.dh, c.pt, c.pb);
+        int64_t OW = out_dim(c.W, c.kw, c.sw, c.dw, c.pl, c.pr);
+        Tensor x = rand(dt, {c.N, c.C, c.H, c.W}, -1, 1, 31);
+        Tensor w = rand(dt, {c.M, c.C / c.group, c.kh, c.kw}, -1, 1, 32);
+        Tensor b = rand(dt, {c.M}, -1, 1, 33);
+        Tensor y(dt, {c.N, c.M, OH, OW});
+        ApxAttrConv a = attrs_of(c);
+        run_ok(relu ? APX_OP_ConvBiasRelu : APX_OP_Conv, &a, {&x, &w, c.bias ? &b : nullptr}, {&y});
+        std::vector<double> bv = b.values(), ref, sc;
+        ref_conv(c, x.values(), w.values(), c.bias ? &bv : nullptr, OH, OW, ref, sc);
+        if (relu)
+          for (double &r : ref) r = r > 0 ? r : 0;
+        expect_close(y, ref, (double)(c.C / c.group * c.kh * c.kw) + 2, &sc,
+                     relu ? "ConvBiasRelu" : "Conv");
+      }
+}
+
+TEST(Conv, RejectsMismatchedShapes) {
+  ConvCase c = kCases[0];
+  ApxAttrConv a = attrs_of(c);
+  Tensor x(APX_DT_F32, {2, 3, 7, 6}), w(APX_DT_F32, {4, 2, 3, 3}), y(APX_DT_F32, {2, 4, 7, 6});
+  std::string err;
+  EXPECT_EQ(run(APX_OP_Conv, &a, {&x, &w}, {&y}, &err), APX_STATUS_BAD_INPUT);
+  EXPECT_NE(err.find("Conv: shapes/attributes do not match"), std::string::npos) << err;
+  Tensor w3(APX_DT_F32, {4, 3, 3, 3}), ybad(APX_DT_F32, {2, 4, 6, 6});
+  EXPECT_EQ(run(APX_OP_Conv, &a, {&x, &w3}, {&ybad}, &err), APX_STATUS_BAD_INPUT) << err;
+  Tensor x3(APX_DT_F32, {2, 3, 7}), w1(APX_DT_F32, {4, 3, 3}), y3(APX_DT_F32, {2, 4, 7});
+  EXPECT_EQ(run(APX_OP_Conv, &a, {&x3, &w1}, {&y3}, &err), APX_STATUS_UNSUPPORTED) << err;
+}
+
+TEST(Conv, ThreadCountDoesNotChangeBits) {
+  ConvCase c = {2, 16, 20, 20, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, true};
+  ApxAttrConv a = attrs_of(c);
+  for (ApxDType dt : {APX_DT_F32, APX_DT_F16}) {
+    Tensor x = rand(dt, {2, 16, 20, 20}, -1, 1, 1), w = rand(dt, {32, 16, 3, 3}, -1, 1, 2);
+    Tensor b = rand(dt, {32}, -1, 1, 3), y1(dt, {2, 32, 20, 20}), y2(dt, {2, 32, 20, 20});
+    RunOpts two;
+    two.threads = 2;
+    run_ok(APX_OP_Conv, &a, {&x, &w, &b}, {&y1});
+    run_ok(APX_OP_Conv, &a, {&x, &w, &b}, {&y2}, two);
+    expect_same_bits(y1, y2, "Conv 1 vs 2 threads");
+  }
+}
