@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -69,8 +70,10 @@ double as_double(const ApxTensorConst &t, int64_t i) {
 }
 
 // Compares every output_K.pb of a test data set with what apexrun wrote in out_dir.
-// Tolerance from the dtype's epsilon: |got - want| <= 16 eps (1 + |want|).
-void expect_outputs_match(const std::string &case_dir, const std::string &out_dir) {
+// Tolerance from the compute dtype's epsilon (the expected output's own dtype unless
+// given): |got - want| <= 16 eps (1 + |want|).
+void expect_outputs_match(const std::string &case_dir, const std::string &out_dir,
+                          ApxDType compute = APX_DT_UNDEFINED) {
   for (int k = 0;; k++) {
     std::string want_path = case_dir + "/test_data_set_0/output_" + std::to_string(k) + ".pb";
     struct stat st;
@@ -95,7 +98,7 @@ void expect_outputs_match(const std::string &case_dir, const std::string &out_di
       n *= want.dims[i];
     }
     ASSERT_GT(n, 0);
-    double tol = 16 * eps_of(want.dtype);
+    double tol = 16 * eps_of(compute != APX_DT_UNDEFINED ? compute : want.dtype);
     for (int64_t i = 0; i < n; i++) {
       double g = as_double(got, i), w = as_double(want, i);
       ASSERT_LE(std::fabs(g - w), tol * (1 + std::fabs(w))) << got_path << " element " << i;
@@ -151,6 +154,42 @@ INSTANTIATE_TEST_SUITE_P(Onnx, NodeTest,
                          ::testing::Values("test_gemm_default_matrix_bias", "test_matmul_2d",
                                            "test_relu", "test_add_bcast", "test_softmax_axis_1",
                                            "test_transpose_default", "test_sigmoid"));
+
+// The example models (forward + loss) against onnxruntime's fp32 outputs
+// (tests/fixtures/ort, recorded by tests/ort/record_fixtures.py).
+struct ExampleCase {
+  const char *model, *level;
+  ApxDType compute;
+};
+
+class Example : public ::testing::TestWithParam<ExampleCase> {};
+
+TEST_P(Example, MatchesOnnxruntime) {
+  const ExampleCase &c = GetParam();
+  std::string dir = std::string("tests/fixtures/ort/") + c.model;
+  std::string out = tmp() + "/example_" + c.model + c.level;
+  for (size_t i = tmp().size() + 1; i < out.size(); i++)
+    if (!isalnum((unsigned char)out[i])) out[i] = '_';
+  Result r = apexrun("infer " + dir + "/model.onnx " + c.level + " --input-dir " + dir +
+                     "/test_data_set_0 --output-dir " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  expect_outputs_match(dir, out, c.compute);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ort, Example,
+                         ::testing::Values(ExampleCase{"mlp", "-O0", APX_DT_F32},
+                                           ExampleCase{"cnn", "-O0", APX_DT_F32},
+                                           ExampleCase{"transformer", "-O0", APX_DT_F32},
+                                           ExampleCase{"mlp", "-O2", APX_DT_F16},
+                                           ExampleCase{"cnn", "-O1", APX_DT_F16},
+                                           ExampleCase{"transformer", "-O2", APX_DT_F16},
+                                           ExampleCase{"transformer", "-O2 --half=bf16", APX_DT_BF16}),
+                         [](const ::testing::TestParamInfo<ExampleCase> &i) {
+                           std::string n = std::string(i.param.model) + "_" + i.param.level;
+                           for (char &ch : n)
+                             if (!isalnum((unsigned char)ch)) ch = '_';
+                           return n;
+                         });
 
 TEST(Apexrun, HelpAndVersion) {
   Result h = apexrun("--help");
