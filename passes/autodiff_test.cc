@@ -294,6 +294,30 @@ TEST(Autodiff, SectionsStayContiguousInOrder) {
   EXPECT_EQ(last, APX_SEC_OPTIMIZER);
 }
 
+TEST(Autodiff, SectionsStayContiguousWithConstantOnlyBackwardNodesAndLateForwardNodes) {
+  // inference-mode BatchNorm's gradient computes sqrt(var + eps) from state only (ready at
+  // the start); a forward node added later (like cast_insert's casts) has a higher id
+  GraphBuilder b;
+  int x = b.Input("x", {2, 3, 2, 2}), s = b.Param("scale", {3}), bias = b.Param("bias", {3});
+  int mean = b.Param("mean", {3}), var = b.Param("var", {3}, 0.5, 1.5);
+  int w = b.Param("w", {2, 3, 2, 2});
+  b.WeightedSumLoss(b.Op("BatchNormalization", {b.Op("Mul", {x, w}), s, bias, mean, var}));
+  b.SortAndVerify();
+  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  int mul = b.NodeByOp(APX_OP_Mul);
+  int xc = apx_graph_add_value(&b.g, &b.d, "x_copy", APX_VAL_ACTIVATION, APX_DT_F64, 4, b.g.vals[x].dims);
+  int id = apx_graph_add_node(&b.g, &b.d, APX_OP_Identity, "late_forward", 1, &x, 1, &xc);
+  ASSERT_GE(id, 0);
+  b.g.nodes[mul].in[0] = xc;
+  ASSERT_TRUE(b.SortAndVerify());
+  int last = APX_SEC_FORWARD;
+  for (int k = 0; k < b.g.n_order; k++) {
+    int sec = b.g.nodes[b.g.order[k]].section;
+    EXPECT_GE(sec, last) << b.g.nodes[b.g.order[k]].name;
+    last = sec;
+  }
+}
+
 TEST(Autodiff, LossMustBeAFloatScalar) {
   {
     GraphBuilder b;

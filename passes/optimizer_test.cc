@@ -234,3 +234,33 @@ TEST(Optimizer, OneAdamWStepFollowsTorchAdamW) {
 }
 
 }  // namespace
+
+namespace {
+
+// An inf in one gradient: UnscaleCheck flags it and names the parameter's index, and
+// OptimizerStep leaves parameters, state and the step counter alone (DESIGN.md 9).
+TEST(Optimizer, OverflowSkipsTheStepAndNamesTheFirstBadGradient) {
+  if (!apx_cpu_supports(APX_OP_UnscaleCheck, APX_DT_F32) || !apx_cpu_supports(APX_OP_OptimizerStep, APX_DT_F32))
+    GTEST_SKIP() << "blocked: no CPU kernel for UnscaleCheck/OptimizerStep yet";
+  Net n;
+  n.Build();
+  ApxEval ev;
+  ASSERT_EQ(apx_eval_init(&ev, &n.g), 0) << ev.err;
+  for (int i = 0; i < 12; i++) apx_eval_set(&ev, n.x, i, 0.25 * (i % 3) - 0.2);
+  ASSERT_EQ(apx_eval_run(&ev, APX_EVAL_FORWARD | APX_EVAL_BACKWARD), 0) << ev.err;
+  apx_eval_set(&ev, n.g.vals[n.b].grad, 1, INFINITY); // parameter 1 of the step: b
+  std::vector<double> before;
+  for (int p : n.params)
+    for (int64_t k = 0; k < apx_value_numel(&n.g.vals[p]); k++) before.push_back(apx_eval_get(&ev, p, k));
+  ASSERT_EQ(apx_eval_run(&ev, APX_EVAL_OPTIMIZER), 0) << ev.err;
+  const ApxNode &uc = n.g.nodes[n.NodeByOp(APX_OP_UnscaleCheck)];
+  EXPECT_EQ(apx_eval_get(&ev, uc.out[APX_UNSCALE_OUT_FOUND_INF], 0), 1.0);
+  EXPECT_EQ(apx_eval_get(&ev, uc.out[APX_UNSCALE_OUT_FIRST_BAD], 0), 1.0);
+  size_t i = 0;
+  for (int p : n.params)
+    for (int64_t k = 0; k < apx_value_numel(&n.g.vals[p]); k++) EXPECT_EQ(apx_eval_get(&ev, p, k), before[i++]);
+  EXPECT_EQ(apx_eval_get(&ev, n.Value("apx_optimizer_step"), 0), 0.0);
+  apx_eval_free(&ev);
+}
+
+}  // namespace
