@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <set>
 #include <string>
@@ -423,7 +424,9 @@ TEST_P(GradCheck, AnalyticMatchesCentralDifferences) {
     EXPECT_LE(err, tol * std::max(ref, 1e-3))
         << "parameter '" << pv.name << "': |analytic - numeric| = " << err << ", |numeric| = " << ref
         << "; first elements (analytic vs numeric):" << detail;
-    RecordProperty(std::string("rel_err_") + pv.name, std::to_string(err / std::max(ref, 1e-3)));
+    char rel[32];
+    snprintf(rel, sizeof rel, "%.3e", err / std::max(ref, 1e-3));
+    RecordProperty(std::string("rel_err_") + pv.name, rel);
     checked++;
   }
   EXPECT_GT(checked, 0);
