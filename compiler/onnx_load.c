@@ -881,8 +881,22 @@ static int load_model(Loader *L, const Onnx__ModelProto *m, size_t len) {
   return 0;
 }
 
-int apx_onnx_load_memory(ApxGraph *g, const void *buf, size_t len, const char *base_dir,
-                         const ApxOptions *o, ApxDiag *d) {
+/* protobuf-c allocator that remembers whether malloc failed (unpack returns NULL both for
+ * malformed input and for out-of-memory; only the first is bad input). */
+static void *pb_alloc(void *data, size_t n) {
+  void *p = malloc(n);
+  if (!p && n) *(int *)data = 1;
+  return p;
+}
+static void pb_free(void *data, void *p) {
+  (void)data;
+  free(p);
+}
+
+/* buf_owned: malloc'd buffer the loader frees as soon as protobuf-c has copied it (keeps
+ * the peak at about twice the model size instead of three times), or NULL. */
+static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_owned,
+                       const char *base_dir, const ApxOptions *o, ApxDiag *d) {
   Loader L;
   memset(&L, 0, sizeof L);
   L.g = g;
@@ -900,19 +914,34 @@ int apx_onnx_load_memory(ApxGraph *g, const void *buf, size_t len, const char *b
   char dim_used[APX_MAX_DIMS_BOUND + 1] = {0};
   L.dim_used = dim_used;
 
-  if (len == 0 || !buf) return lerr(&L, "not a valid ONNX model (protobuf parse failed, 0 bytes)");
-  if (!nesting_ok(&onnx__model_proto__descriptor, buf, len, 0))
+  int oom = 0;
+  ProtobufCAllocator pa = {pb_alloc, pb_free, &oom};
+  Onnx__ModelProto *m = NULL;
+  int deep = 0;
+  if (len > 0 && buf) {
+    deep = !nesting_ok(&onnx__model_proto__descriptor, buf, len, 0);
+    if (!deep) m = onnx__model_proto__unpack(&pa, len, buf);
+  }
+  free(buf_owned);
+  if (deep)
     return lerr(&L, "not a valid ONNX model (messages nested deeper than %d, %zu bytes)",
                 MAX_NESTING, len);
-  Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
+  if (!m && oom)
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory parsing the model (%zu bytes)",
+                          g->file, len);
   if (!m) return lerr(&L, "not a valid ONNX model (protobuf parse failed, %zu bytes)", len);
-  if (!m->has_ir_version && !m->graph) {
-    onnx__model_proto__free_unpacked(m, NULL);
-    return lerr(&L, "not a valid ONNX model (no ir_version and no graph, %zu bytes)", len);
-  }
-  int rc = load_model(&L, m, len);
-  onnx__model_proto__free_unpacked(m, NULL);
+  int rc;
+  if (!m->has_ir_version && !m->graph)
+    rc = lerr(&L, "not a valid ONNX model (no ir_version and no graph, %zu bytes)", len);
+  else
+    rc = load_model(&L, m, len);
+  onnx__model_proto__free_unpacked(m, &pa);
   return rc;
+}
+
+int apx_onnx_load_memory(ApxGraph *g, const void *buf, size_t len, const char *base_dir,
+                         const ApxOptions *o, ApxDiag *d) {
+  return load_buffer(g, buf, len, NULL, base_dir, o, d);
 }
 
 /* ---- files --------------------------------------------------------------------------- */
@@ -981,10 +1010,11 @@ int apx_onnx_load_file(ApxGraph *g, const char *path, const ApxOptions *o, ApxDi
   size_t len;
   if (slurp(path, d, &buf, &len)) return -1;
   const char *base = dir_of(&g->arena, path);
-  int rc = base ? apx_onnx_load_memory(g, buf, len, base, o, d)
-                : err_at(d, APX_EXIT_RUNTIME, path, "out of memory");
-  free(buf);
-  return rc;
+  if (!base) {
+    free(buf);
+    return err_at(d, APX_EXIT_RUNTIME, path, "out of memory");
+  }
+  return load_buffer(g, buf, len, buf, base, o, d); /* frees buf */
 }
 
 int apx_onnx_read_tensor_file(const char *path, ApxArena *arena, ApxTensorConst *out,
@@ -994,11 +1024,13 @@ int apx_onnx_read_tensor_file(const char *path, ApxArena *arena, ApxTensorConst 
   uint8_t *buf;
   size_t len;
   if (slurp(path, d, &buf, &len)) return -1;
-  int rc = -1;
+  int rc = -1, oom = 0;
+  ProtobufCAllocator pa = {pb_alloc, pb_free, &oom};
   Onnx__TensorProto *t = NULL;
   if (len > 0 && nesting_ok(&onnx__tensor_proto__descriptor, buf, len, 0))
-    t = onnx__tensor_proto__unpack(NULL, len, buf);
+    t = onnx__tensor_proto__unpack(&pa, len, buf);
   free(buf);
+  if (!t && oom) return err_at(d, APX_EXIT_RUNTIME, path, "out of memory parsing the tensor");
   if (!t)
     return err_at(d, APX_EXIT_BAD_INPUT, path,
                   "not a valid TensorProto file (protobuf parse failed, %zu bytes)", len);
@@ -1016,7 +1048,7 @@ int apx_onnx_read_tensor_file(const char *path, ApxArena *arena, ApxTensorConst 
       if (!*name) rc = err_at(d, APX_EXIT_RUNTIME, path, "out of memory");
     }
   }
-  onnx__tensor_proto__free_unpacked(t, NULL);
+  onnx__tensor_proto__free_unpacked(t, &pa);
   return rc;
 }
 
