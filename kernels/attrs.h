@@ -102,8 +102,10 @@ typedef struct ApxAttrBatchNorm {
 
 /* Dropout(data, ratio?, training_mode?) -> output, mask?   ratio and training_mode are read
  * from constant inputs (or opset < 12 attributes). In training mode the mask comes from the
- * counter-based Philox stream: element i of the node's draw at step s uses counter
- * (seed, node_id, s, i). DropoutGrad(dY, mask) -> dX = dY * mask / (1 - ratio). */
+ * counter-based Philox stream: element i of the node's draw at step s is keyed by the seed
+ * (attrs seed when has_seed, else the run's) and counted by (i / 4, s, rng_stream); the
+ * exact mapping is in kernels/philox.h. mask is bool. Inference mode: identity, all-true
+ * mask. DropoutGrad(dY, mask) -> dX = dY * mask / (1 - ratio) (dY in inference mode). */
 typedef struct ApxAttrDropout {
   float ratio;
   int32_t training_mode;
@@ -211,8 +213,12 @@ typedef struct ApxAttrFusedMatMul {
   float alpha;
 } ApxAttrFusedMatMul;
 
-/* FusedDense(X, W, B?) -> Y = act(X @ op(W) + B); X (M, K) or batched (..., K).
- * FusedDenseGrad(dY, X, W, Y) -> dX, dW, dB */
+/* FusedDense(X, W, B?) -> Y, Aux?   Y = act(alpha * X @ op(W) + beta * B); X (M, K) or
+ *   batched (..., K); W (K, N), or (N, K) with trans_w; B (N); Aux (Y's shape, optional) =
+ *   the pre-activation alpha * X @ op(W) + beta * B (the GELU gradients need it).
+ * FusedDenseGrad(dY, X, W, T) -> dX?, dW?, dB?   T = Y for APX_ACT_NONE / APX_ACT_RELU, the
+ *   forward's Aux for the GELUs (T may be absent for NONE); dX = alpha g @ op(W)^T,
+ *   dW = alpha (X^T g, or g^T X with trans_w), dB = beta * column sums of g, g = dY * act'. */
 typedef enum ApxActivation { APX_ACT_NONE = 0, APX_ACT_RELU = 1, APX_ACT_GELU = 2, APX_ACT_GELU_TANH = 3 } ApxActivation;
 typedef struct ApxAttrFusedDense {
   int32_t trans_w;

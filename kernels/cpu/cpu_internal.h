@@ -225,7 +225,7 @@ APX_CPU_KERNEL(apx_cpu_softmax);
 APX_CPU_KERNEL(apx_cpu_softmax_grad);
 /* loss.c */
 APX_CPU_KERNEL(apx_cpu_loss);
-APX_CPU_KERNEL(apx_cpu_loss_grad);
+APX_CPU_KERNEL(apx_cpu_loss_grad); /* also FusedXentropy, FusedXentropyGrad */
 /* reduce.c */
 APX_CPU_KERNEL(apx_cpu_reduce);
 APX_CPU_KERNEL(apx_cpu_reduce_sum_to);
@@ -246,5 +246,15 @@ APX_CPU_KERNEL(apx_cpu_where);
 APX_CPU_KERNEL(apx_cpu_shape);
 APX_CPU_KERNEL(apx_cpu_constant_of_shape);
 APX_CPU_KERNEL(apx_cpu_range); /* math */
+/* training.c */
+APX_CPU_KERNEL(apx_cpu_loss_scale_seed);
+APX_CPU_KERNEL(apx_cpu_assign_state);  /* raw: writes input 1 */
+APX_CPU_KERNEL(apx_cpu_unscale_check);
+APX_CPU_KERNEL(apx_cpu_optimizer_step); /* raw: updates its inputs */
+/* fused.c */
+APX_CPU_KERNEL(apx_cpu_fused_dense);
+APX_CPU_KERNEL(apx_cpu_fused_dense_grad);
+APX_CPU_KERNEL(apx_cpu_fused_softmax);
+APX_CPU_KERNEL(apx_cpu_fused_softmax_grad);
 
 #endif

@@ -2,12 +2,27 @@
  *
  * One entry point runs any op of the op table on CPU tensors. The caller (runtime CPU
  * backend, compile-time constant folding, tests) provides inputs and outputs with dtype and
- * shape set and output bytes allocated; the shapes are those the compiler inferred.
+ * shape set and output bytes allocated; the shapes are those the compiler inferred, and
+ * kernels check them (a mismatch is APX_STATUS_BAD_INPUT with the shapes in ctx->err).
  *
- * Precision semantics (DESIGN.md 12): float32 math for fp32/fp16/bf16 tensors, fp16/bf16
- * loaded to fp32 and rounded to nearest-even on store (overflow gives inf), matrix products
- * accumulate in fp32; fp64 tensors are computed in double (gradient checks); integer
- * tensors through int64/double paths where the op is defined on them. */
+ * Precision semantics (DESIGN.md 12):
+ *   - fp32/fp16/bf16 tensors: math in fp32. fp16/bf16 inputs are loaded to fp32, every
+ *     output is computed in fp32 and rounded to nearest-even once on store (fp16 overflow
+ *     gives +-inf exactly where the GPU's __float2half_rn does). Internal intermediates of
+ *     one op (softmax max/sum, norm statistics, products) stay fp32.
+ *   - matrix products (MatMul, Gemm, FusedMatMul, Conv, FusedDense) accumulate in fp32
+ *     (OpenBLAS sgemm on fp32 copies of half operands).
+ *   - fp64 tensors: math in double (gradient checks). A call mixing float types computes in
+ *     fp64 if any float tensor is fp64, else fp32, and rounds each output once.
+ *   - integer tensors: int64 math with ONNX semantics (Div truncates, overflow wraps; integer
+ *     division by zero is an error); narrower types convert to int64 and wrap back.
+ *     Data-movement ops work on every dtype by element size.
+ * Threads: OpenMP with ctx->n_threads; every output element is computed by one thread in a
+ * fixed order, so results are bit-identical for any thread count. OpenBLAS is set to one
+ * thread (openblas_set_num_threads(1), process-wide) and products are split into fixed
+ * tiles instead, because OpenBLAS's own threading changes results with the thread count.
+ * Absent tensors: data == NULL. An absent output still carries its dims where the op needs
+ * them (Split sizes). */
 #ifndef APX_CPU_KERNELS_H
 #define APX_CPU_KERNELS_H
 
@@ -30,25 +45,34 @@ typedef struct ApxCpuCtx {
 
 void apx_cpu_ctx_init(ApxCpuCtx *ctx);
 
-/* Runs op with its typed attributes (attrs.h struct named in ops.def; may be NULL for ops
- * with ApxAttrNone). ins[i].data == NULL marks an absent optional input; static inputs
- * (ops.def STATIC_INPUTS) may be passed or absent: kernels read attrs instead.
- * Returns APX_STATUS_OK, or a status with a one-line reason in ctx->err. */
+/* Runs op with its typed attributes (attrs.h struct named in ops.def; may be NULL only for
+ * ops with ApxAttrNone). ins[i].data == NULL marks an absent optional input; static inputs
+ * (ops.def STATIC_INPUTS) may be passed or absent: kernels read attrs instead. Inputs and
+ * outputs follow attrs.h's conventions; AssignState and OptimizerStep update their input
+ * buffers in place. Output 0 may alias input 0 for APX_OPF_INPLACE ops. Ops without a
+ * kernel (tier 2, listed-only, Allreduce, Constant) return APX_STATUS_UNSUPPORTED
+ * ("<Op>: not supported yet on the CPU backend").
+ * Returns APX_STATUS_OK, or a status with a one-line reason "<Op>: <what>" in ctx->err.
+ * Reentrant: concurrent calls with separate contexts are safe. */
 ApxStatus apx_cpu_run(ApxCpuCtx *ctx, ApxOp op, const void *attrs, const ApxTensor *ins,
                       int n_in, ApxTensor *outs, int n_out);
 
-/* 1 if apx_cpu_run implements op for output dtype dt (the precision pass's backend query,
- * STYLE.md 5). */
+/* 1 if apx_cpu_run implements op for dtype dt (the precision pass's backend query,
+ * STYLE.md 5): dt is the op's type T, the type of its float data (the output's for most
+ * ops, the inputs' for Equal; any type for data movement, Cast, Shape, ConstantOfShape). */
 int apx_cpu_supports(ApxOp op, ApxDType dt);
 
-/* Bulk conversions (F16C where the CPU has it, portable fallback otherwise); identical
- * results to the scalar functions in half.h. */
+/* Bulk conversions (F16C where the CPU has it, portable fallback otherwise); bit-identical
+ * to the scalar functions in half.h on every input, NaNs included. */
 void apx_cpu_f16_to_f32(const uint16_t *src, float *dst, int64_t n);
 void apx_cpu_f32_to_f16(const float *src, uint16_t *dst, int64_t n);
 void apx_cpu_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
 void apx_cpu_f32_to_bf16(const float *src, uint16_t *dst, int64_t n);
-/* Any supported dtype to any other (Cast semantics: float->int truncates toward zero,
- * ->bool is != 0, half rounding RNE). */
+/* Any supported dtype to any other (Cast semantics): every conversion to a float type rounds
+ * once to nearest even (fp64 and 64-bit integers reach fp16/bf16 without double rounding);
+ * float -> integer truncates toward zero, NaN gives 0, values beyond int64 saturate, then
+ * the int64 value wraps to narrower types (numpy astype for in-range values); -> bool is
+ * != 0 (NaN is true). Returns APX_STATUS_UNSUPPORTED for STRING / unknown types. */
 ApxStatus apx_cpu_convert(const void *src, ApxDType st, void *dst, ApxDType dt, int64_t n);
 
 #ifdef __cplusplus

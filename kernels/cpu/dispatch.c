@@ -109,6 +109,18 @@ static const CpuEntry cpu_table[APX_OP_COUNT] = {
     [APX_OP_Shape] = RAW(apx_cpu_shape, TALL),
     [APX_OP_ConstantOfShape] = RAW(apx_cpu_constant_of_shape, TALL),
     [APX_OP_Range] = MATH(apx_cpu_range, TF | TI),
+    /* training step */
+    [APX_OP_LossScaleSeed] = MATH(apx_cpu_loss_scale_seed, TF),
+    [APX_OP_AssignState] = RAW(apx_cpu_assign_state, TALL),
+    [APX_OP_UnscaleCheck] = MATH(apx_cpu_unscale_check, TF),
+    [APX_OP_OptimizerStep] = RAW(apx_cpu_optimizer_step, TF),
+    /* fused kernels (DESIGN.md 10) */
+    [APX_OP_FusedDense] = MATH(apx_cpu_fused_dense, TF),
+    [APX_OP_FusedDenseGrad] = MATH(apx_cpu_fused_dense_grad, TF),
+    [APX_OP_FusedSoftmax] = MATH(apx_cpu_fused_softmax, TF),
+    [APX_OP_FusedSoftmaxGrad] = MATH(apx_cpu_fused_softmax_grad, TF),
+    [APX_OP_FusedXentropy] = MATH(apx_cpu_loss, TF),
+    [APX_OP_FusedXentropyGrad] = MATH(apx_cpu_loss_grad, TF),
 };
 
 void apx_cpu_ctx_init(ApxCpuCtx *ctx) {

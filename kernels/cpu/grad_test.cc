@@ -503,3 +503,81 @@ TEST(Grad, Losses) {
                         {sh}, 2.0 * numel_of(ld) + 8);
         }
 }
+
+// ---- fused kernels -----------------------------------------------------------------------------
+
+TEST(Grad, FusedDense) {
+  for (int act = APX_ACT_NONE; act <= APX_ACT_GELU_TANH; act++)
+    for (int tw = 0; tw < 2; tw++) {
+      ApxAttrFusedDense a = {tw, act, 0.75f, 1.5f};
+      Tensor x = rand(APX_DT_F64, {2, 3, 4}, -2, 2, 40);
+      Tensor w = rand(APX_DT_F64, tw ? std::vector<int64_t>{5, 4} : std::vector<int64_t>{4, 5}, -1, 1, 41);
+      Tensor bb = rand(APX_DT_F64, {5}, -1, 1, 42);
+      if (act == APX_ACT_RELU) { /* keep pre-activations away from the kink */
+        for (int it = 0; it < 50; it++) {
+          Tensor pre(APX_DT_F64, {2, 3, 5}), y(APX_DT_F64, {2, 3, 5});
+          run_ok(APX_OP_FusedDense, &a, {&x, &w, &bb}, {&y, &pre});
+          bool ok = true;
+          for (int64_t i = 0; i < pre.numel(); i++) ok = ok && std::fabs(pre.get(i)) > 1e-3;
+          if (ok) break;
+          bb = rand(APX_DT_F64, {5}, -1, 1, 43 + it);
+        }
+      }
+      Forward f = [&](const std::vector<Tensor> &in) {
+        std::vector<Tensor> o;
+        o.emplace_back(APX_DT_F64, std::vector<int64_t>{2, 3, 5});
+        o.emplace_back(APX_DT_F64, std::vector<int64_t>{2, 3, 5});
+        run_ok(APX_OP_FusedDense, &a, {&in[0], &in[1], &in[2]}, {&o[0], &o[1]});
+        return o;
+      };
+      Backward b = [&](const std::vector<Tensor> &in, const std::vector<Tensor> &R) {
+        std::vector<Tensor> y = f(in), g = {out_like(in[0]), out_like(in[1]), out_like(in[2])};
+        const Tensor *t = act == APX_ACT_GELU || act == APX_ACT_GELU_TANH ? &y[1] : &y[0];
+        run_ok(APX_OP_FusedDenseGrad, &a, {&R[0], &in[0], &in[1], t}, {&g[0], &g[1], &g[2]});
+        return g;
+      };
+      fd_check("FusedDenseGrad", {x, w, bb}, {0, 1, 2}, f, b);
+      std::vector<Tensor> y = f({x, w, bb});
+      Tensor dy = rand(APX_DT_F64, {2, 3, 5}, -1, 1, 44);
+      dtype_sweep("FusedDenseGrad", APX_OP_FusedDenseGrad, &a,
+                  {dy, x, w, act >= APX_ACT_GELU ? y[1] : y[0]}, {x.dims, w.dims, {5}}, 40);
+    }
+}
+
+TEST(Grad, FusedSoftmax) {
+  ApxAttrFusedSoftmax a = {0.5f, 1};
+  Tensor x = rand(APX_DT_F64, {2, 3, 4}, -2, 2, 45), m = rand(APX_DT_F64, {3, 4}, -1, 0, 46);
+  Forward f = [&](const std::vector<Tensor> &in) {
+    return run1(APX_OP_FusedSoftmax, &a, {&in[0], &in[1]}, {2, 3, 4});
+  };
+  Backward b = [&](const std::vector<Tensor> &in, const std::vector<Tensor> &R) {
+    std::vector<Tensor> y = f(in), g = {out_like(in[0])};
+    run_ok(APX_OP_FusedSoftmaxGrad, &a, {&R[0], &y[0]}, {&g[0]});
+    return g;
+  };
+  fd_check("FusedSoftmaxGrad", {x, m}, {0}, f, b);
+  Tensor dy = rand(APX_DT_F64, {2, 3, 4}, -1, 1, 47);
+  dtype_sweep("FusedSoftmaxGrad", APX_OP_FusedSoftmaxGrad, &a, {dy, f({x, m})[0]}, {{2, 3, 4}}, 16);
+}
+
+TEST(Grad, FusedXentropy) {
+  for (int red = 0; red < 3; red++) {
+    ApxAttrLoss a = {red, 1, 2};
+    Tensor x = rand(APX_DT_F64, {6, 5}, -2, 2, 48), lab = rand(APX_DT_I64, {6}, 0, 5, 49);
+    lab.set(0, 2);
+    std::vector<int64_t> ld = red == APX_RED_NONE ? std::vector<int64_t>{6} : std::vector<int64_t>{};
+    Forward f = [&](const std::vector<Tensor> &in) {
+      std::vector<Tensor> o;
+      o.emplace_back(APX_DT_F64, ld);
+      o.emplace_back(APX_DT_F64, std::vector<int64_t>{6});
+      run_ok(APX_OP_FusedXentropy, &a, {&in[0], &lab}, {&o[0], &o[1]});
+      return o;
+    };
+    Backward b = [&](const std::vector<Tensor> &in, const std::vector<Tensor> &R) {
+      std::vector<Tensor> y = f(in), g = {out_like(in[0])};
+      run_ok(APX_OP_FusedXentropyGrad, &a, {&R[0], &in[0], &lab, &y[1]}, {&g[0]});
+      return g;
+    };
+    fd_check("FusedXentropyGrad", {x}, {0}, f, b);
+  }
+}

@@ -107,14 +107,19 @@ APX_CPU_KERNEL(apx_cpu_reduce) {
   return run_sum(ctx, x, mask, &outs[0], op == APX_OP_ReduceMean);
 }
 
-/* ReduceSumTo(dY, shape_ref?) -> dX: dY summed over the axes broadcasting added or expanded,
- * down to dX's shape (right-aligned numpy rules). Input 1, when given, only names the
- * target shape; dX's dims are what count. */
+/* ReduceSumTo(dY, Like?) -> dX: dY summed over the axes broadcasting added or expanded,
+ * down to dX's shape (right-aligned numpy rules). Like, when given, only names the target
+ * shape (its data is never read) and must agree with dX's. */
 APX_CPU_KERNEL(apx_cpu_reduce_sum_to) {
   ApxStatus s;
   if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
     return s;
   char a[96], b[96];
+  if (apx_cpu_has(ins, n_in, 1) && !apx_cpu_same_dims(&ins[1], &outs[0]) &&
+      apx_tensor_numel(&ins[1]) != apx_tensor_numel(&outs[0]))
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output shape %s differs from Like %s",
+                        apx_cpu_dims_str(&outs[0], a, sizeof a),
+                        apx_cpu_dims_str(&ins[1], b, sizeof b));
   int64_t mask = apx_cpu_sum_to_mask(&ins[0], &outs[0]);
   if (mask < 0)
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output shape %s does not broadcast to %s",
