@@ -19,6 +19,12 @@ namespace {
 struct G {
   ApxGraph g;
   ApxDiag d;
+  // a copy of v in the graph's arena (one spare slot so an empty list is a valid pointer)
+  int *ids(const std::vector<int> &v) {
+    int *p = (int *)apx_arena_alloc(&g.arena, (v.size() + 1) * sizeof(int));
+    if (!v.empty()) memcpy(p, v.data(), v.size() * sizeof(int));
+    return p;
+  }
   std::vector<int> ins;
   G() {
     apx_graph_init(&g, "model.onnx");
@@ -46,9 +52,9 @@ struct G {
     return n;
   }
   void finish(std::vector<int> outs, int loss) {
-    g.inputs = (int *)apx_arena_memdup(&g.arena, ins.data(), (ins.size() + 1) * sizeof(int));
+    g.inputs = ids(ins);
     g.n_inputs = (int32_t)ins.size();
-    g.outputs = (int *)apx_arena_memdup(&g.arena, outs.data(), (outs.size() + 1) * sizeof(int));
+    g.outputs = ids(outs);
     g.n_outputs = (int32_t)outs.size();
     for (int v : outs) g.vals[v].flags |= APX_VALF_GRAPH_OUTPUT;
     g.loss = loss;
