@@ -517,3 +517,64 @@ TEST(Autodiff, MlpGradientsMatchAHandDerivation) {
 }
 
 }  // namespace
+
+namespace {
+
+// Running the graph: after a step the running statistics hold
+// momentum * old + (1 - momentum) * batch statistic (ONNX BatchNormalization, training).
+TEST(Autodiff, BatchNormRunningMeanIsCommittedByTheOptimizerSection) {
+  GraphBuilder b;
+  int x = b.Param("x", {4, 2, 1, 3}), s = b.Param("scale", {2}), bias = b.Param("bias", {2});
+  int mean = b.Const("mean", {2}, {0.5, -0.25}), var = b.Const("var", {2}, {1, 2});
+  auto y = b.Node("BatchNormalization", {x, s, bias, mean, var}, 1,
+                  {Attr::Int("training_mode", 1), Attr::Float("momentum", 0.75f)});
+  b.WeightedSumLoss(y[0]);
+  b.SortAndVerify();
+  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ApxEval ev;
+  ASSERT_EQ(apx_eval_init(&ev, &b.g), 0) << ev.err;
+  ASSERT_EQ(apx_eval_run(&ev, APX_EVAL_ALL), 0) << ev.err;
+  const double old[2] = {0.5, -0.25};
+  for (int c = 0; c < 2; c++) {
+    double m = 0; // batch mean of channel c over N, H, W
+    for (int n = 0; n < 4; n++)
+      for (int w = 0; w < 3; w++) m += apx_eval_get(&ev, x, (n * 2 + c) * 3 + w) / 12.0;
+    EXPECT_NEAR(apx_eval_get(&ev, mean, c), 0.75 * old[c] + 0.25 * m, 1e-12) << c;
+  }
+  apx_eval_free(&ev);
+}
+
+// --accumulate 2 on the evaluator: the accumulated gradient after two micro-batches is the
+// sum of the two micro-batch gradients (each seeded with scale / 2), and the optimizer
+// section resets the accumulators.
+TEST(Autodiff, AccumulatedGradientIsTheSumOverMicroBatches) {
+  GraphBuilder b;
+  int x = b.Input("x", {3, 2});
+  int w = b.Param("w", {2, 2});
+  b.WeightedSumLoss(b.Op("Tanh", {b.Op("MatMul", {x, w})}));
+  b.SortAndVerify();
+  b.o.accumulate = 2;
+  b.o.loss_scale = 8.0f;
+  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_EQ(b.RunPass(pass_optimizer), APX_PASS_CHANGED) << b.d.msg;
+  int micro = b.Value("grad/w"), sum = b.g.vals[w].grad, acc = b.Value("gradacc/w");
+  ASSERT_GE(micro, 0);
+  ApxEval ev;
+  ASSERT_EQ(apx_eval_init(&ev, &b.g), 0) << ev.err;
+  std::vector<double> g1, g2;
+  for (int mb = 0; mb < 2; mb++) {
+    for (int i = 0; i < 6; i++) apx_eval_set(&ev, x, i, mb ? 0.3 - 0.1 * i : 0.1 * i - 0.2);
+    ASSERT_EQ(apx_eval_run(&ev, APX_EVAL_FORWARD | APX_EVAL_BACKWARD), 0) << ev.err;
+    for (int k = 0; k < 4; k++) (mb ? g2 : g1).push_back(apx_eval_get(&ev, micro, k));
+  }
+  for (int k = 0; k < 4; k++) {
+    EXPECT_NE(g1[(size_t)k], 0.0);
+    EXPECT_DOUBLE_EQ(apx_eval_get(&ev, sum, k), g1[(size_t)k] + g2[(size_t)k]) << k;
+    EXPECT_DOUBLE_EQ(apx_eval_get(&ev, acc, k), g1[(size_t)k] + g2[(size_t)k]) << k;
+  }
+  ASSERT_EQ(apx_eval_run(&ev, APX_EVAL_OPTIMIZER), 0) << ev.err;
+  for (int k = 0; k < 4; k++) EXPECT_EQ(apx_eval_get(&ev, acc, k), 0.0) << k;
+  apx_eval_free(&ev);
+}
+
+}  // namespace

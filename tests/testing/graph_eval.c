@@ -89,29 +89,12 @@ void apx_eval_set(ApxEval *e, int v, int64_t i, double x) {
   }
 }
 
-/* LossScaleSeed(loss, scale) -> dLoss = scale[0] * multiplier (attrs.h), used only while the
- * CPU backend lacks the kernel. */
-static int seed_fallback(ApxEval *e, int id) {
-  const ApxNode *n = &e->g->nodes[id];
-  const ApxAttrLossScaleSeed *a = n->typed;
-  double s = apx_eval_get(e, n->in[1], 0) * (double)a->multiplier;
-  int64_t numel = apx_value_numel(&e->g->vals[n->out[0]]);
-  for (int64_t i = 0; i < numel; i++) apx_eval_set(e, n->out[0], i, s);
-  e->fallbacks++;
-  return 0;
-}
-
 int apx_eval_run(ApxEval *e, unsigned mask) {
   const ApxGraph *g = e->g;
   for (int k = 0; k < g->n_order; k++) {
     int id = g->order[k];
     const ApxNode *n = &g->nodes[id];
     if ((n->flags & APX_NODEF_DEAD) || !(mask & (1u << n->section))) continue;
-    if (n->op == APX_OP_LossScaleSeed && n->n_out == 1 &&
-        !apx_cpu_supports(n->op, g->vals[n->out[0]].dtype)) {
-      seed_fallback(e, id);
-      continue;
-    }
     ApxTensor *ins = calloc((size_t)n->n_in + 1, sizeof *ins);
     ApxTensor *outs = calloc((size_t)n->n_out + 1, sizeof *outs);
     if (!ins || !outs) {

@@ -7,11 +7,7 @@
  * (AssignState, OptimizerStep) and in-place updates land in the evaluator's buffers, never
  * in the graph. Use: apx_eval_init after the passes, set inputs with apx_eval_buf, run
  * sections, read buffers. Gradient checks run FORWARD again after changing a parameter's
- * buffer; Dropout masks repeat because the Philox key (ctx.seed) and ctx.step stay fixed.
- *
- * LossScaleSeed has a fallback here while the CPU backend has no kernel for it (it fills
- * dLoss with loss_scale[0] * multiplier, the attrs.h contract); apx_eval_fallbacks counts
- * the nodes run that way so tests can say so. */
+ * buffer; Dropout masks repeat because the Philox key (ctx.seed) and ctx.step stay fixed. */
 #ifndef APX_TESTING_GRAPH_EVAL_H
 #define APX_TESTING_GRAPH_EVAL_H
 
@@ -36,7 +32,6 @@ typedef struct ApxEval {
   void **buf;      /* [n_vals] host bytes, NULL for values without a static size */
   size_t *bytes;   /* [n_vals] */
   ApxCpuCtx ctx;   /* seed / step / threads for the kernels */
-  int32_t fallbacks;
   char err[1024];  /* "node 'name' (Op): <kernel message>" after a failed run */
 } ApxEval;
 
