@@ -22,6 +22,7 @@
 extern "C" {
 #include "compiler/infer.h"
 #include "compiler/onnx_load.h"
+#include "compiler/pipeline.h"
 #include "passes/autodiff.h"
 #include "passes/fold_constants.h"
 #include "passes/infer_shapes.h"
@@ -163,6 +164,52 @@ TEST_P(ExampleModel, GradientsMatchFiniteDifferencesInFloat64) {
   EXPECT_GT(checked, 0);
   apx_eval_free(&ev);
 }
+
+// Training steps on the CPU kernels through the whole compiler (apx_compile_file: the
+// precision passes and master weights included): the MLP memorizes one fixed batch, so the
+// loss must fall. At O2 the forward and backward run in fp16 with loss scale 1024 and
+// OptimizerStep updates fp32 masters and refreshes the fp16 weights.
+class TrainMlp : public ::testing::TestWithParam<ApxOptLevel> {};
+
+TEST_P(TrainMlp, LossFallsOverSgdSteps) {
+  ApxGraph g;
+  ApxDiag d;
+  ApxOptions o;
+  apx_diag_init(&d);
+  d.quiet = 1;
+  apx_options_init(&o);
+  o.model_path = "examples/mlp/model.onnx";
+  o.opt_level = GetParam();
+  o.verify_each_pass = 1;
+  o.optimizer = APX_OPTIM_SGD;
+  o.lr = 0.1f, o.momentum = 0.9f;
+  o.loss_scale = 1024.0f, o.loss_scale_set = 1, o.loss_scale_mode = APX_LOSS_SCALE_STATIC;
+  char err[256];
+  ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
+  ASSERT_EQ(apx_compile_file(&g, &o, &d), 0) << d.msg;
+  ApxEval ev;
+  ASSERT_EQ(apx_eval_init(&ev, &g), 0) << ev.err;
+  int x = apx_graph_find_value(&g, "x"), labels = apx_graph_find_value(&g, "labels");
+  ASSERT_GE(x, 0);
+  ASSERT_GE(labels, 0);
+  for (int64_t k = 0; k < apx_value_numel(&g.vals[x]); k++) apx_eval_set(&ev, x, k, std::sin(0.37 * (double)k));
+  for (int64_t k = 0; k < apx_value_numel(&g.vals[labels]); k++) apx_eval_set(&ev, labels, k, (double)(k % 10));
+  std::vector<double> loss;
+  for (int step = 0; step < 60; step++) {
+    ev.ctx.step = step;
+    ASSERT_EQ(apx_eval_run(&ev, APX_EVAL_ALL), 0) << ev.err;
+    loss.push_back(apx_eval_get(&ev, g.loss, 0));
+    ASSERT_TRUE(std::isfinite(loss.back())) << "step " << step;
+  }
+  std::string curve;
+  for (size_t k = 0; k < loss.size(); k += 5) curve += " " + std::to_string(loss[k]);
+  EXPECT_LT(loss.back(), 0.5 * loss.front()) << "loss every 5 steps:" << curve << ", last " << loss.back();
+  apx_eval_free(&ev);
+  apx_graph_free(&g);
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, TrainMlp, ::testing::Values(APX_O0, APX_O1, APX_O2, APX_O3),
+                         [](const ::testing::TestParamInfo<ApxOptLevel> &i) { return "O" + std::to_string((int)i.param); });
 
 INSTANTIATE_TEST_SUITE_P(Examples, ExampleModel, ::testing::Values("mlp", "cnn", "transformer"),
                          [](const ::testing::TestParamInfo<const char *> &i) { return std::string(i.param); });
