@@ -285,7 +285,8 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
       if (t > last[v]) last[v] = t;
     }
   }
-  for (int i = 0; i < g->n_inputs; i++) USE(g->inputs[i], 0);
+  /* data inputs stay valid for the whole run and between runs: set once, run many */
+  for (int i = 0; i < g->n_inputs; i++) USE(g->inputs[i], n_steps - 1);
   for (int i = 0; i < g->n_outputs; i++) USE(g->outputs[i], n_steps - 1);
   if (g->loss >= 0) USE(g->loss, n_steps - 1);
 #undef USE

@@ -12,8 +12,9 @@
  *    data input, graph output or loss, and has the same dtype and element count;
  *    UnscaleCheck's u_i takes g_i's bytes under the same conditions (attrs.h allows it);
  *  - each alias class lives over the closed interval [first definition, last use] of the
- *    schedule (data inputs from step 0, graph outputs and the loss to past the end), so an
- *    op's inputs and outputs never share bytes unless aliased on purpose;
+ *    schedule (data inputs over the whole schedule, so they survive between runs; graph
+ *    outputs and the loss to past the end), so an op's inputs and outputs never share bytes
+ *    unless aliased on purpose;
  *  - classes are packed in the arena by several greedy orders (TFLite's greedy by size and
  *    by breadth, by size x lifetime, by start; best and first fit) plus deterministic
  *    randomized size orders, keeping the smallest arena (stopping at the lower bound).

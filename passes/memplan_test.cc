@@ -131,11 +131,11 @@ std::vector<Life> oracle_liveness(const ApxGraph *g) {
   };
   for (int i = 0; i < g->n_outputs; i++) pin(g->outputs[i]);
   if (g->loss >= 0) pin(g->loss);
-  for (int i = 0; i < g->n_inputs; i++) {
+  for (int i = 0; i < g->n_inputs; i++) {  // data inputs: the whole run (set once, run many)
     int v = g->inputs[i];
     L[v].runtime = true;
     L[v].def = 0;
-    L[v].last = std::max(L[v].last, 0);
+    L[v].last = end;
   }
   for (int v = 0; v < g->n_vals; v++)
     if (L[v].runtime && g->vals[v].kind != APX_VAL_ACTIVATION) L[v].def = 0;

@@ -1,7 +1,8 @@
 /* exec.h - the executor: runs a plan on a backend (DESIGN.md 12).
  *
  *   apx_exec_init      plan -> backend -> arena + persistent buffers -> initial data uploaded
- *   apx_exec_set_input data inputs (host tensors, dtype and shape checked)
+ *   apx_exec_set_input data inputs (host tensors, dtype and shape checked); they keep
+ *                      their values across runs until set again
  *   apx_exec_run       the kernels of one section in plan order (FORWARD, BACKWARD,
  *                      OPTIMIZER), or apx_exec_run_range for any kernel range
  *   apx_exec_read      any buffer back to the host (outputs, the loss, found_inf ...)
