@@ -9,6 +9,8 @@
 #include "compiler/cost.h"
 #include "compiler/diag.h"
 #include "compiler/emit_plan.h"
+#include "compiler/explain.h"
+#include "compiler/fusion.h"
 #include "compiler/ir.h"
 #include "compiler/pipeline.h"
 #include "kernels/op.h"
@@ -115,6 +117,9 @@ int main(int argc, char **argv) {
   d.quiet = o.quiet;
   ApxGraph g;
   int rc = apx_compile_file(&g, &o, &d);
+  /* fusion happens after --explain's rows are written: its section is appended */
+  if (rc == 0 && o.explain == 1) rc = apx_explain_fusion_emit(&g, &o, &d);
+  if (rc == 0 && o.fusion_report) apx_fusion_report_write(&g, stdout);
   if (rc == 0 && a.summary) print_summary(&g, &o);
   if (rc == 0 && a.write_plan) {
     char *owned = o.output_path ? NULL : default_plan_path(o.model_path);

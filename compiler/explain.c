@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "compiler/cost.h"
+#include "compiler/fusion.h"
 #include "compiler/json.h"
 #include "compiler/policy.h"
 #include "compiler/precision_rules.h"
@@ -421,4 +422,19 @@ int apx_explain_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   if (fclose(f) != 0 && rc == 0)
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write: %s", o->explain_path, strerror(errno));
   return rc;
+}
+
+int apx_explain_fusion_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
+  if (o->explain != 1) return 0;
+  FILE *f = o->explain_path ? fopen(o->explain_path, "a") : stdout;
+  if (!f)
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot open for writing: %s", o->explain_path, strerror(errno));
+  fputs("\n== fusion ==\n", f);
+  apx_fusion_report_write(g, f);
+  int bad = fflush(f) != 0 || ferror(f);
+  if (o->explain_path && fclose(f) != 0) bad = 1;
+  if (bad)
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write the explanation: %s",
+                          o->explain_path ? o->explain_path : "stdout", strerror(errno));
+  return 0;
 }

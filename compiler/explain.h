@@ -58,6 +58,11 @@ int apx_explain_write(const ApxGraph *g, const ApxOptions *o, ApxExplainFormat f
 /* Convenience for the CLI: o->explain (1 text, 2 json) to o->explain_path or stdout. */
 int apx_explain_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d);
 
+/* The "fusion" section of the text explanation (compiler/fusion.h's report), appended to
+ * o->explain_path or written to stdout after compilation, since fusion runs after the
+ * rows are written. Does nothing unless o->explain is text. Returns 0 or -1 (d). */
+int apx_explain_fusion_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d);
+
 #ifdef __cplusplus
 }
 #endif

@@ -115,7 +115,8 @@ static int infer_fused_matmul(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out_shape(g, node, 0, infer_in(g, node, 0)->dtype, &s, d);
 }
 
-/* FusedDense(X (..., K), W (K, N) | (N, K) with trans_w, B? [N]) -> Y (..., N) */
+/* FusedDense(X (..., K), W (K, N) | (N, K) with trans_w, B? [N]) -> Y (..., N), Aux? (Y's
+ * dtype and shape: the pre-activation) */
 static int dense_shape(ApxGraph *g, int node, int x_slot, int w_slot, IShape *y, int64_t *n_out,
                        ApxDiag *d) {
   const ApxAttrFusedDense *a = APX_NODE_ATTRS(g, node, ApxAttrFusedDense);
@@ -146,7 +147,8 @@ static int infer_fused_dense(ApxGraph *g, int node, ApxDiag *d) {
     IShape bs = infer_shape_of(B);
     if (!infer_broadcasts_to(&bs, &y)) return infer_err_expected(g, node, 2, 1, &n, d);
   }
-  return infer_set_out_shape(g, node, 0, infer_in(g, node, 0)->dtype, &y, d);
+  if (infer_set_out_shape(g, node, 0, infer_in(g, node, 0)->dtype, &y, d)) return -1;
+  return infer_set_out_shape(g, node, 1, infer_in(g, node, 0)->dtype, &y, d);
 }
 
 /* FusedDenseGrad(dY, X, W, Y?) -> dX?, dW?, dB? */
@@ -365,6 +367,21 @@ static int infer_batch_norm_grad(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out_like(g, node, 2, 2, d);
 }
 
+/* BatchNormReluGrad(dY, Y, X, scale, saved_mean, saved_invstd) -> dX, dscale?, dB?: as
+ * BatchNormGrad with the Relu output Y (dY's dtype and shape) in slot 1. */
+static int infer_batch_norm_relu_grad(ApxGraph *g, int node, ApxDiag *d) {
+  if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d) || infer_same_dtype(g, node, 0, 1, d) ||
+      infer_same_dtype(g, node, 0, 2, d) || infer_check_rank(g, node, 2, 2, APX_MAX_RANK, d))
+    return -1;
+  IShape xs = infer_shape_of(infer_in(g, node, 2));
+  int64_t c = xs.dims[1];
+  if (check_input_shape(g, node, 0, &xs, d) || check_input_shape(g, node, 1, &xs, d)) return -1;
+  for (int k = 3; k < 6; k++)
+    if (infer_check_dtype(g, node, k, INFER_DT_FLOAT, d) || infer_check_shape(g, node, k, 1, &c, d)) return -1;
+  if (infer_set_out_like(g, node, 0, 2, d) || infer_set_out_like(g, node, 1, 3, d)) return -1;
+  return infer_set_out_like(g, node, 2, 3, d);
+}
+
 /* ---- Dropout ------------------------------------------------------------------------ */
 
 static int canon_dropout(ApxGraph *g, int node, ApxDiag *d) {
@@ -577,6 +594,19 @@ static int infer_conv_grad(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out(g, node, 2, infer_in(g, node, 0)->dtype, 1, &y.dims[1], d);
 }
 
+/* ConvBiasReluGrad(dY, Y, X, W) -> dX?, dW?, dB?: as ConvGrad with the Relu output Y (dY's
+ * dtype and shape) in slot 1. */
+static int infer_conv_relu_grad(ApxGraph *g, int node, ApxDiag *d) {
+  if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d) || infer_same_dtype(g, node, 0, 1, d) ||
+      infer_same_dtype(g, node, 0, 2, d) || infer_same_dtype(g, node, 0, 3, d))
+    return -1;
+  IShape y;
+  if (conv_shape(g, node, 2, 3, &y, d)) return -1;
+  if (check_input_shape(g, node, 0, &y, d) || check_input_shape(g, node, 1, &y, d)) return -1;
+  if (infer_set_out_like(g, node, 0, 2, d) || infer_set_out_like(g, node, 1, 3, d)) return -1;
+  return infer_set_out(g, node, 2, infer_in(g, node, 0)->dtype, 1, &y.dims[1], d);
+}
+
 static int canon_pool(ApxGraph *g, int node, ApxDiag *d) {
   ApxAttrPool *a = APX_NODE_ATTRS(g, node, ApxAttrPool);
   int is_max = g->nodes[node].op == APX_OP_MaxPool;
@@ -750,14 +780,18 @@ static int loss_shapes(const ApxGraph *g, int node, int s_slot, int l_slot, int 
 
 /* SoftmaxCrossEntropyLoss(scores, labels, weights?) -> loss, log_prob?
  * NegativeLogLikelihoodLoss(input, target, weight?) -> loss
- * FusedXentropy(scores, labels) -> loss, saved? (fp32, labels' shape) */
+ * FusedXentropy(scores, labels) -> loss, saved? (saved fp32, labels' shape; the loss is
+ * fp32 for fp16/bf16 scores, which the kernel reads directly: the loss stays fp32) */
 static int infer_loss(ApxGraph *g, int node, ApxDiag *d) {
   IShape labels, loss;
   if (loss_shapes(g, node, 0, 1, 2, &labels, &loss, d)) return -1;
   const ApxValue *s = infer_in(g, node, 0);
-  if (infer_set_out_shape(g, node, 0, s->dtype, &loss, d)) return -1;
-  if (g->nodes[node].op == APX_OP_FusedXentropy)
+  if (g->nodes[node].op == APX_OP_FusedXentropy) {
+    ApxDType lt = apx_dtype_is_half(s->dtype) ? APX_DT_F32 : s->dtype;
+    if (infer_set_out_shape(g, node, 0, lt, &loss, d)) return -1;
     return infer_set_out_shape(g, node, 1, APX_DT_F32, &labels, d);
+  }
+  if (infer_set_out_shape(g, node, 0, s->dtype, &loss, d)) return -1;
   return infer_set_out_like(g, node, 1, 0, d);
 }
 
@@ -807,7 +841,7 @@ const InferRule apx_infer_rules_nn[] = {
     R(Gemm, 2, 3, 1, 1, canon_gemm, infer_gemm),
     R(MatMul, 2, 2, 1, 1, NULL, infer_matmul),
     R(FusedMatMul, 2, 2, 1, 1, NULL, infer_fused_matmul),
-    R(FusedDense, 2, 3, 1, 1, NULL, infer_fused_dense),
+    R(FusedDense, 2, 3, 1, 2, NULL, infer_fused_dense),
     R(FusedDenseGrad, 3, 4, 1, 3, NULL, infer_fused_dense_grad),
     R(Softmax, 1, 1, 1, 1, canon_softmax, infer_softmax),
     R(LogSoftmax, 1, 1, 1, 1, canon_softmax, infer_softmax),
@@ -820,10 +854,12 @@ const InferRule apx_infer_rules_nn[] = {
     R(BatchNormalization, 5, 5, 1, 5, canon_batch_norm, infer_batch_norm),
     R(BatchNormRelu, 5, 5, 1, 5, NULL, infer_batch_norm),
     R(BatchNormGrad, 5, 5, 1, 3, NULL, infer_batch_norm_grad),
+    R(BatchNormReluGrad, 6, 6, 1, 3, NULL, infer_batch_norm_relu_grad),
     R(Dropout, 1, 3, 1, 2, canon_dropout, infer_dropout),
     R(Conv, 2, 3, 1, 1, canon_conv, infer_conv),
     R(ConvBiasRelu, 2, 3, 1, 1, NULL, infer_conv),
     R(ConvGrad, 3, 3, 1, 3, NULL, infer_conv_grad),
+    R(ConvBiasReluGrad, 4, 4, 1, 3, NULL, infer_conv_relu_grad),
     R(MaxPool, 1, 1, 1, 2, canon_pool, infer_pool),
     R(AveragePool, 1, 1, 1, 1, canon_pool, infer_pool),
     R(MaxPoolGrad, 2, 2, 1, 1, NULL, infer_max_pool_grad),

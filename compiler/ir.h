@@ -171,6 +171,10 @@ typedef struct ApxGraph {
     int32_t after_cleanup;  /* live Cast nodes when it finished */
   } casts;
 
+  /* fusion candidates and results for --fusion-report / --explain (compiler/fusion.h),
+   * NULL until a fusion pass ran; lives in the arena */
+  struct ApxFusionLog *fusion;
+
   /* name -> value id, open addressing (private to ir.c) */
   int *name_slots;
   int32_t name_cap;

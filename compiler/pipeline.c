@@ -11,6 +11,7 @@
 #include "passes/cast_cleanup.h"
 #include "passes/cast_insert.h"
 #include "passes/fold_constants.h"
+#include "passes/fuse_dense.h"
 #include "passes/infer_shapes.h"
 #include "passes/master_weights.h"
 #include "passes/memplan.h"
@@ -40,6 +41,8 @@ static const ApxPassInfo passes[] = {
     {"cast_cleanup", pass_cast_cleanup, "no round trips, one cast per value and type"},
     {"inspect", stage_inspect, "--explain and --emit-onnx output"},
     {"master_weights", pass_master_weights, "optimizer updates fp32 masters, refreshes half"},
+    /* fusion (DESIGN.md 10): forward patterns and the backward nodes derived from them */
+    {"fuse_dense", pass_fuse_dense, "MatMul/Gemm + bias (+ Relu/Gelu) -> FusedDense"},
     {"memplan", pass_memplan, "liveness and arena offsets"},
     {NULL, NULL, NULL},
 };

@@ -93,7 +93,11 @@ typedef struct ApxAttrLayerNorm {
  *   gradient through the batch statistics; saved_* are the forward's outputs 3 and 4; an
  *   output is absent, -1 / data NULL, when not needed). Inference-mode BatchNormalization
  *   in a training graph is differentiated with plain ops (scale * invstd of the running var).
- * BatchNormRelu: BatchNormalization followed by Relu (same inputs and outputs). */
+ * BatchNormRelu: BatchNormalization followed by Relu (same inputs and outputs; output 0 is
+ *   the Relu's output).
+ * BatchNormReluGrad(dY, Y, X, scale, saved_mean, saved_invstd) -> dX?, dscale?, dB?
+ *   BatchNormGrad of dY * (Y > 0), Y = BatchNormRelu's output 0 (training mode; passes/
+ *   fuse_bn_relu.c); outputs as BatchNormGrad's. */
 typedef struct ApxAttrBatchNorm {
   float epsilon;
   float momentum;
@@ -116,6 +120,8 @@ typedef struct ApxAttrDropout {
 
 /* Conv(X, W, B?) -> Y, 2-D (N, C, H, W) only in v1; ConvBiasRelu: same plus Relu.
  * ConvGrad(dY, X, W) -> dX?, dW?, dB?   (outputs present when needed)
+ * ConvBiasReluGrad(dY, Y, X, W) -> dX?, dW?, dB?   ConvGrad of dY * (Y > 0), Y =
+ *   ConvBiasRelu's output (passes/fuse_conv.c)
  * pads: [top, left, bottom, right] after auto_pad resolution. */
 typedef struct ApxAttrConv {
   int64_t kernel[2];
