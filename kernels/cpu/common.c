@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
 
@@ -32,6 +33,21 @@ void apx_cpu_blas_threads(int nt) {
   openblas_set_num_threads(nt);
 #pragma omp atomic write
   current = nt;
+}
+
+const char *apx_cpu_blas_coretype_hint(void) {
+  if (getenv("OPENBLAS_CORETYPE")) return NULL;
+  const char *core = openblas_get_corename();
+  static const char *generic[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
+                                  "Sandybridge", "Katmai", "Coppermine", "Northwood", "Banias"};
+  int slow = core == NULL;
+  for (size_t i = 0; core && i < sizeof generic / sizeof *generic; i++)
+    if (strcmp(core, generic[i]) == 0) slow = 1;
+  if (!slow) return NULL;
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  return NULL;
 }
 
 int64_t apx_cpu_prod(const int64_t *dims, int from, int to) {

@@ -1,5 +1,6 @@
 /* conv.c - Conv(X, W, B?) -> Y and ConvBiasRelu (same, then Relu), 2-D (N, C, H, W) with
- * groups, pads, strides, dilations; ConvGrad(dY, X, W) -> dX?, dW?, dB?. im2col + OpenBLAS
+ * groups, pads, strides, dilations; ConvGrad(dY, X, W) -> dX?, dW?, dB?;
+ * ConvBiasReluGrad(dY, Y, X, W) -> ConvGrad of dY * (Y > 0). im2col + OpenBLAS
  * GEMM (fp32 accumulation for half tensors, rounded once by dispatch.c). */
 #include <cblas.h>
 #include <stdlib.h>
@@ -138,4 +139,19 @@ APX_CPU_KERNEL(apx_cpu_conv_grad) {
     conv_grad_f32(&g, ins[0].data, ins[1].data, ins[2].data, dx, dw, db, col, nt);
   free(col);
   return APX_STATUS_OK;
+}
+
+APX_CPU_KERNEL(apx_cpu_conv_bias_relu_grad) {
+  ApxStatus s;
+  for (int i = 0; i < 4; i++)
+    if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
+  if (!apx_cpu_same_dims(&ins[0], &ins[1]) || ins[0].dtype != ins[1].dtype)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "dY and Y must have one shape and type");
+  void *g = apx_cpu_relu_mask_grad(&ins[0], &ins[1], apx_cpu_threads(ctx));
+  if (!g) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory");
+  ApxTensor rest[3] = {ins[0], ins[2], ins[3]};
+  rest[0].data = g;
+  s = apx_cpu_conv_grad(ctx, APX_OP_ConvGrad, attrs, rest, 3, outs, n_out);
+  free(g);
+  return s;
 }

@@ -210,6 +210,7 @@ APX_CPU_KERNEL(apx_cpu_matmul);
 /* conv.c */
 APX_CPU_KERNEL(apx_cpu_conv);
 APX_CPU_KERNEL(apx_cpu_conv_grad);
+APX_CPU_KERNEL(apx_cpu_conv_bias_relu_grad);
 /* pool.c */
 APX_CPU_KERNEL(apx_cpu_pool);
 APX_CPU_KERNEL(apx_cpu_pool_grad);
@@ -220,6 +221,9 @@ APX_CPU_KERNEL(apx_cpu_layer_norm);
 APX_CPU_KERNEL(apx_cpu_layer_norm_grad);
 APX_CPU_KERNEL(apx_cpu_batch_norm);
 APX_CPU_KERNEL(apx_cpu_batch_norm_grad);
+APX_CPU_KERNEL(apx_cpu_batch_norm_relu_grad);
+/* dY * (Y > 0) in a malloc'ed buffer of dY's math type (norm.c; NULL when out of memory) */
+void *apx_cpu_relu_mask_grad(const ApxTensor *dy, const ApxTensor *y, int nt);
 /* softmax.c */
 APX_CPU_KERNEL(apx_cpu_softmax);
 APX_CPU_KERNEL(apx_cpu_softmax_grad);

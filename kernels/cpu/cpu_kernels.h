@@ -62,6 +62,14 @@ ApxStatus apx_cpu_run(ApxCpuCtx *ctx, ApxOp op, const void *attrs, const ApxTens
  * ops, the inputs' for Equal; any type for data movement, Cast, Shape, ConstantOfShape). */
 int apx_cpu_supports(ApxOp op, ApxDType dt);
 
+/* OpenBLAS built with DYNAMIC_ARCH (Debian 0.3.21) does not recognize CPUs newer than itself
+ * (e.g. Sapphire/Emerald Rapids) and falls back to generic SSE3 kernels: sgemm about 8x
+ * slower. The core type can only be chosen before the library loads, through the
+ * environment. Returns the OPENBLAS_CORETYPE value a program should set (and re-exec with)
+ * for this CPU ("SkylakeX" with AVX-512, "Haswell" with AVX2), or NULL when OpenBLAS already
+ * uses a fitting core or OPENBLAS_CORETYPE is set. */
+const char *apx_cpu_blas_coretype_hint(void);
+
 /* Bulk conversions (F16C where the CPU has it, portable fallback otherwise); bit-identical
  * to the scalar functions in half.h on every input, NaNs included. */
 void apx_cpu_f16_to_f32(const uint16_t *src, float *dst, int64_t n);

@@ -69,6 +69,7 @@ static const CpuEntry cpu_table[APX_OP_COUNT] = {
     [APX_OP_BatchNormalization] = MATH(apx_cpu_batch_norm, TF),
     [APX_OP_BatchNormGrad] = MATH(apx_cpu_batch_norm_grad, TF),
     [APX_OP_BatchNormRelu] = MATH(apx_cpu_batch_norm, TF),
+    [APX_OP_BatchNormReluGrad] = MATH(apx_cpu_batch_norm_relu_grad, TF),
     [APX_OP_SoftmaxCrossEntropyLoss] = MATH(apx_cpu_loss, TF),
     [APX_OP_NegativeLogLikelihoodLoss] = MATH(apx_cpu_loss, TF),
     [APX_OP_SoftmaxCrossEntropyLossGrad] = MATH(apx_cpu_loss_grad, TF),
@@ -79,7 +80,8 @@ static const CpuEntry cpu_table[APX_OP_COUNT] = {
     [APX_OP_Conv] = MATH(apx_cpu_conv, TF),
     [APX_OP_ConvGrad] = MATH(apx_cpu_conv_grad, TF),
     [APX_OP_ConvBiasRelu] = MATH(apx_cpu_conv, TF),
-    [APX_OP_MaxPool] = MATH(apx_cpu_pool, TF),
+    [APX_OP_ConvBiasReluGrad] = MATH(apx_cpu_conv_bias_relu_grad, TF),
+    [APX_OP_MaxPool] = MATH(apx_cpu_pool, TF | TI),
     [APX_OP_AveragePool] = MATH(apx_cpu_pool, TF),
     [APX_OP_MaxPoolGrad] = MATH(apx_cpu_pool_grad, TF),
     [APX_OP_AveragePoolGrad] = MATH(apx_cpu_pool_grad, TF),
@@ -147,6 +149,76 @@ static ApxDType math_type(ApxDType dt, ApxDType cf) {
   return dt;
 }
 
+/* Elementwise ops whose tensors all have one element count (no broadcasting, no element
+ * index in the math): converted and computed in chunks of ELEM_CHUNK elements that stay in
+ * cache, instead of whole-tensor scratch copies. Each chunk is one serial kernel call on
+ * 1-D views; chunks are independent, so results equal the whole-tensor path bit for bit. */
+#define ELEM_CHUNK 2048
+#define ELEM_MAX_IO 4
+
+static int elementwise_chunkable(ApxOp op, const ApxTensor *ins, int n_in, const ApxTensor *outs,
+                                 int n_out, int64_t *numel) {
+  if (!(apx_op_info(op)->flags & APX_OPF_ELEMWISE) || n_in + n_out > ELEM_MAX_IO || n_out < 1 ||
+      !outs[0].data)
+    return 0;
+  int64_t n = apx_tensor_numel(&outs[0]);
+  for (int i = 0; i < n_in; i++)
+    if (!ins[i].data || apx_tensor_numel(&ins[i]) != n) return 0;
+  for (int i = 0; i < n_out; i++)
+    if (!outs[i].data || apx_tensor_numel(&outs[i]) != n) return 0;
+  *numel = n;
+  return n > 0;
+}
+
+static ApxStatus run_chunked(ApxCpuCtx *ctx, const CpuEntry *e, ApxOp op, const void *attrs,
+                             const ApxTensor *ins, int n_in, ApxTensor *outs, int n_out,
+                             ApxDType cf, int64_t n) {
+  int nt = apx_cpu_threads(ctx);
+  int64_t nch = (n + ELEM_CHUNK - 1) / ELEM_CHUNK;
+  ApxStatus first = APX_STATUS_OK;
+  char err[sizeof ctx->err] = "";
+  APX_OMP_FOR(nch > 1)
+  for (int64_t c = 0; c < nch; c++) {
+    int64_t off = c * ELEM_CHUNK, len = n - off < ELEM_CHUNK ? n - off : ELEM_CHUNK;
+    uint64_t buf[ELEM_MAX_IO][ELEM_CHUNK]; /* 8-byte aligned, room for any math type */
+    ApxTensor t[ELEM_MAX_IO];
+    for (int i = 0; i < n_in + n_out; i++) {
+      const ApxTensor *src = i < n_in ? &ins[i] : &outs[i - n_in];
+      ApxDType mt = math_type(src->dtype, cf);
+      t[i] = *src;
+      t[i].rank = 1;
+      t[i].dims[0] = len;
+      t[i].dtype = mt;
+      size_t es = apx_dtype_size(src->dtype);
+      char *p = (char *)src->data + (size_t)off * es;
+      if (mt == src->dtype) {
+        t[i].data = p;
+      } else {
+        t[i].data = buf[i];
+        if (i < n_in) apx_cpu_convert_nt(p, src->dtype, buf[i], mt, len, 1);
+      }
+    }
+    ApxCpuCtx c1 = *ctx;
+    c1.n_threads = 1;
+    ApxStatus st = e->fn(&c1, op, attrs, t, n_in, t + n_in, n_out);
+    if (st == APX_STATUS_OK) {
+      for (int o = 0; o < n_out; o++)
+        if (t[n_in + o].data == buf[n_in + o])
+          apx_cpu_convert_nt(buf[n_in + o], t[n_in + o].dtype,
+                             (char *)outs[o].data + (size_t)off * apx_dtype_size(outs[o].dtype),
+                             outs[o].dtype, len, 1);
+    } else {
+#pragma omp critical(apx_chunk_err)
+      if (first == APX_STATUS_OK) {
+        first = st;
+        memcpy(err, c1.err, sizeof err);
+      }
+    }
+  }
+  if (first != APX_STATUS_OK) memcpy(ctx->err, err, sizeof err);
+  return first;
+}
+
 static ApxStatus run_math(ApxCpuCtx *ctx, const CpuEntry *e, ApxOp op, const void *attrs,
                           const ApxTensor *ins, int n_in, ApxTensor *outs, int n_out) {
   ApxDType cf = APX_DT_F32;
@@ -154,6 +226,14 @@ static ApxStatus run_math(ApxCpuCtx *ctx, const CpuEntry *e, ApxOp op, const voi
     if (ins[i].data && ins[i].dtype == APX_DT_F64) cf = APX_DT_F64;
   for (int i = 0; i < n_out; i++)
     if (outs[i].data && outs[i].dtype == APX_DT_F64) cf = APX_DT_F64;
+  int64_t numel = 0;
+  int convert = 0;
+  for (int i = 0; i < n_in; i++)
+    convert |= ins[i].data && math_type(ins[i].dtype, cf) != ins[i].dtype;
+  for (int i = 0; i < n_out; i++)
+    convert |= outs[i].data && math_type(outs[i].dtype, cf) != outs[i].dtype;
+  if (convert && elementwise_chunkable(op, ins, n_in, outs, n_out, &numel))
+    return run_chunked(ctx, e, op, attrs, ins, n_in, outs, n_out, cf, numel);
 
   int n = n_in + n_out;
   ApxTensor *t = calloc((size_t)(n ? n : 1), sizeof *t);
@@ -195,6 +275,17 @@ static ApxStatus run_math(ApxCpuCtx *ctx, const CpuEntry *e, ApxOp op, const voi
   return st;
 }
 
+/* The op's type T (apx_cpu_supports): Equal's inputs, else the first present output, else
+ * input 0; UNDEFINED for ops that take any type (Cast, Shape, ConstantOfShape, AssignState). */
+static ApxDType op_type(ApxOp op, const ApxTensor *ins, int n_in, const ApxTensor *outs,
+                        int n_out) {
+  if (cpu_table[op].types == TALL) return APX_DT_UNDEFINED;
+  if (op == APX_OP_Equal) return n_in > 0 && ins[0].data ? ins[0].dtype : APX_DT_UNDEFINED;
+  for (int i = 0; i < n_out; i++)
+    if (outs[i].data) return outs[i].dtype;
+  return n_in > 0 && ins[0].data ? ins[0].dtype : APX_DT_UNDEFINED;
+}
+
 static ApxStatus check_tensor(ApxCpuCtx *ctx, const ApxTensor *t, const char *what, int i) {
   if (!t->data) return APX_STATUS_OK;
   if (t->rank < 0 || t->rank > APX_MAX_RANK)
@@ -229,6 +320,10 @@ ApxStatus apx_cpu_run(ApxCpuCtx *ctx, ApxOp op, const void *attrs, const ApxTens
   } else {
     for (int i = 0; i < n_in && !st; i++) st = check_tensor(ctx, &ins[i], "input", i);
     for (int i = 0; i < n_out && !st; i++) st = check_tensor(ctx, &outs[i], "output", i);
+    ApxDType t = st ? APX_DT_UNDEFINED : op_type(op, ins, n_in, outs, n_out);
+    if (t != APX_DT_UNDEFINED && !(e->types & dtype_class(t)))
+      st = apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: type %s",
+                        apx_dtype_name(t));
     if (!st)
       st = e->kind == CPU_MATH ? run_math(ctx, e, op, attrs, ins, n_in, outs, n_out)
                                : e->fn(ctx, op, attrs, ins, n_in, outs, n_out);

@@ -1,4 +1,6 @@
 // dispatch_test.cc - the op table: supported dtypes, error reporting, unknown ops.
+#include <cstdlib>
+
 #include "kernels/cpu/test_util.h"
 
 using namespace apxtest;
@@ -53,7 +55,32 @@ TEST(Dispatch, MissingAttrsAndInputsAreErrors) {
   EXPECT_EQ(err, "Add: input 1 shape [3] does not broadcast to [2,2]");
 }
 
+TEST(Dispatch, UnsupportedTypesAreRejectedBeforeTheKernel) {
+  Tensor x = make(APX_DT_I32, {1, 1, 2, 2}, {1, 2, 3, 4}), y(APX_DT_I32, {1, 1, 1, 1});
+  ApxAttrPool a = {};
+  a.kernel[0] = a.kernel[1] = 2;
+  std::string err;
+  EXPECT_EQ(run(APX_OP_AveragePool, &a, {&x}, {&y}, &err), APX_STATUS_UNSUPPORTED);
+  EXPECT_EQ(err, "AveragePool: not supported yet: type int32");
+  run_ok(APX_OP_MaxPool, &a, {&x}, {&y});  // MaxPool takes integers
+  EXPECT_EQ(y.get(0), 4.0);
+  Tensor b(APX_DT_BOOL, {2}), c(APX_DT_BOOL, {2});
+  EXPECT_EQ(run(APX_OP_Sigmoid, nullptr, {&b}, {&c}, &err), APX_STATUS_UNSUPPORTED);
+  EXPECT_EQ(err, "Sigmoid: not supported yet: type bool");
+}
+
 TEST(Dispatch, StatusNames) {
   EXPECT_STREQ(apx_status_name(APX_STATUS_UNSUPPORTED), "not supported yet");
   EXPECT_STREQ(apx_status_name(APX_STATUS_OK), "ok");
+}
+
+// On a CPU this OpenBLAS does not know, the hint names a core type (the report and the
+// runtime use it); when OPENBLAS_CORETYPE is set, there is nothing to suggest.
+TEST(Dispatch, BlasCoretypeHint) {
+  const char *h = apx_cpu_blas_coretype_hint();
+  if (getenv("OPENBLAS_CORETYPE")) {
+    EXPECT_EQ(h, nullptr);
+  } else if (h) {
+    EXPECT_TRUE(std::string(h) == "SkylakeX" || std::string(h) == "Haswell") << h;
+  }
 }

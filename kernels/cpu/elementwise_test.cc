@@ -287,3 +287,36 @@ TEST(Binary, ThreadCountDoesNotChangeBits) {
     expect_same_bits(y1, y2, "Div 1 vs 2 threads");
   }
 }
+
+// Half semantics, exactly: a half op equals the fp32 op on the widened inputs, rounded once
+// (this also covers the chunked conversion path for same-shape elementwise ops).
+TEST(Elementwise, HalfIsFp32RoundedOnce) {
+  const ApxAttrGelu ge = {APX_GELU_NONE};
+  struct Op {
+    ApxOp op;
+    int n_in;
+    const void *attrs;
+  } ops[] = {{APX_OP_Add, 2, nullptr}, {APX_OP_Mul, 2, nullptr}, {APX_OP_Div, 2, nullptr},
+             {APX_OP_Pow, 2, nullptr}, {APX_OP_Gelu, 1, &ge}, {APX_OP_Exp, 1, nullptr},
+             {APX_OP_Sum, 3, nullptr}, {APX_OP_GeluGrad, 2, &ge}, {APX_OP_TanhGrad, 2, nullptr}};
+  for (ApxDType dt : {APX_DT_F16, APX_DT_BF16})
+    for (const Op &o : ops)
+      for (int threads = 1; threads <= 2; threads++) {
+        std::vector<Tensor> in, in32;
+        for (int k = 0; k < o.n_in; k++) {
+          in.push_back(rand(dt, {9, 1111}, o.op == APX_OP_Pow && k == 0 ? 0.1 : -6, 6, 70 + k));
+          in32.push_back(cast(in.back(), APX_DT_F32));
+        }
+        std::vector<const Tensor *> pi, p32;
+        for (int k = 0; k < o.n_in; k++) {
+          pi.push_back(&in[k]);
+          p32.push_back(&in32[k]);
+        }
+        Tensor y(dt, {9, 1111}), y32(APX_DT_F32, {9, 1111});
+        RunOpts ro;
+        ro.threads = threads;
+        run_ok(o.op, o.attrs, pi, {&y}, ro);
+        run_ok(o.op, o.attrs, p32, {&y32}, ro);
+        expect_same_bits(y, cast(y32, dt), apx_op_name(o.op));
+      }
+}

@@ -104,3 +104,19 @@ TEST(FusedXentropy, MatchesSoftmaxCrossEntropy) {
       expect_close(saved, lse, 12, &sc, "FusedXentropy saved");
     }
 }
+
+// The fusion pass gives half scores an fp32 loss (and fp32 saved): computed in fp32, the
+// loss rounded once to fp32.
+TEST(FusedXentropy, HalfScoresFp32Loss) {
+  Tensor x = rand(APX_DT_F16, {5, 300}, -8, 8, 151), lab = rand(APX_DT_I32, {5}, 0, 300, 152);
+  Tensor l(APX_DT_F32, {}), saved(APX_DT_F32, {5}), ref(APX_DT_F32, {});
+  ApxAttrLoss a = {APX_RED_MEAN, 0, 0};
+  run_ok(APX_OP_FusedXentropy, &a, {&x, &lab}, {&l, &saved});
+  Tensor x32 = cast(x, APX_DT_F32);
+  run_ok(APX_OP_SoftmaxCrossEntropyLoss, &a, {&x32, &lab}, {&ref});
+  expect_same_bits(l, ref, "fp32 loss of fp16 scores");
+  Tensor dl = make(APX_DT_F32, {}, {1}), dx(APX_DT_F16, {5, 300}), dx32(APX_DT_F32, {5, 300});
+  run_ok(APX_OP_FusedXentropyGrad, &a, {&dl, &x, &lab, &saved}, {&dx});
+  run_ok(APX_OP_FusedXentropyGrad, &a, {&dl, &x32, &lab, &saved}, {&dx32});
+  expect_same_bits(dx, cast(dx32, APX_DT_F16), "fp16 dScores = fp32 math rounded once");
+}

@@ -581,3 +581,61 @@ TEST(Grad, FusedXentropy) {
     fd_check("FusedXentropyGrad", {x}, {0}, f, b);
   }
 }
+
+TEST(Grad, BatchNormReluAndConvBiasRelu) {
+  ApxAttrBatchNorm bn = {1e-5f, 0.9f, 1};
+  std::vector<int64_t> dims = {3, 2, 2, 3};
+  Tensor x = rand(APX_DT_F64, dims, -2, 2, 50), s = rand(APX_DT_F64, {2}, 0.5, 1.5, 51),
+         bb = rand(APX_DT_F64, {2}, -0.2, 0.2, 52), m(APX_DT_F64, {2}), v = rand(APX_DT_F64, {2}, 1, 2, 53);
+  Forward f = [&](const std::vector<Tensor> &in) {
+    std::vector<Tensor> o;
+    o.emplace_back(APX_DT_F64, dims);
+    for (int k = 0; k < 4; k++) o.emplace_back(APX_DT_F64, std::vector<int64_t>{2});
+    run_ok(APX_OP_BatchNormRelu, &bn, {&in[0], &in[1], &in[2], &in[3], &in[4]},
+           {&o[0], &o[1], &o[2], &o[3], &o[4]});
+    return o;
+  };
+  Backward b = [&](const std::vector<Tensor> &in, const std::vector<Tensor> &R) {
+    std::vector<Tensor> y = f(in), g = {out_like(in[0]), out_like(in[1]), out_like(in[2])};
+    run_ok(APX_OP_BatchNormReluGrad, &bn, {&R[0], &y[0], &in[0], &in[1], &y[3], &y[4]},
+           {&g[0], &g[1], &g[2]});
+    return g;
+  };
+  // pre-activations near 0 would sit on Relu's kink: nudge x until all are 1e-3 away
+  for (int it = 0; it < 100; it++) {
+    std::vector<Tensor> y = f({x, s, bb, m, v});
+    Tensor pre(APX_DT_F64, dims);
+    ApxAttrBatchNorm plain = bn;
+    run_ok(APX_OP_BatchNormalization, &plain, {&x, &s, &bb, &m, &v}, {&pre});
+    bool ok = true;
+    for (int64_t i = 0; i < pre.numel(); i++) ok = ok && std::fabs(pre.get(i)) > 1e-3;
+    if (ok) break;
+    x = rand(APX_DT_F64, dims, -2, 2, 60 + it);
+  }
+  fd_check("BatchNormReluGrad", {x, s, bb, m, v}, {0, 1, 2}, f, b);
+
+  ApxAttrConv a = {};
+  a.kernel[0] = a.kernel[1] = 3;
+  a.strides[0] = a.strides[1] = 1;
+  a.dilations[0] = a.dilations[1] = 1;
+  for (int i = 0; i < 4; i++) a.pads[i] = 1;
+  a.group = 1;
+  Tensor cx = rand(APX_DT_F64, {2, 2, 4, 4}, -1, 1, 54), cw = rand(APX_DT_F64, {3, 2, 3, 3}, -1, 1, 55),
+         cb = rand(APX_DT_F64, {3}, -0.5, 0.5, 56);
+  Forward fc = [&](const std::vector<Tensor> &in) {
+    return run1(APX_OP_ConvBiasRelu, &a, {&in[0], &in[1], &in[2]}, {2, 3, 4, 4});
+  };
+  Backward bc = [&](const std::vector<Tensor> &in, const std::vector<Tensor> &R) {
+    std::vector<Tensor> y = fc(in), g = {out_like(in[0]), out_like(in[1]), out_like(in[2])};
+    run_ok(APX_OP_ConvBiasReluGrad, &a, {&R[0], &y[0], &in[0], &in[1]}, {&g[0], &g[1], &g[2]});
+    return g;
+  };
+  for (int it = 0; it < 100; it++) {
+    std::vector<Tensor> pre = run1(APX_OP_Conv, &a, {&cx, &cw, &cb}, {2, 3, 4, 4});
+    bool ok = true;
+    for (int64_t i = 0; i < pre[0].numel(); i++) ok = ok && std::fabs(pre[0].get(i)) > 1e-3;
+    if (ok) break;
+    cb = rand(APX_DT_F64, {3}, -0.5, 0.5, 200 + it);
+  }
+  fd_check("ConvBiasReluGrad", {cx, cw, cb}, {0, 1, 2}, fc, bc);
+}

@@ -4,7 +4,11 @@
  *   saved_mean?, saved_inv_std? (inference, or training_mode = 1 with batch statistics);
  * BatchNormGrad(dY, X, scale, saved_mean, saved_inv_std) -> dX?, dscale?, dB?
  *   (training_mode = 0: inputs 3, 4 are the running mean and variance instead);
- * BatchNormRelu: BatchNormalization then Relu on Y. */
+ * BatchNormRelu: BatchNormalization then Relu on Y;
+ * BatchNormReluGrad(dY, Y, X, scale, saved_mean, saved_inv_std) -> BatchNormGrad of
+ *   dY * (Y > 0). */
+#include <stdlib.h>
+
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/ew_math.h"
 
@@ -174,4 +178,40 @@ APX_CPU_KERNEL(apx_cpu_batch_norm_grad) {
     batch_norm_grad_f32(ins[0].data, x->data, ins[2].data, ins[3].data, ins[4].data, dx->data,
                         dsc->data, db->data, N, C, S, a->epsilon, a->training_mode != 0, nt);
   return APX_STATUS_OK;
+}
+
+/* dY * (Y > 0) into a new buffer (the Relu part of the fused gradients); NULL when out of
+ * memory. */
+void *apx_cpu_relu_mask_grad(const ApxTensor *dy, const ApxTensor *y, int nt) {
+  int64_t n = apx_tensor_numel(dy);
+  size_t es = apx_dtype_size(dy->dtype);
+  void *g = malloc((size_t)(n ? n : 1) * es);
+  if (!g) return NULL;
+  if (dy->dtype == APX_DT_F64) {
+    const double *d = dy->data, *v = y->data;
+    double *o = g;
+    APX_OMP_FOR(n > APX_CPU_CHUNK)
+    for (int64_t i = 0; i < n; i++) o[i] = apx_relu_grad_f64(d[i], v[i]);
+  } else {
+    const float *d = dy->data, *v = y->data;
+    float *o = g;
+    APX_OMP_FOR(n > APX_CPU_CHUNK)
+    for (int64_t i = 0; i < n; i++) o[i] = apx_relu_grad_f32(d[i], v[i]);
+  }
+  return g;
+}
+
+APX_CPU_KERNEL(apx_cpu_batch_norm_relu_grad) {
+  ApxStatus s;
+  for (int i = 0; i < 6; i++)
+    if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
+  if (!apx_cpu_same_dims(&ins[0], &ins[1]) || ins[0].dtype != ins[1].dtype)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "dY and Y must have one shape and type");
+  void *g = apx_cpu_relu_mask_grad(&ins[0], &ins[1], apx_cpu_threads(ctx));
+  if (!g) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory");
+  ApxTensor rest[5] = {ins[0], ins[2], ins[3], ins[4], ins[5]};
+  rest[0].data = g;
+  s = apx_cpu_batch_norm_grad(ctx, APX_OP_BatchNormGrad, attrs, rest, 5, outs, n_out);
+  free(g);
+  return s;
 }

@@ -3,7 +3,10 @@
  * MaxPoolGrad(dY, X) -> dX; AveragePoolGrad(dY) -> dX; GlobalAveragePool(X) -> Y (any
  * spatial rank) and GlobalAveragePoolGrad(dY) -> dX.
  * MaxPool Indices (ONNX): flat indices into X including n and c, ignoring padding; row-major
- * (storage_order 0) or with h and w swapped (storage_order 1). */
+ * (storage_order 0) or with h and w swapped (storage_order 1). MaxPool also takes integer
+ * tensors (as int64 here; compared through double, exact below 2^53). */
+#include <stdlib.h>
+
 #include "kernels/cpu/cpu_internal.h"
 
 typedef struct PoolGeom {
@@ -92,6 +95,18 @@ APX_CPU_KERNEL(apx_cpu_pool) {
   }
   int nt = apx_cpu_threads(ctx);
   int f64 = ins[0].dtype == APX_DT_F64;
+  if (ins[0].dtype == APX_DT_I64) {
+    if (op != APX_OP_MaxPool)
+      return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: integer input");
+    int64_t nx = apx_tensor_numel(&ins[0]), ny = apx_tensor_numel(&outs[0]);
+    double *x = malloc((size_t)(nx + ny + 1) * sizeof(double));
+    if (!x) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory");
+    apx_cpu_convert_nt(ins[0].data, APX_DT_I64, x, APX_DT_F64, nx, nt);
+    max_pool_f64(&g, x, x + nx, idx, nt);
+    apx_cpu_convert_nt(x + nx, APX_DT_F64, outs[0].data, APX_DT_I64, ny, nt);
+    free(x);
+    return APX_STATUS_OK;
+  }
   if (op == APX_OP_MaxPool) {
     if (f64)
       max_pool_f64(&g, ins[0].data, outs[0].data, idx, nt);
