@@ -197,16 +197,30 @@ static int infer_softmax(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out_like(g, node, 0, 0, d);
 }
 
-/* SoftmaxGrad / LogSoftmaxGrad (dY, Y) -> dX; FusedSoftmaxGrad (dY, Y) -> dX */
+/* Output dtype of the fused kernels that write their output in any float type (the type
+ * the graph had before fusion, passes/fuse_softmax.c): a float dtype already set on the
+ * output, else dflt. */
+static ApxDType preset_float_or(const ApxGraph *g, int node, int slot, ApxDType dflt) {
+  const ApxNode *n = &g->nodes[node];
+  if (slot >= n->n_out || n->out[slot] < 0) return dflt;
+  ApxDType t = g->vals[n->out[slot]].dtype;
+  return apx_dtype_is_float(t) ? t : dflt;
+}
+
+/* SoftmaxGrad / LogSoftmaxGrad (dY, Y) -> dX; FusedSoftmaxGrad (dY, Y) -> dX (dX in dY's
+ * dtype, or another float dtype already set on it) */
 static int infer_softmax_grad(ApxGraph *g, int node, ApxDiag *d) {
-  if (g->nodes[node].op != APX_OP_FusedSoftmaxGrad && infer_softmax(g, node, d)) return -1;
+  int fused = g->nodes[node].op == APX_OP_FusedSoftmaxGrad;
+  if (!fused && infer_softmax(g, node, d)) return -1;
   if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d) || infer_same_dtype(g, node, 0, 1, d)) return -1;
   IShape s = infer_shape_of(infer_in(g, node, 0));
   if (check_input_shape(g, node, 1, &s, d)) return -1;
+  if (fused) return infer_set_out_shape(g, node, 0, preset_float_or(g, node, 0, infer_in(g, node, 0)->dtype), &s, d);
   return infer_set_out_like(g, node, 0, 0, d);
 }
 
-/* FusedSoftmax(X, Mask?) -> softmax(X * scale + Mask) over the last axis */
+/* FusedSoftmax(X, Mask?) -> softmax(X * scale + Mask) over the last axis; Y in X's dtype,
+ * or another float dtype already set on it (the kernel reads and writes both types) */
 static int infer_fused_softmax(ApxGraph *g, int node, ApxDiag *d) {
   if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d) || infer_check_rank(g, node, 0, 1, APX_MAX_RANK, d))
     return -1;
@@ -221,7 +235,8 @@ static int infer_fused_softmax(ApxGraph *g, int node, ApxDiag *d) {
       return infer_in_error(d, g, node, "input 1: mask shape %s does not broadcast to %s", s1, s2);
     }
   }
-  return infer_set_out_like(g, node, 0, 0, d);
+  IShape xs = infer_shape_of(infer_in(g, node, 0));
+  return infer_set_out_shape(g, node, 0, preset_float_or(g, node, 0, infer_in(g, node, 0)->dtype), &xs, d);
 }
 
 /* ---- LayerNormalization ------------------------------------------------------------- */

@@ -11,7 +11,12 @@
 #include "passes/cast_cleanup.h"
 #include "passes/cast_insert.h"
 #include "passes/fold_constants.h"
+#include "passes/fuse_bn_relu.h"
+#include "passes/fuse_conv.h"
 #include "passes/fuse_dense.h"
+#include "passes/fuse_layernorm.h"
+#include "passes/fuse_softmax.h"
+#include "passes/fuse_xentropy.h"
 #include "passes/infer_shapes.h"
 #include "passes/master_weights.h"
 #include "passes/memplan.h"
@@ -42,7 +47,12 @@ static const ApxPassInfo passes[] = {
     {"inspect", stage_inspect, "--explain and --emit-onnx output"},
     {"master_weights", pass_master_weights, "optimizer updates fp32 masters, refreshes half"},
     /* fusion (DESIGN.md 10): forward patterns and the backward nodes derived from them */
+    {"fuse_xentropy", pass_fuse_xentropy, "SoftmaxCrossEntropyLoss -> FusedXentropy"},
+    {"fuse_softmax", pass_fuse_softmax, "scale + mask + Softmax -> FusedSoftmax"},
+    {"fuse_layernorm", pass_fuse_layernorm, "hand-written LayerNorm -> LayerNormalization"},
     {"fuse_dense", pass_fuse_dense, "MatMul/Gemm + bias (+ Relu/Gelu) -> FusedDense"},
+    {"fuse_bn_relu", pass_fuse_bn_relu, "BatchNormalization + Relu -> BatchNormRelu"},
+    {"fuse_conv", pass_fuse_conv, "Conv (+ bias) + Relu -> ConvBiasRelu"},
     {"memplan", pass_memplan, "liveness and arena offsets"},
     {NULL, NULL, NULL},
 };

@@ -449,7 +449,8 @@ static int fresh_value(FzCtx *c, const char *hint) {
 /* Creates a trial node with fresh outputs for the present slots and infers it.
  * Returns the node id, -1 on error (d), -2 when inference rejected it (msg in why). */
 static int trial_node(FzCtx *c, ApxOp op, const char *name, const void *attrs, int n_in, const int *in,
-                      int n_out, const int *present, ApxSection sec, char *why, size_t why_cap) {
+                      int n_out, const int *present, const ApxDType *preset, ApxSection sec, char *why,
+                      size_t why_cap) {
   ApxGraph *g = c->g;
   int outs[FZ_MAX_IO];
   for (int k = 0; k < n_out; k++) {
@@ -458,6 +459,7 @@ static int trial_node(FzCtx *c, ApxOp op, const char *name, const void *attrs, i
     char hint[256];
     snprintf(hint, sizeof hint, "%s/out%d", name, k);
     if ((outs[k] = fresh_value(c, hint)) < 0) return -1;
+    if (preset) g->vals[outs[k]].dtype = preset[k];
   }
   int id = apx_graph_add_node(g, c->d, op, name, n_in, in, n_out, outs);
   if (id < 0) return -1;
@@ -709,8 +711,13 @@ static int apply(FzCtx *c, const FzFusion *f, Work *w) {
   const char *anchor = g->nodes[f->fwd[0]].name;
   const char *fname = apx_arena_printf(&g->arena, "%s/%s", anchor, apx_op_name(f->op));
   int present[FZ_MAX_IO];
-  for (int k = 0; k < f->n_out; k++) present[k] = f->out[k] != FZ_ABSENT;
-  int F = trial_node(c, f->op, fname, f->attrs, f->n_in, f->in, f->n_out, present, APX_SEC_FORWARD, why, sizeof why);
+  ApxDType preset[FZ_MAX_IO];
+  for (int k = 0; k < f->n_out; k++) {
+    present[k] = f->out[k] != FZ_ABSENT;
+    preset[k] = f->mixed_out && f->out[k] >= 0 ? g->vals[f->out[k]].dtype : APX_DT_UNDEFINED;
+  }
+  int F = trial_node(c, f->op, fname, f->attrs, f->n_in, f->in, f->n_out, present, preset, APX_SEC_FORWARD,
+                     why, sizeof why);
   if (F == -1) return -1;
   if (F == -2) return reject(c, f, infer_why(why), "%s: %s", apx_op_name(f->op), why);
   int bad = 0;
@@ -730,7 +737,13 @@ static int apply(FzCtx *c, const FzFusion *f, Work *w) {
       gin[k] = x == FZ_DY ? dy : x <= FZ_FOUT(0) ? g->nodes[F].out[FZ_FOUT(0) - x] : x;
     }
     const char *gname = apx_arena_printf(&g->arena, "%s/%s", anchor, apx_op_name(f->grad_op));
-    G = trial_node(c, f->grad_op, gname, f->grad_attrs, f->grad_n_in, gin, f->grad_n_out, gpresent,
+    ApxDType gpre[FZ_MAX_IO];
+    for (int s = 0; s < f->grad_n_out; s++) {
+      gpre[s] = APX_DT_UNDEFINED;
+      for (int i = 0; f->mixed_out && gpresent[s] && i < w->nexit; i++)
+        if (w->exit_slot[i] == f->grad_of[s]) gpre[s] = g->vals[w->exits[i]].dtype;
+    }
+    G = trial_node(c, f->grad_op, gname, f->grad_attrs, f->grad_n_in, gin, f->grad_n_out, gpresent, gpre,
                    APX_SEC_BACKWARD, why, sizeof why);
     if (G == -1) return -1;
     if (G == -2) {

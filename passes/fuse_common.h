@@ -78,6 +78,9 @@ typedef struct FzFusion {
   int grad_n_in, grad_in[FZ_MAX_IO]; /* value ids, FZ_DY, FZ_FOUT(k), -1 */
   int grad_n_out, grad_of[FZ_MAX_IO]; /* output k = gradient of F input grad_of[k], -1 */
   const char *grad_missing; /* reason text when grad_op is APX_OP_INVALID */
+  int mixed_out;  /* 1: F and G write the values they take over in those values' dtypes
+                     (ops whose inference keeps a preset float output dtype, compiler/
+                     infer_nn.c: FusedSoftmax, FusedSoftmaxGrad) */
 } FzFusion;
 
 /* Per-pass state: use lists and backward-node index built once per pass, kept valid as
