@@ -197,14 +197,23 @@ static int infer_softmax(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out_like(g, node, 0, 0, d);
 }
 
-/* Output dtype of the fused kernels that write their output in any float type (the type
- * the graph had before fusion, passes/fuse_softmax.c): a float dtype already set on the
- * output, else dflt. */
+/* Output dtype of kernels that write their float output in any float type (compute in
+ * fp32, round once on store): for nodes a pass created (passes/fuse_*.c write the type the
+ * graph had before fusion, or fold a narrowing Cast into the producer), a float dtype
+ * already set on the output; else dflt. Nodes loaded from a model always follow ONNX. */
 static ApxDType preset_float_or(const ApxGraph *g, int node, int slot, ApxDType dflt) {
   const ApxNode *n = &g->nodes[node];
-  if (slot >= n->n_out || n->out[slot] < 0) return dflt;
+  if (n->onnx_index >= 0 || slot >= n->n_out || n->out[slot] < 0 || !apx_dtype_is_float(dflt)) return dflt;
   ApxDType t = g->vals[n->out[slot]].dtype;
   return apx_dtype_is_float(t) ? t : dflt;
+}
+
+/* infer_set_out_like with preset_float_or's dtype rule. */
+static int set_out_like_mixed(ApxGraph *g, int node, int slot, int in_slot, ApxDiag *d) {
+  const ApxValue *x = infer_in(g, node, in_slot);
+  if (!x) return infer_in_error(d, g, node, "input %d is required", in_slot);
+  IShape s = infer_shape_of(x);
+  return infer_set_out_shape(g, node, slot, preset_float_or(g, node, slot, x->dtype), &s, d);
 }
 
 /* SoftmaxGrad / LogSoftmaxGrad (dY, Y) -> dX; FusedSoftmaxGrad (dY, Y) -> dX (dX in dY's
@@ -296,7 +305,7 @@ static int infer_layer_norm(ApxGraph *g, int node, ApxDiag *d) {
   IShape norm, stats;
   ln_shapes(g, node, 0, &norm, &stats);
   if (check_ln_param(g, node, 1, &norm, d) || check_ln_param(g, node, 2, &norm, d)) return -1;
-  if (infer_set_out_like(g, node, 0, 0, d)) return -1;
+  if (set_out_like_mixed(g, node, 0, 0, d)) return -1;
   if (infer_set_out_shape(g, node, 1, (ApxDType)a->stash_type, &stats, d)) return -1;
   return infer_set_out_shape(g, node, 2, (ApxDType)a->stash_type, &stats, d);
 }
@@ -317,7 +326,7 @@ static int infer_layer_norm_grad(ApxGraph *g, int node, ApxDiag *d) {
   if (check_input_shape(g, node, 0, &xs, d) || check_ln_param(g, node, 2, &norm, d) ||
       check_input_shape(g, node, 3, &stats, d) || check_input_shape(g, node, 4, &stats, d))
     return -1;
-  if (infer_set_out_like(g, node, 0, 1, d) || infer_set_out_like(g, node, 1, 2, d)) return -1;
+  if (set_out_like_mixed(g, node, 0, 1, d) || infer_set_out_like(g, node, 1, 2, d)) return -1;
   return infer_set_out_like(g, node, 2, 2, d);
 }
 
@@ -360,7 +369,9 @@ static int infer_batch_norm(ApxGraph *g, int node, ApxDiag *d) {
   if (!a->training_mode && (infer_out(g, node, 1) || infer_out(g, node, 2)))
     return apx_node_error(d, g, node, "outputs 1 and 2 (running statistics) exist only with "
                           "training_mode = 1");
-  if (infer_set_out_like(g, node, 0, 0, d)) return -1;
+  if (g->nodes[node].op == APX_OP_BatchNormRelu ? set_out_like_mixed(g, node, 0, 0, d)
+                                                : infer_set_out_like(g, node, 0, 0, d))
+    return -1;
   ApxDType st = infer_in(g, node, 3)->dtype;
   if (infer_set_out(g, node, 1, st, 1, &c, d) || infer_set_out(g, node, 2, st, 1, &c, d)) return -1;
   /* apexc's saved batch mean / inverse std for the gradient (attrs.h) */
@@ -393,7 +404,7 @@ static int infer_batch_norm_relu_grad(ApxGraph *g, int node, ApxDiag *d) {
   if (check_input_shape(g, node, 0, &xs, d) || check_input_shape(g, node, 1, &xs, d)) return -1;
   for (int k = 3; k < 6; k++)
     if (infer_check_dtype(g, node, k, INFER_DT_FLOAT, d) || infer_check_shape(g, node, k, 1, &c, d)) return -1;
-  if (infer_set_out_like(g, node, 0, 2, d) || infer_set_out_like(g, node, 1, 3, d)) return -1;
+  if (set_out_like_mixed(g, node, 0, 2, d) || infer_set_out_like(g, node, 1, 3, d)) return -1;
   return infer_set_out_like(g, node, 2, 3, d);
 }
 
@@ -825,7 +836,7 @@ static int infer_xent_grad(ApxGraph *g, int node, ApxDiag *d) {
   if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d) || check_input_shape(g, node, 0, &loss, d) ||
       infer_check_dtype(g, node, 3, INFER_DT_FLOAT, d) || check_input_shape(g, node, 3, &labels, d))
     return -1;
-  return infer_set_out_like(g, node, 0, 1, d);
+  return set_out_like_mixed(g, node, 0, 1, d);
 }
 
 /* NegativeLogLikelihoodLossGrad(dLoss, target, weight?) -> dInput: dInput (N, C, d1..dk)

@@ -12,6 +12,7 @@
 #include "passes/cast_insert.h"
 #include "passes/fold_constants.h"
 #include "passes/fuse_bn_relu.h"
+#include "passes/fuse_casts.h"
 #include "passes/fuse_conv.h"
 #include "passes/fuse_dense.h"
 #include "passes/fuse_layernorm.h"
@@ -53,6 +54,7 @@ static const ApxPassInfo passes[] = {
     {"fuse_dense", pass_fuse_dense, "MatMul/Gemm + bias (+ Relu/Gelu) -> FusedDense"},
     {"fuse_bn_relu", pass_fuse_bn_relu, "BatchNormalization + Relu -> BatchNormRelu"},
     {"fuse_conv", pass_fuse_conv, "Conv (+ bias) + Relu -> ConvBiasRelu"},
+    {"fuse_casts", pass_fuse_casts, "narrowing Casts folded into fused producers"},
     {"memplan", pass_memplan, "liveness and arena offsets"},
     {NULL, NULL, NULL},
 };

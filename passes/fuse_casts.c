@@ -1,0 +1,97 @@
+/* fuse_casts.c - pass_fuse_casts: a narrowing Cast folded into the kernel that produces its
+ * input (see fuse_casts.h). */
+#include "passes/fuse_casts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/infer.h"
+#include "compiler/precision_rules.h"
+#include "passes/fuse_common.h"
+
+/* Kernels that compute in fp32 and can round output 0 to another float type on store
+ * (their inference keeps a preset float output dtype for pass-created nodes). */
+static int writes_any_float(ApxOp op) {
+  switch (op) {
+    case APX_OP_LayerNormalization: case APX_OP_LayerNormGrad: case APX_OP_FusedSoftmax:
+    case APX_OP_FusedSoftmaxGrad: case APX_OP_FusedXentropyGrad: case APX_OP_BatchNormRelu:
+    case APX_OP_BatchNormReluGrad:
+      return 1;
+    default: return 0;
+  }
+}
+
+static int rank_of(ApxDType t) { return t == APX_DT_F64 ? 3 : t == APX_DT_F32 ? 2 : apx_dtype_is_half(t) ? 1 : 0; }
+
+static int try_cast(FzCtx *c, int cast) {
+  ApxGraph *g = c->g;
+  const ApxNode *cn = &g->nodes[cast];
+  int v = cn->in[0], y = cn->out[0], p = g->vals[v].producer;
+  /* narrowing only: one rounding from fp32 math either way, so the numbers are the same */
+  if (rank_of(g->vals[y].dtype) >= rank_of(g->vals[v].dtype)) return 0;
+  if (!fz_live(g, p) || g->nodes[p].onnx_index >= 0 || g->nodes[p].n_out < 1 || g->nodes[p].out[0] != v ||
+      !writes_any_float(g->nodes[p].op))
+    return 0;
+  FzFusion f;
+  memset(&f, 0, sizeof f);
+  f.pattern = "Cast into producer";
+  fz_add(&f, p);
+  fz_add(&f, cast);
+  int us[2];
+  if ((g->vals[v].flags & (APX_VALF_GRAPH_OUTPUT | APX_VALF_LOSS)) || fz_users(c, v, us, 2) != 1)
+    return fz_reject(c, &f, g->nodes[p].op, APX_FUSE_NOT_CONSUMERS,
+                     "'%s' is also read in %s: the producer must keep writing it", g->vals[v].name,
+                     apx_dtype_short(g->vals[v].dtype));
+  if (g->nodes[cast].section != g->nodes[p].section)
+    return fz_reject(c, &f, g->nodes[p].op, APX_FUSE_NOT_LEGALITY, "Cast in another section than '%s'",
+                     g->nodes[p].name);
+  /* trial: the producer writes the Cast's output */
+  ApxNode *pn = &g->nodes[p];
+  pn->out[0] = y;
+  g->vals[y].producer = p;
+  if (apx_node_infer(g, p, c->d)) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", c->d->msg);
+    c->d->code = 0;
+    c->d->msg[0] = '\0';
+    pn = &g->nodes[p];
+    pn->out[0] = v;
+    g->vals[y].producer = cast;
+    return fz_reject(c, &f, g->nodes[p].op, APX_FUSE_NOT_DTYPE, "%s", why);
+  }
+  g->vals[v].producer = -1;
+  g->nodes[cast].flags |= APX_NODEF_DEAD;
+  char fused[512];
+  snprintf(fused, sizeof fused, "%s writes '%s' (%s)", g->nodes[p].name, g->vals[y].name,
+           apx_dtype_short(g->vals[y].dtype));
+  ApxFusionRecord r = {.pass = c->pass, .pattern = f.pattern, .fused_op = apx_op_name(g->nodes[p].op),
+                       .fused = fused, .why = APX_FUSE_APPLIED};
+  char nodes[512];
+  snprintf(nodes, sizeof nodes, "%s, %s", g->nodes[p].name, g->nodes[cast].name);
+  r.nodes = nodes;
+  *(g->nodes[cast].section == APX_SEC_FORWARD ? &r.n_fwd : &r.n_bwd) = 1;
+  if (apx_fusion_record(g, &r)) return apx_diag_error(c->d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);
+  c->changed = 1;
+  return 1;
+}
+
+int pass_fuse_casts(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
+  FzCtx c;
+  int rc = fz_begin(&c, g, o, d, "fuse_casts");
+  if (rc <= 0) {
+    fz_end(&c);
+    return rc;
+  }
+  int n = g->n_order, *order = malloc(((size_t)n + 1) * sizeof(int));
+  if (!order) {
+    fz_end(&c);
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);
+  }
+  memcpy(order, g->order, (size_t)n * sizeof(int));
+  for (int k = 0; k < n && rc >= 0; k++)
+    if (fz_is_cast(g, order[k])) rc = try_cast(&c, order[k]);
+  free(order);
+  int changed = fz_end(&c);
+  return rc < 0 ? APX_PASS_ERROR : changed;
+}
