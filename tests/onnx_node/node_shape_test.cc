@@ -19,20 +19,18 @@
 // A v1 test must load and match (else it fails). Any other test must be rejected cleanly
 // (exit code 2, one-line message) by the loader or by canonicalization/inference: that is
 // counted as "rejected", not as a failure; if it loads and infers, its outputs are compared
-// too. v1 tests that are out of scope for apexc v1 are listed in kExcluded with the reason;
+// too. v1 tests that are out of scope for apexc v1 are listed in apx_node::excluded_tests()
+// (node_harness.cc) with the reason;
 // they too must be rejected cleanly (one that starts passing must leave the list).
 // A summary (loaded, rejected by reason class, checked, matched, mismatched) is printed at
 // the end.
-#include <dirent.h>
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -41,36 +39,15 @@ extern "C" {
 #include "compiler/ir.h"
 #include "compiler/onnx_load.h"
 #include "compiler/options.h"
-#include "kernels/half.h"
-#include "onnx.pb-c.h"
 #include "passes/fold_constants.h"
 #include "passes/infer_shapes.h"
 }
 
+#include "tests/onnx_node/node_harness.h"
+
 namespace {
 
-// APX_NODE_DIR overrides the folder (ad-hoc runs over data/pytorch-converted and friends).
-const char *node_dir() {
-  const char *e = getenv("APX_NODE_DIR");
-  return e && *e ? e : "/usr/share/libonnx-testdata/data/node";
-}
-
-// v1-op tests that are legitimately out of scope for apexc v1, with the reason. Each must
-// still be rejected cleanly.
-const std::map<std::string, std::string> kExcluded = {
-    {"test_averagepool_1d_default", "1-D pooling: v1 Conv/Pool are 2-D only"},
-    {"test_averagepool_3d_default", "3-D pooling: v1 Conv/Pool are 2-D only"},
-    {"test_maxpool_1d_default", "1-D pooling: v1 Conv/Pool are 2-D only"},
-    {"test_maxpool_3d_default", "3-D pooling: v1 Conv/Pool are 2-D only"},
-    {"test_cast_FLOAT_to_STRING", "string tensors are not supported"},
-    {"test_cast_STRING_to_FLOAT", "string tensors are not supported"},
-    {"test_castlike_FLOAT_to_STRING_expanded", "string tensors are not supported"},
-    {"test_castlike_STRING_to_FLOAT_expanded", "string tensors are not supported"},
-    {"test_identity_opt", "optional types are not supported (dense tensors only)"},
-    {"test_identity_sequence", "sequence types are not supported (dense tensors only)"},
-    {"test_globalaveragepool", "opset 1 model: apexc reads opset 7 and newer"},
-    {"test_globalaveragepool_precomputed", "opset 1 model: apexc reads opset 7 and newer"},
-};
+using apx_node::node_dir;
 
 struct Summary {
   int total = 0, v1 = 0, loaded = 0, rejected = 0, checked = 0, matched = 0, mismatched = 0;
@@ -94,92 +71,6 @@ std::string reason_class(const std::string &msg) {
   return "other";
 }
 
-std::vector<std::string> list_tests() {
-  std::vector<std::string> out;
-  DIR *dir = opendir(node_dir());
-  if (!dir) return out;
-  while (struct dirent *e = readdir(dir)) {
-    std::string n = e->d_name;
-    if (n.rfind("test_", 0) != 0) continue;
-    struct stat st;
-    std::string model = std::string(node_dir()) + "/" + n + "/model.onnx";
-    if (stat(model.c_str(), &st) == 0) out.push_back(n);
-  }
-  closedir(dir);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-bool read_file(const std::string &path, std::vector<uint8_t> *buf) {
-  FILE *f = fopen(path.c_str(), "rb");
-  if (!f) return false;
-  uint8_t tmp[65536];
-  size_t n;
-  while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) buf->insert(buf->end(), tmp, tmp + n);
-  fclose(f);
-  return true;
-}
-
-// Reads the model's node op types without the loader; v1 when every node is an ai.onnx
-// op with ops.def V1 or FOLD. Sets *ops to a readable list.
-bool model_is_v1(const std::string &path, std::string *ops) {
-  std::vector<uint8_t> buf;
-  if (!read_file(path, &buf)) return false;
-  Onnx__ModelProto *m = onnx__model_proto__unpack(nullptr, buf.size(), buf.data());
-  if (!m) return false;
-  bool v1 = m->graph != nullptr;
-  std::set<std::string> seen;
-  for (size_t k = 0; m->graph && k < m->graph->n_node; k++) {
-    const Onnx__NodeProto *n = m->graph->node[k];
-    std::string dom = n->domain ? n->domain : "";
-    std::string ot = n->op_type ? n->op_type : "";
-    if (seen.insert(ot).second) *ops += (ops->empty() ? "" : ",") + ot;
-    ApxOp op = apx_op_from_name(ot.c_str());
-    bool ok = (dom.empty() || dom == "ai.onnx") && op != APX_OP_INVALID &&
-              (apx_op_info(op)->flags & (APX_OPF_V1 | APX_OPF_FOLD));
-    if (!ok) v1 = false;
-  }
-  onnx__model_proto__free_unpacked(m, nullptr);
-  return v1;
-}
-
-std::string dims_str(int32_t rank, const int64_t *dims) {
-  std::string s = "[";
-  for (int i = 0; i < rank; i++) s += (i ? "," : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
-double elem(const void *p, ApxDType dt, int64_t i) {
-  switch (dt) {
-    case APX_DT_F32: return ((const float *)p)[i];
-    case APX_DT_F64: return ((const double *)p)[i];
-    case APX_DT_F16: return apx_f16_to_f32(((const uint16_t *)p)[i]);
-    case APX_DT_BF16: return apx_bf16_to_f32(((const uint16_t *)p)[i]);
-    case APX_DT_I64: return (double)((const int64_t *)p)[i];
-    case APX_DT_I32: return ((const int32_t *)p)[i];
-    case APX_DT_I16: return ((const int16_t *)p)[i];
-    case APX_DT_I8: return ((const int8_t *)p)[i];
-    case APX_DT_U8: case APX_DT_BOOL: return ((const uint8_t *)p)[i];
-    case APX_DT_U16: return ((const uint16_t *)p)[i];
-    case APX_DT_U32: return ((const uint32_t *)p)[i];
-    case APX_DT_U64: return (double)((const uint64_t *)p)[i];
-    default: return NAN;
-  }
-}
-
-// Inputs that must be compile-time constants under the harness rule (header comment).
-std::set<int> static_fed_inputs(const ApxGraph *g) {
-  std::set<int> s;
-  for (int i = 0; i < g->n_nodes; i++) {
-    const ApxNode *n = &g->nodes[i];
-    const ApxOpInfo *info = apx_op_info(n->op);
-    bool fold = (info->flags & APX_OPF_FOLD) && n->op != APX_OP_Shape;
-    for (int k = 0; k < n->n_in; k++)
-      if (n->in[k] >= 0 && (fold || (k < 32 && (info->static_inputs >> k) & 1))) s.insert(n->in[k]);
-  }
-  return s;
-}
-
 class NodeShape : public ::testing::TestWithParam<std::string> {};
 
 // A clean rejection: exit code 2 and one non-empty line.
@@ -194,7 +85,8 @@ TEST_P(NodeShape, LoadsAndMatchesOrIsRejectedCleanly) {
   const std::string dir = std::string(node_dir()) + "/" + name;
   const std::string model = dir + "/model.onnx";
   std::string ops;
-  const bool v1 = model_is_v1(model, &ops);
+  const bool v1 = apx_node::model_is_v1(model, &ops);
+  const auto &kExcluded = apx_node::excluded_tests();
   const auto ex = kExcluded.find(name);
   const bool excluded = ex != kExcluded.end();
   const bool must_match = v1 && !excluded;
@@ -234,35 +126,14 @@ TEST_P(NodeShape, LoadsAndMatchesOrIsRejectedCleanly) {
   g_sum.loaded++;
 
   // Bind the data inputs from test_data_set_0 (harness rule 3).
-  std::set<int> stat = static_fed_inputs(&g);
-  std::vector<int> keep;
-  for (int k = 0; k < g.n_inputs; k++) {
-    int v = g.inputs[k];
-    std::string path = dir + "/test_data_set_0/input_" + std::to_string(k) + ".pb";
-    ApxTensorConst t;
-    ApxDiag rd;
-    apx_diag_init(&rd);
-    if (apx_onnx_read_tensor_file(path.c_str(), &g.arena, &t, nullptr, &rd) != 0) {
-      g_sum.failures++;
-      ADD_FAILURE() << name << ": cannot read " << path << ": " << rd.msg;
-      apx_graph_free(&g);
-      return;
-    }
-    ApxValue *val = &g.vals[v];
-    // ONNX 1.12's test data stores bfloat16 tensors as uint16 bit patterns: keep the
-    // model's declared bfloat16 (same bits).
-    if (!(t.dtype == APX_DT_U16 && val->dtype == APX_DT_BF16)) val->dtype = t.dtype;
-    val->dim_params = nullptr;
-    apx_value_set_shape(val, t.rank, t.dims);
-    if (stat.count(v)) {
-      val->kind = APX_VAL_CONST;
-      val->data = t.data;
-    } else {
-      keep.push_back(v);
-    }
+  std::vector<ApxTensorConst> data;
+  std::string err;
+  if (!apx_node::bind_inputs(&g, dir + "/test_data_set_0", &data, &err)) {
+    g_sum.failures++;
+    ADD_FAILURE() << name << ": " << err;
+    apx_graph_free(&g);
+    return;
   }
-  for (size_t i = 0; i < keep.size(); i++) g.inputs[i] = keep[i];
-  g.n_inputs = (int32_t)keep.size();
 
   int rc = pass_fold_constants(&g, &o, &d);
   if (rc >= 0 && apx_graph_toposort(&g, &d) == 0) rc = pass_infer_shapes(&g, &o, &d);
@@ -290,14 +161,14 @@ TEST_P(NodeShape, LoadsAndMatchesOrIsRejectedCleanly) {
       continue;
     }
     // bfloat16 outputs are stored as uint16 bit patterns in ONNX 1.12's test data
-    ApxDType want = (t.dtype == APX_DT_U16 && v->dtype == APX_DT_BF16) ? APX_DT_BF16 : t.dtype;
+    ApxDType want = apx_node::data_dtype(t.dtype, v->dtype);
     bool same = v->dtype == want && v->rank == t.rank;
     for (int i = 0; same && i < t.rank; i++) same = v->dims[i] == t.dims[i];
     if (!same) {
       ok = false;
       ADD_FAILURE() << name << " (" << ops << ") output " << k << " '" << v->name << "': inferred "
-                    << apx_dtype_name(v->dtype) << " " << dims_str(v->rank, v->dims) << ", expected "
-                    << apx_dtype_name(t.dtype) << " " << dims_str(t.rank, t.dims);
+                    << apx_dtype_name(v->dtype) << " " << apx_node::dims_str(v->rank, v->dims) << ", expected "
+                    << apx_dtype_name(t.dtype) << " " << apx_node::dims_str(t.rank, t.dims);
       continue;
     }
     if (v->kind == APX_VAL_CONST && v->data) {  // folded: compare the values too
@@ -305,7 +176,7 @@ TEST_P(NodeShape, LoadsAndMatchesOrIsRejectedCleanly) {
       int64_t n = apx_value_numel(v);
       int64_t bad = -1;
       for (int64_t i = 0; i < n && bad < 0; i++) {
-        double a = elem(v->data, v->dtype, i), b = elem(t.data, want, i);
+        double a = apx_node::elem(v->data, v->dtype, i), b = apx_node::elem(t.data, want, i);
         bool eq = apx_dtype_is_float(v->dtype) ? (std::isnan(a) && std::isnan(b)) ||
                                                      std::fabs(a - b) <= 1e-5 * (1.0 + std::fabs(b))
                                                : a == b;
@@ -314,7 +185,7 @@ TEST_P(NodeShape, LoadsAndMatchesOrIsRejectedCleanly) {
       if (bad >= 0) {
         ok = false;
         ADD_FAILURE() << name << " output " << k << " folded to a wrong value at element " << bad << ": "
-                      << elem(v->data, v->dtype, bad) << " vs " << elem(t.data, want, bad);
+                      << apx_node::elem(v->data, v->dtype, bad) << " vs " << apx_node::elem(t.data, want, bad);
       } else {
         g_sum.values_matched++;
       }
@@ -333,11 +204,11 @@ TEST_P(NodeShape, LoadsAndMatchesOrIsRejectedCleanly) {
 
 std::string param_name(const ::testing::TestParamInfo<std::string> &info) { return info.param; }
 
-INSTANTIATE_TEST_SUITE_P(Onnx, NodeShape, ::testing::ValuesIn(list_tests()), param_name);
+INSTANTIATE_TEST_SUITE_P(Onnx, NodeShape, ::testing::ValuesIn(apx_node::list_tests()), param_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(NodeShape);
 
 TEST(NodeShapeData, TestDataIsInstalled) {
-  EXPECT_GT(list_tests().size(), 100u) << "libonnx-testdata not found at " << node_dir();
+  EXPECT_GT(apx_node::list_tests().size(), 100u) << "libonnx-testdata not found at " << node_dir();
 }
 
 class SummaryPrinter : public ::testing::Environment {

@@ -1,0 +1,189 @@
+// node_harness.cc - shared test-only helpers for the ONNX backend node tests (see
+// node_harness.h).
+#include "tests/onnx_node/node_harness.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+extern "C" {
+#include "compiler/diag.h"
+#include "compiler/onnx_load.h"
+#include "kernels/half.h"
+#include "kernels/op.h"
+#include "onnx.pb-c.h"
+}
+
+namespace apx_node {
+
+const char *node_dir() {
+  const char *e = getenv("APX_NODE_DIR");
+  return e && *e ? e : "/usr/share/libonnx-testdata/data/node";
+}
+
+static std::vector<std::string> list_dir(const std::string &dir, const char *prefix, bool want_model) {
+  std::vector<std::string> out;
+  DIR *d = opendir(dir.c_str());
+  if (!d) return out;
+  const std::string pre = prefix;
+  while (struct dirent *e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n.rfind(pre, 0) != 0) continue;
+    struct stat st;
+    std::string p = dir + "/" + n + (want_model ? "/model.onnx" : "");
+    if (stat(p.c_str(), &st) == 0 && (want_model || S_ISDIR(st.st_mode))) out.push_back(n);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> list_tests() { return list_dir(node_dir(), "test_", true); }
+
+std::vector<std::string> list_data_sets(const std::string &test_dir) {
+  return list_dir(test_dir, "test_data_set_", false);
+}
+
+bool read_file(const std::string &path, std::vector<uint8_t> *buf) {
+  FILE *f = fopen(path.c_str(), "rb");
+  if (!f) return false;
+  uint8_t tmp[65536];
+  size_t n;
+  while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) buf->insert(buf->end(), tmp, tmp + n);
+  fclose(f);
+  return true;
+}
+
+bool model_is_v1(const std::string &path, std::string *ops, std::set<std::string> *op_set) {
+  std::vector<uint8_t> buf;
+  if (!read_file(path, &buf)) return false;
+  Onnx__ModelProto *m = onnx__model_proto__unpack(nullptr, buf.size(), buf.data());
+  if (!m) return false;
+  bool v1 = m->graph != nullptr;
+  std::set<std::string> seen;
+  for (size_t k = 0; m->graph && k < m->graph->n_node; k++) {
+    const Onnx__NodeProto *n = m->graph->node[k];
+    std::string dom = n->domain ? n->domain : "";
+    std::string ot = n->op_type ? n->op_type : "";
+    if (seen.insert(ot).second) *ops += (ops->empty() ? "" : ",") + ot;
+    ApxOp op = apx_op_from_name(ot.c_str());
+    bool ok = (dom.empty() || dom == "ai.onnx") && op != APX_OP_INVALID &&
+              (apx_op_info(op)->flags & (APX_OPF_V1 | APX_OPF_FOLD));
+    if (!ok) v1 = false;
+  }
+  if (op_set) *op_set = seen;
+  onnx__model_proto__free_unpacked(m, nullptr);
+  return v1;
+}
+
+const std::map<std::string, std::string> &excluded_tests() {
+  static const std::map<std::string, std::string> k = {
+      {"test_averagepool_1d_default", "1-D pooling: v1 Conv/Pool are 2-D only"},
+      {"test_averagepool_3d_default", "3-D pooling: v1 Conv/Pool are 2-D only"},
+      {"test_maxpool_1d_default", "1-D pooling: v1 Conv/Pool are 2-D only"},
+      {"test_maxpool_3d_default", "3-D pooling: v1 Conv/Pool are 2-D only"},
+      {"test_cast_FLOAT_to_STRING", "string tensors are not supported"},
+      {"test_cast_STRING_to_FLOAT", "string tensors are not supported"},
+      {"test_castlike_FLOAT_to_STRING_expanded", "string tensors are not supported"},
+      {"test_castlike_STRING_to_FLOAT_expanded", "string tensors are not supported"},
+      {"test_identity_opt", "optional types are not supported (dense tensors only)"},
+      {"test_identity_sequence", "sequence types are not supported (dense tensors only)"},
+      {"test_globalaveragepool", "opset 1 model: apexc reads opset 7 and newer"},
+      {"test_globalaveragepool_precomputed", "opset 1 model: apexc reads opset 7 and newer"},
+  };
+  return k;
+}
+
+double elem(const void *p, ApxDType dt, int64_t i) {
+  switch (dt) {
+    case APX_DT_F32: return ((const float *)p)[i];
+    case APX_DT_F64: return ((const double *)p)[i];
+    case APX_DT_F16: return apx_f16_to_f32(((const uint16_t *)p)[i]);
+    case APX_DT_BF16: return apx_bf16_to_f32(((const uint16_t *)p)[i]);
+    case APX_DT_I64: return (double)((const int64_t *)p)[i];
+    case APX_DT_I32: return ((const int32_t *)p)[i];
+    case APX_DT_I16: return ((const int16_t *)p)[i];
+    case APX_DT_I8: return ((const int8_t *)p)[i];
+    case APX_DT_U8: case APX_DT_BOOL: return ((const uint8_t *)p)[i];
+    case APX_DT_U16: return ((const uint16_t *)p)[i];
+    case APX_DT_U32: return ((const uint32_t *)p)[i];
+    case APX_DT_U64: return (double)((const uint64_t *)p)[i];
+    default: return NAN;
+  }
+}
+
+std::string dims_str(int32_t rank, const int64_t *dims) {
+  std::string s = "[";
+  for (int i = 0; i < rank; i++) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+ApxDType data_dtype(ApxDType file, ApxDType declared) {
+  return (file == APX_DT_U16 && declared == APX_DT_BF16) ? APX_DT_BF16 : file;
+}
+
+std::set<int> static_fed_inputs(const ApxGraph *g) {
+  std::set<int> s;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ApxNode *n = &g->nodes[i];
+    const ApxOpInfo *info = apx_op_info(n->op);
+    bool fold = (info->flags & APX_OPF_FOLD) && n->op != APX_OP_Shape;
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0 && (fold || (k < 32 && (info->static_inputs >> k) & 1))) s.insert(n->in[k]);
+  }
+  return s;
+}
+
+bool read_tensor(const std::string &path, ApxArena *arena, ApxTensorConst *t, std::string *err) {
+  ApxDiag d;
+  apx_diag_init(&d);
+  d.quiet = 1;
+  if (apx_onnx_read_tensor_file(path.c_str(), arena, t, nullptr, &d) == 0) return true;
+  *err = "cannot read " + path + ": " + d.msg;
+  return false;
+}
+
+bool bind_inputs(ApxGraph *g, const std::string &data_dir, std::vector<ApxTensorConst> *data,
+                 std::string *err) {
+  std::set<int> stat = static_fed_inputs(g);
+  std::vector<int> keep;
+  for (int k = 0; k < g->n_inputs; k++) {
+    int v = g->inputs[k];
+    ApxTensorConst t;
+    if (!read_tensor(data_dir + "/input_" + std::to_string(k) + ".pb", &g->arena, &t, err)) return false;
+    ApxValue *val = &g->vals[v];
+    val->dtype = data_dtype(t.dtype, val->dtype);
+    t.dtype = val->dtype;
+    val->dim_params = nullptr;
+    apx_value_set_shape(val, t.rank, t.dims);
+    if (stat.count(v)) {
+      val->kind = APX_VAL_CONST;
+      val->data = t.data;
+    } else {
+      keep.push_back(v);
+      data->push_back(t);
+    }
+  }
+  for (size_t i = 0; i < keep.size(); i++) g->inputs[i] = keep[i];
+  g->n_inputs = (int32_t)keep.size();
+  return true;
+}
+
+bool read_outputs(const std::string &data_dir, ApxArena *arena, std::vector<ApxTensorConst> *out,
+                  std::string *err) {
+  for (int k = 0;; k++) {
+    std::string path = data_dir + "/output_" + std::to_string(k) + ".pb";
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) break;
+    ApxTensorConst t;
+    if (!read_tensor(path, arena, &t, err)) return false;
+    out->push_back(t);
+  }
+  return true;
+}
+
+}  // namespace apx_node
