@@ -1070,6 +1070,45 @@ TEST(OnnxLoad, CorruptedBytesNeverCrash) {
   printf("corrupted inputs: %d loaded, %d rejected cleanly\n", ok, rejected);
 }
 
+// protobuf-c unpacks nested messages recursively: 100k nested TypeProto.sequence_type levels
+// (0.8 MB) overflow the stack of a plain onnx__model_proto__unpack (checked by hand: SIGSEGV).
+// The loader's wire-format pre-scan rejects them first.
+TEST(OnnxLoad, DeepNestingIsRejectedBeforeUnpack) {
+  auto varint = [](uint64_t n) {
+    std::string o;
+    do {
+      uint8_t b = n & 0x7f;
+      n >>= 7;
+      o += static_cast<char>(n ? (b | 0x80) : b);
+    } while (n);
+    return o;
+  };
+  auto ld = [&](int field, const std::string &payload) {
+    return varint((uint64_t(field) << 3) | 2) + varint(payload.size()) + payload;
+  };
+  // TypeProto{sequence_type{elem_type{...}}}: prefixes built inside out, joined outside in
+  std::vector<std::string> prefix;
+  size_t inner = 0;
+  for (int i = 0; i < 100000; i++) {
+    std::string seq = varint((1 << 3) | 2) + varint(inner);  // Sequence.elem_type
+    size_t seq_len = seq.size() + inner;
+    std::string tp = varint((4 << 3) | 2) + varint(seq_len);  // TypeProto.sequence_type
+    prefix.push_back(tp + seq);
+    inner = tp.size() + seq_len;
+  }
+  std::string t;
+  t.reserve(inner);
+  for (size_t i = prefix.size(); i-- > 0;) t += prefix[i];
+  ASSERT_EQ(t.size(), inner);
+  std::string model = varint(1 << 3) + varint(8) + ld(7, ld(11, ld(1, "x") + ld(2, t)));
+  Loaded L;
+  int rc = apx_onnx_load_memory(&L.g, model.data(), model.size(), nullptr, nullptr, &L.d);
+  EXPECT_EQ(rc, -1);
+  EXPECT_EQ(L.d.code, APX_EXIT_BAD_INPUT);
+  EXPECT_NE(std::string(L.d.msg).find("m.onnx: not a valid ONNX model (messages nested deeper "
+                                      "than 100"), std::string::npos) << L.d.msg;
+}
+
 // ---- external data ----------------------------------------------------------------------
 
 struct ExtDir {
