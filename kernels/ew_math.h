@@ -4,7 +4,7 @@
  *   apx_<name>_f32(float ...)   used for fp32, fp16 and bf16 tensors (math in fp32)
  *   apx_<name>_f64(double ...)  used for fp64 tensors (gradient checks)
  * Forward:  relu, leaky_relu, sigmoid, gelu (erf form), gelu_tanh (tanh approximation)
- * Backward: relu_grad(dy, x), leaky_relu_grad(dy, x, alpha), sigmoid_grad(dy, y),
+ * Backward: relu_grad(dy, x or y: same sign), leaky_relu_grad(dy, x, alpha), sigmoid_grad(dy, y),
  *           tanh_grad(dy, y), gelu_grad(dy, x), gelu_tanh_grad(dy, x), erf_grad(dy, x),
  *           sqrt_grad(dy, y)   (x: the forward input, y: the forward output) */
 #ifndef APX_EW_MATH_H

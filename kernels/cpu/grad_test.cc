@@ -143,7 +143,7 @@ TEST(Grad, UnaryOps) {
     double lo, hi;
   };
   const U cases[] = {
-      {APX_OP_Relu, APX_OP_ReluGrad, nullptr, false, -2, 2},
+      {APX_OP_Relu, APX_OP_ReluGrad, nullptr, true, -2, 2},  // attrs.h: ReluGrad(dY, Y)
       {APX_OP_LeakyRelu, APX_OP_LeakyReluGrad, &lk, false, -2, 2},
       {APX_OP_Sigmoid, APX_OP_SigmoidGrad, nullptr, true, -4, 4},
       {APX_OP_Tanh, APX_OP_TanhGrad, nullptr, true, -2, 2},
