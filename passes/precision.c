@@ -301,7 +301,12 @@ static int decide_fixed(Ctx *c, int id, Dec *r) {
                               dt != out ? ", inputs compared in " : "", dt != out ? apx_dtype_short(dt) : ""));
     return 1;
   }
-  if (n->section == APX_SEC_FORWARD && apx_prec_is_loss_node(g, id)) {
+  /* Without a training graph (--inference, apexrun infer) the first output is not a loss:
+   * only the loss ops themselves keep fp32 there. */
+  int loss_op = n->op == APX_OP_SoftmaxCrossEntropyLoss ||
+                n->op == APX_OP_NegativeLogLikelihoodLoss || n->op == APX_OP_FusedXentropy;
+  if (n->section == APX_SEC_FORWARD && (c->o->training || loss_op) &&
+      apx_prec_is_loss_node(g, id)) {
     *r = dec(APX_DT_F32, APX_REASON_LOSS, apx_arena_printf(&g->arena, "loss: %s stays fp32", op));
     return 1;
   }

@@ -356,3 +356,22 @@ TEST(Precision, GradientWithAbsentFirstOutputStillInherits) {
   EXPECT_EQ(t.n("conv_grad").in[2], t.n("conv").in[1]);  // and of the weight
   EXPECT_EQ(t.v(dw).dtype, APX_DT_F32);                  // a graph output keeps its dtype
 }
+
+TEST(Precision, InferenceFirstOutputIsNotALoss) {
+  // apexrun infer / --inference: no training graph, so a MatMul producing the first output
+  // follows the lists like any other node (only loss ops keep fp32).
+  PGraph t(APX_O1);
+  t.o.training = 0;
+  int x = t.input("x", {4, 8});
+  int w = t.param("W", {8, 8});
+  int y = t.op(APX_OP_MatMul, "mm", {x, w}, {4, 8});
+  t.loss(y);
+  t.preset();
+  t.decide();
+  EXPECT_EQ(t.n("mm").compute, APX_DT_F16);
+  EXPECT_EQ(t.n("mm").reason, APX_REASON_LIST_HALF);
+  t.o.training = 1;  // with a training graph the loss's producer stays fp32
+  t.decide();
+  EXPECT_EQ(t.n("mm").compute, APX_DT_F32);
+  EXPECT_EQ(t.n("mm").reason, APX_REASON_LOSS);
+}
