@@ -77,6 +77,26 @@ static void model_identity(const char *path, uint64_t *bytes, uint32_t *crc) {
   *crc = c;
 }
 
+/* Training plans carry the source model's bytes (blob APX_PLAN_BLOB_MODEL) so that
+ * `apexrun --export-onnx` can write it back with the trained weights. An unreadable or
+ * changed file embeds nothing (export then says so). */
+static int embed_model(ApxPlan *plan, const char *path) {
+  if (!path || plan->model_bytes == 0 || plan->model_bytes > ((uint64_t)1 << 40)) return 0;
+  uint8_t *buf = apx_arena_alloc_raw(&plan->arena, (size_t)plan->model_bytes);
+  int fd = buf ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+  if (fd < 0) return buf ? 0 : -1;
+  uint64_t got = 0;
+  while (got < plan->model_bytes) {
+    ssize_t k = read(fd, buf + got, (size_t)(plan->model_bytes - got));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += (uint64_t)k;
+  }
+  close(fd);
+  if (got != plan->model_bytes || apx_crc32c(0, buf, (size_t)got) != plan->model_crc32c) return 0;
+  return apx_plan_add_blob(plan, APX_PLAN_BLOB_MODEL, buf, got);
+}
+
 static const char *base_name(const char *p) {
   const char *s = p ? strrchr(p, '/') : NULL;
   return s ? s + 1 : (p ? p : "");
@@ -96,6 +116,7 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
   const char *model = o->model_path ? o->model_path : g->file;
   plan->model_name = apx_arena_strdup(A, base_name(model));
   model_identity(model, &plan->model_bytes, &plan->model_crc32c);
+  if (o->training && embed_model(plan, model)) goto oom;
   plan->mem.arena_bytes = g->arena_bytes;
   plan->mem.peak_live_bytes = g->peak_live_bytes;
   plan->mem.no_reuse_bytes = g->no_reuse_bytes;

@@ -3,8 +3,12 @@
  *   apexrun infer MODEL.onnx|PLAN.apx --input-dir D --output-dir O [-O0|-O1|-O2|-O3]
  *           [--half=fp16|bf16] [--dim NAME=V] [--allow-old-opset] [--threads N]
  *           [--device cpu]
- *   apexrun PLAN.apx --data DIR --steps N ...     (training: issue 5)
+ *   apexrun PLAN.apx --data DIR --steps N [--device cpu] [--threads N] [--seed S]
+ *           [--no-shuffle] [--log F.jsonl] [--checkpoint-dir D [--checkpoint-every N]]
+ *           [--resume] [--export-onnx F] [--quiet] [--progress]
  *
+ * Training (runtime/train.h): --data DIR holds one NAME.npy per data input; the run goes
+ * until N optimizer steps are done (a resumed run continues to the same N).
  * infer reads D/input_K.pb (ONNX TensorProto, K = 0.. in the order of the model's data
  * inputs), runs the forward section and writes O/output_K.pb for each graph output. A model
  * that is not a plan file is compiled on the fly as apexc would (training off).
@@ -26,12 +30,27 @@
 #include "runtime/backend.h"
 #include "runtime/exec.h"
 #include "runtime/plan.h"
+#include "runtime/train.h"
 
 #define APEXRUN_VERSION "0.1.0"
 
 static const char *usage_text =
     "usage: apexrun infer MODEL.onnx|PLAN.apx --input-dir D --output-dir O [options]\n"
-    "       apexrun PLAN.apx --data DIR --steps N ...   (training; not supported yet)\n"
+    "       apexrun PLAN.apx --data DIR --steps N [options]\n"
+    "\n"
+    "training: runs the plan's training step (forward, backward, loss scaling, optimizer).\n"
+    "  --data DIR            one NAME.npy per data input of the plan, samples along axis 0\n"
+    "  --steps N             train until N optimizer steps are done (also after --resume)\n"
+    "  --seed S              data order seed (default: the plan's --seed; also Dropout's key)\n"
+    "  --no-shuffle          batches in file order: batch k = samples [kB, (k+1)B), wrapping\n"
+    "  --log F.jsonl         one JSON object per step: step, loss, loss_scale, skipped,\n"
+    "                        overflow_at, grad_norm, lr, ms\n"
+    "  --checkpoint-dir D    write D/ckpt-STEP.apxckpt (atomic, checksummed) at the end ...\n"
+    "  --checkpoint-every N  ... and every N steps\n"
+    "  --resume              continue from the newest checkpoint in D, bit for bit\n"
+    "  --export-onnx F       write the trained model as ONNX for inference (fp32 weights)\n"
+    "  --quiet               no progress line or overflow notices (the summary stays)\n"
+    "  --progress            progress line per step even when stdout is not a terminal\n"
     "\n"
     "infer: runs the model's forward pass on ONNX test-data tensors.\n"
     "  --input-dir D         reads D/input_0.pb, input_1.pb, ... (one per data input, in order)\n"
@@ -245,6 +264,93 @@ done:
   return rc;
 }
 
+static int parse_count(const char *flag, const char *v, long long lo, long long *out) {
+  char *end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (!*v || *end || errno || n < lo)
+    return usage_error("%s: '%s' is not an integer >= %lld", flag, v, lo);
+  *out = n;
+  return 0;
+}
+
+static int cmd_train(int argc, char **argv) {
+  ApxTrainConfig c;
+  apx_train_config_init(&c);
+  const char *plan_path = NULL, *v;
+  int have_steps = 0, every_set = 0;
+  long long n;
+  for (int i = 0; i < argc; i++) {
+    const char *arg = argv[i];
+    if (arg[0] != '-') {
+      if (plan_path) return usage_error("one plan per run, got a second: '%s'", arg);
+      plan_path = arg;
+    } else if ((v = flag_value(argc, argv, &i, "--data"))) {
+      if (!*v) return usage_error("%s needs a folder", "--data");
+      c.data_dir = v;
+    } else if ((v = flag_value(argc, argv, &i, "--steps"))) {
+      if (parse_count("--steps", v, 0, &n)) return APX_EXIT_BAD_INPUT;
+      c.steps = n;
+      have_steps = 1;
+    } else if ((v = flag_value(argc, argv, &i, "--device"))) {
+      if (!*v) return usage_error("%s needs a name", "--device");
+      c.exec.device = v;
+    } else if ((v = flag_value(argc, argv, &i, "--threads"))) {
+      if (parse_count("--threads", v, 1, &n)) return APX_EXIT_BAD_INPUT;
+      if (n > 4096) return usage_error("--threads: '%s' is not a count in [1, 4096]", v);
+      c.exec.n_threads = (int32_t)n;
+    } else if ((v = flag_value(argc, argv, &i, "--seed"))) {
+      if (parse_count("--seed", v, 0, &n)) return APX_EXIT_BAD_INPUT;
+      c.seed = (uint64_t)n;
+      c.seed_set = 1;
+    } else if (!strcmp(arg, "--no-shuffle")) {
+      c.order = APX_ORDER_FILE;
+    } else if ((v = flag_value(argc, argv, &i, "--log"))) {
+      if (!*v) return usage_error("%s needs a file", "--log");
+      c.log_path = v;
+    } else if ((v = flag_value(argc, argv, &i, "--checkpoint-dir"))) {
+      if (!*v) return usage_error("%s needs a folder", "--checkpoint-dir");
+      c.ckpt_dir = v;
+    } else if ((v = flag_value(argc, argv, &i, "--checkpoint-every"))) {
+      if (parse_count("--checkpoint-every", v, 1, &n)) return APX_EXIT_BAD_INPUT;
+      c.ckpt_every = n;
+      every_set = 1;
+    } else if (!strcmp(arg, "--resume")) {
+      c.resume = 1;
+    } else if ((v = flag_value(argc, argv, &i, "--export-onnx"))) {
+      if (!*v) return usage_error("%s needs a file", "--export-onnx");
+      c.export_onnx = v;
+    } else if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
+      c.quiet = 1;
+    } else if (!strcmp(arg, "--progress")) {
+      c.progress = APX_PROGRESS_ON;
+    } else {
+      return usage_error("unknown option '%s'", arg);
+    }
+  }
+  if (!plan_path) return usage_error("no plan given");
+  if (!c.data_dir) return usage_error("training needs %s", "--data DIR");
+  if (!have_steps) return usage_error("training needs %s", "--steps N");
+  if (every_set && !c.ckpt_dir) return usage_error("--checkpoint-every needs --checkpoint-dir D");
+  if (c.resume && !c.ckpt_dir) return usage_error("--resume needs --checkpoint-dir D");
+  if (!file_exists(plan_path)) {
+    fprintf(stderr, "%s: cannot open plan: %s\n", plan_path, strerror(errno));
+    return APX_EXIT_BAD_INPUT;
+  }
+  if (!is_plan_file(plan_path)) {
+    fprintf(stderr, "%s: not an apexc plan (compile the model first: apexc MODEL.onnx -O2 -o PLAN.apx)\n",
+            plan_path);
+    return APX_EXIT_BAD_INPUT;
+  }
+  ApxDiag d;
+  apx_diag_init(&d);
+  ApxPlan plan;
+  apx_plan_init(&plan);
+  int rc = apx_plan_read(&plan, plan_path, &d) ? fail(&d) : apx_train_run(&plan, &c);
+  apx_plan_free(&plan);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, usage_text, apx_backend_names());
@@ -268,7 +374,12 @@ int main(int argc, char **argv) {
       }
     return cmd_infer(argc - 1, argv + 1);
   }
-  if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
-  fprintf(stderr, "apexrun: not supported yet: training (issue 5)\n");
-  return APX_EXIT_BAD_INPUT;
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      printf(usage_text, apx_backend_names());
+      return APX_EXIT_OK;
+    }
+  if (cmd[0] == '-' && strcmp(cmd, "--data") && strcmp(cmd, "--steps"))
+    return usage_error("unknown option '%s'", cmd);
+  return cmd_train(argc - 1, argv + 1);
 }

@@ -169,7 +169,30 @@ void apx_plan_layout_data(ApxPlan *p) {
     b->data_len = (uint64_t)b->bytes;
     off += b->data_len;
   }
+  for (int32_t i = 0; i < p->n_blobs; i++) {
+    ApxPlanBlob *bl = &p->blobs[i];
+    off = align_up(off);
+    bl->data_offset = off;
+    off += bl->data_len;
+  }
   p->data_bytes = align_up(off);
+}
+
+int apx_plan_add_blob(ApxPlan *p, const char *name, const void *data, uint64_t len) {
+  ApxPlanBlob *nb = apx_arena_alloc(&p->arena, ((size_t)p->n_blobs + 1) * sizeof *nb);
+  const char *nm = apx_arena_strdup(&p->arena, name ? name : "");
+  if (!nb || !nm) return -1;
+  if (p->n_blobs) memcpy(nb, p->blobs, (size_t)p->n_blobs * sizeof *nb);
+  nb[p->n_blobs] = (ApxPlanBlob){nm, 0, len, data};
+  p->blobs = nb;
+  p->n_blobs++;
+  return 0;
+}
+
+const ApxPlanBlob *apx_plan_find_blob(const ApxPlan *p, const char *name) {
+  for (int32_t i = 0; i < p->n_blobs; i++)
+    if (strcmp(p->blobs[i].name, name) == 0) return &p->blobs[i];
+  return NULL;
 }
 
 int32_t apx_plan_find_buffer(const ApxPlan *p, const char *name) {
@@ -325,6 +348,15 @@ int apx_plan_validate(ApxPlan *p, ApxDiag *d) {
       p->mem.no_reuse_bytes < 0)
     return bad(d, p, "negative memory summary");
   if (p->data_bytes % APX_PLAN_ALIGN) return bad(d, p, "data section size not aligned");
+  if (p->n_blobs < 0) return bad(d, p, "negative counts");
+  for (int32_t i = 0; i < p->n_blobs; i++) {
+    const ApxPlanBlob *bl = &p->blobs[i];
+    if (!bl->name || bl->data_offset % APX_PLAN_ALIGN || bl->data_offset > p->data_bytes ||
+        bl->data_len > p->data_bytes - bl->data_offset)
+      return bad(d, p, "blob %d ('%s'): data range [%" PRIu64 ", +%" PRIu64 ") outside the data "
+                 "section (%" PRIu64 " bytes)", i, bl->name ? bl->name : "", bl->data_offset,
+                 bl->data_len, p->data_bytes);
+  }
   for (int32_t i = 0; i < p->n_bufs; i++)
     if (check_buffer(p, i, d)) return -1;
   int last = 0;
@@ -511,6 +543,17 @@ static Apexc__Plan *to_message(const ApxPlan *p, ApxArena *tmp) {
     x->ready_at = bk->ready_at;
     m->buckets[i] = x;
   }
+  m->n_blobs = (size_t)p->n_blobs;
+  m->blobs = apx_arena_alloc(tmp, (m->n_blobs + 1) * sizeof(Apexc__Blob *));
+  Apexc__Blob *bls = apx_arena_alloc(tmp, (m->n_blobs + 1) * sizeof(Apexc__Blob));
+  if (!m->blobs || !bls) return NULL;
+  for (int32_t i = 0; i < p->n_blobs; i++) {
+    apexc__blob__init(&bls[i]);
+    bls[i].name = s_or_empty(p->blobs[i].name);
+    bls[i].data_offset = p->blobs[i].data_offset;
+    bls[i].data_len = p->blobs[i].data_len;
+    m->blobs[i] = &bls[i];
+  }
   m->n_inputs = (size_t)p->n_inputs;
   m->inputs = p->inputs;
   m->n_outputs = (size_t)p->n_outputs;
@@ -650,6 +693,17 @@ static int from_message(ApxPlan *p, const Apexc__Plan *m, ApxDiag *d) {
     bk->ready_at = x->ready_at;
     if (!bk->members) goto oom;
   }
+  if (m->n_blobs > MAX_COUNT) return bad(d, p, "too many entries");
+  p->n_blobs = (int32_t)m->n_blobs;
+  p->blobs = apx_arena_alloc(&p->arena, (m->n_blobs + 1) * sizeof(ApxPlanBlob));
+  if (!p->blobs) goto oom;
+  for (size_t i = 0; i < m->n_blobs; i++) {
+    p->blobs[i].name = dup_str(p, m->blobs[i]->name);
+    p->blobs[i].data_offset = m->blobs[i]->data_offset;
+    p->blobs[i].data_len = m->blobs[i]->data_len;
+    p->blobs[i].data = NULL;
+    if (!p->blobs[i].name) goto oom;
+  }
   p->n_inputs = (int32_t)m->n_inputs;
   p->inputs = dup_ids(p, m->inputs, m->n_inputs);
   p->n_outputs = (int32_t)m->n_outputs;
@@ -764,18 +818,28 @@ int apx_plan_write(ApxPlan *p, const char *path, ApxDiag *d) {
   w.crc = apx_crc32c(w.crc, meta, meta_len);
   if ((rc = w_raw(&w, meta, meta_len))) goto out;
   if ((rc = w_data(&w, NULL, h.data_offset - w.pos))) goto out;
-  /* data section: buffers in data_offset order */
-  int32_t *ord = malloc(((size_t)p->n_bufs + 1) * sizeof *ord);
+  /* data section: buffer and blob ranges in data_offset order */
+  typedef struct Range {
+    uint64_t off, len;
+    const void *data;
+    const char *name;
+  } Range;
+  Range *ord = malloc(((size_t)p->n_bufs + (size_t)p->n_blobs + 1) * sizeof *ord);
   if (!ord) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", path);
     goto out;
   }
   int32_t n = 0;
   for (int32_t i = 0; i < p->n_bufs; i++)
-    if (p->bufs[i].data_len) ord[n++] = i;
+    if (p->bufs[i].data_len)
+      ord[n++] = (Range){p->bufs[i].data_offset, p->bufs[i].data_len, p->bufs[i].data, p->bufs[i].name};
+  for (int32_t i = 0; i < p->n_blobs; i++)
+    if (p->blobs[i].data_len)
+      ord[n++] = (Range){p->blobs[i].data_offset, p->blobs[i].data_len, p->blobs[i].data, p->blobs[i].name};
   for (int32_t i = 1; i < n; i++) { /* insertion sort: usually already in order */
-    int32_t x = ord[i], j = i - 1;
-    while (j >= 0 && p->bufs[ord[j]].data_offset > p->bufs[x].data_offset) {
+    Range x = ord[i];
+    int32_t j = i - 1;
+    while (j >= 0 && ord[j].off > x.off) {
       ord[j + 1] = ord[j];
       j--;
     }
@@ -783,16 +847,16 @@ int apx_plan_write(ApxPlan *p, const char *path, ApxDiag *d) {
   }
   uint64_t cur = 0; /* position relative to the data section */
   for (int32_t i = 0; i < n && rc == 0; i++) {
-    const ApxPlanBuffer *b = &p->bufs[ord[i]];
-    if (b->data_offset < cur) continue; /* overlapping ranges: written by the earlier one */
+    const Range *b = &ord[i];
+    if (b->off < cur) continue; /* overlapping ranges: written by the earlier one */
     if (!b->data) {
-      rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: buffer '%s' has a data range but no bytes",
-                          path, b->name);
+      rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: '%s' has a data range but no bytes", path,
+                          b->name);
       break;
     }
-    rc = w_data(&w, NULL, b->data_offset - cur);
-    if (!rc) rc = w_data(&w, b->data, b->data_len);
-    cur = b->data_offset + b->data_len;
+    rc = w_data(&w, NULL, b->off - cur);
+    if (!rc) rc = w_data(&w, b->data, b->len);
+    cur = b->off + b->len;
   }
   free(ord);
   if (rc) goto out;
@@ -944,6 +1008,7 @@ int apx_plan_read(ApxPlan *p, const char *path, ApxDiag *d) {
   if (apx_plan_validate(p, d)) return -1;
   for (int32_t i = 0; i < p->n_bufs; i++)
     if (p->bufs[i].data_len) p->bufs[i].data = b + h.data_offset + p->bufs[i].data_offset;
+  for (int32_t i = 0; i < p->n_blobs; i++) p->blobs[i].data = b + h.data_offset + p->blobs[i].data_offset;
   return 0;
 }
 
@@ -1110,6 +1175,10 @@ void apx_plan_dump(const ApxPlan *p, FILE *f) {
   for (int32_t i = 0; i < p->n_outputs; i++)
     fprintf(f, " %s(#%d)", buf_name(p, p->outputs[i]), p->outputs[i]);
   fprintf(f, "\nloss: %s\n", p->loss >= 0 ? buf_name(p, p->loss) : "(none)");
+  for (int32_t i = 0; i < p->n_blobs; i++) {
+    fmt_bytes(b1, sizeof b1, (int64_t)p->blobs[i].data_len);
+    fprintf(f, "blob %s: %s data@%" PRIu64 "\n", p->blobs[i].name, b1, p->blobs[i].data_offset);
+  }
   fprintf(f, "buffers (%d):\n", p->n_bufs);
   for (int32_t i = 0; i < p->n_bufs; i++) {
     const ApxPlanBuffer *b = &p->bufs[i];

@@ -115,6 +115,16 @@ typedef struct ApxPlanBucket {
   int32_t ready_at;        /* kernel index */
 } ApxPlanBucket;
 
+/* A named byte range of the data section that is not a tensor (plan.proto Blob). */
+typedef struct ApxPlanBlob {
+  const char *name;
+  uint64_t data_offset, data_len;
+  const void *data;        /* host pointer to the bytes (mapped file or caller's memory) */
+} ApxPlanBlob;
+
+/* Blob name of the source ONNX model embedded by apexc in training plans (export_onnx.h). */
+#define APX_PLAN_BLOB_MODEL "model.onnx"
+
 typedef struct ApxPlanMemory {
   int64_t arena_bytes, peak_live_bytes, no_reuse_bytes, persistent_bytes;
 } ApxPlanMemory;
@@ -138,6 +148,8 @@ typedef struct ApxPlan {
   int32_t *inputs, *outputs;
   int32_t n_inputs, n_outputs;
   int32_t loss;
+  ApxPlanBlob *blobs;
+  int32_t n_blobs;
   ApxPlanMemory mem;
   uint64_t data_bytes;     /* size of the data section */
 
@@ -162,8 +174,15 @@ int apx_plan_set_kernel(ApxPlan *p, int32_t k, ApxOp op, const char *node, ApxSe
                         const void *attrs, int32_t n_in, const int32_t *in, int32_t n_out,
                         const int32_t *out);
 
+/* Adds a blob (name and bytes copied into no storage: data must outlive the plan's write).
+ * Returns 0, -1 when out of memory. Call before apx_plan_layout_data. */
+int apx_plan_add_blob(ApxPlan *p, const char *name, const void *data, uint64_t len);
+/* The blob called name, NULL if none. */
+const ApxPlanBlob *apx_plan_find_blob(const ApxPlan *p, const char *name);
+
 /* Assigns data_offset/data_len for every buffer with data != NULL (64-byte aligned, in
- * buffer order) and sets data_bytes. Call before apx_plan_write on a built plan. */
+ * buffer order), then for every blob, and sets data_bytes. Call before apx_plan_write on a
+ * built plan. */
 void apx_plan_layout_data(ApxPlan *p);
 
 /* Checks every reference (see file comment) and sets sec_begin/sec_end. Returns 0 or -1

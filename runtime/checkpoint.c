@@ -1,0 +1,440 @@
+/* checkpoint.c - atomic, checksummed training checkpoints (checkpoint.h). */
+#include "runtime/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char k_magic[8] = {'A', 'P', 'X', 'C', 'K', 'P', 'T', 0};
+enum { HEADER_BYTES = 64, N_STATE_FIELDS = 16 };
+
+static void put_u32(uint8_t *b, uint32_t v) {
+  for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(uint8_t *b, uint64_t v) {
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get_u32(const uint8_t *b) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v |= (uint32_t)b[i] << (8 * i);
+  return v;
+}
+static uint64_t get_u64(const uint8_t *b) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
+  return v;
+}
+static uint64_t dbits(double x) {
+  uint64_t u;
+  memcpy(&u, &x, 8);
+  return u;
+}
+static double bitsd(uint64_t u) {
+  double x;
+  memcpy(&x, &u, 8);
+  return x;
+}
+static uint64_t pad_to(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+int apx_checkpoint_saves(const ApxPlanBuffer *b) {
+  return b->region == APX_MEM_PERSISTENT && b->alias_of < 0 && b->bytes > 0 &&
+         (b->kind == APX_VAL_PARAM || b->kind == APX_VAL_STATE);
+}
+
+uint64_t apx_plan_hash(const ApxPlan *p) {
+  if (!p->map || p->map_len < 64) return 0;
+  const uint8_t *b = p->map;
+  uint64_t meta_len = get_u64(b + 24);
+  if (meta_len > p->map_len - 64) return 0;
+  uint32_t meta = apx_crc32c(0, b + 64, (size_t)meta_len);
+  return (uint64_t)meta << 32 | get_u32(b + 48);
+}
+
+static void state_encode(const ApxTrainState *s, uint8_t *b) {
+  uint64_t f[N_STATE_FIELDS] = {
+      (uint64_t)s->step, (uint64_t)s->batches, (uint64_t)s->epoch, (uint64_t)s->epoch_pos,
+      s->sampler_seed, (uint64_t)s->order, (uint64_t)s->world, (uint64_t)s->accumulate,
+      (uint64_t)s->dropout_step, s->dropout_seed, dbits(s->scale), (uint64_t)s->scale_clean,
+      (uint64_t)s->scale_hysteresis_left, (uint64_t)s->scale_overflow_run,
+      (uint64_t)s->scale_overflows, (uint64_t)s->scale_below_one_warned};
+  for (int i = 0; i < N_STATE_FIELDS; i++) put_u64(b + 8 * i, f[i]);
+}
+
+static void state_decode(const uint8_t *b, ApxTrainState *s) {
+  uint64_t f[N_STATE_FIELDS];
+  for (int i = 0; i < N_STATE_FIELDS; i++) f[i] = get_u64(b + 8 * i);
+  s->step = (int64_t)f[0];
+  s->batches = (int64_t)f[1];
+  s->epoch = (int64_t)f[2];
+  s->epoch_pos = (int64_t)f[3];
+  s->sampler_seed = f[4];
+  s->order = (int64_t)f[5];
+  s->world = (int64_t)f[6];
+  s->accumulate = (int64_t)f[7];
+  s->dropout_step = (int64_t)f[8];
+  s->dropout_seed = f[9];
+  s->scale = bitsd(f[10]);
+  s->scale_clean = (int64_t)f[11];
+  s->scale_hysteresis_left = (int64_t)f[12];
+  s->scale_overflow_run = (int64_t)f[13];
+  s->scale_overflows = (int64_t)f[14];
+  s->scale_below_one_warned = (int64_t)f[15];
+}
+
+/* ---- write ---------------------------------------------------------------------------- */
+
+typedef struct Writer {
+  int fd;
+  uint64_t pos;
+  uint32_t crc;
+  uint64_t kill_at; /* test hook: SIGKILL once this many bytes are written (0: off) */
+  const char *path;
+  ApxDiag *d;
+} Writer;
+
+static int w_bytes(Writer *w, const void *p, size_t n) {
+  static const uint8_t zeros[64];
+  const uint8_t *b = p;
+  while (n) {
+    size_t k = n;
+    const uint8_t *src = b ? b : zeros;
+    if (!b && k > sizeof zeros) k = sizeof zeros;
+    if (w->kill_at && w->pos + k >= w->kill_at) {
+      /* crash in the middle of the write, as a power cut or kill -9 would */
+      size_t part = w->kill_at > w->pos ? (size_t)(w->kill_at - w->pos) : 0;
+      if (part && write(w->fd, src, part) < 0) {
+      }
+      fsync(w->fd);
+      raise(SIGKILL);
+    }
+    ssize_t r = write(w->fd, src, k);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      return apx_diag_error(w->d, APX_EXIT_RUNTIME, "%s: checkpoint write failed: %s", w->path,
+                            r < 0 ? strerror(errno) : "short write");
+    w->crc = apx_crc32c(w->crc, src, (size_t)r);
+    w->pos += (uint64_t)r;
+    n -= (size_t)r;
+    if (b) b += r;
+  }
+  return 0;
+}
+
+static int make_dir(const char *dir, ApxDiag *d) {
+  if (mkdir(dir, 0755) == 0 || errno == EEXIST) {
+    struct stat st;
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not a folder (checkpoint dir)", dir);
+  }
+  return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot create the checkpoint folder: %s", dir,
+                        strerror(errno));
+}
+
+int apx_checkpoint_write(const char *dir, const ApxTrainState *st, ApxExec *ex, char **path_out,
+                         ApxDiag *d) {
+  const ApxPlan *p = ex->plan;
+  if (path_out) *path_out = NULL;
+  if (make_dir(dir, d)) return -1;
+  char *path = NULL, *tmp = NULL;
+  if (asprintf(&path, "%s/ckpt-%012" PRId64 ".apxckpt", dir, st->step) < 0) path = NULL;
+  if (path && asprintf(&tmp, "%s/.ckpt-%012" PRId64 ".apxckpt.tmp.%ld", dir, st->step, (long)getpid()) < 0)
+    tmp = NULL;
+  if (!path || !tmp) {
+    free(path);
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", dir);
+  }
+
+  /* sizes first: the header carries the file size */
+  uint32_t n_tensors = 0;
+  uint64_t size = HEADER_BYTES + 8 * N_STATE_FIELDS;
+  int64_t max_bytes = 0;
+  for (int32_t i = 0; i < p->n_bufs; i++) {
+    const ApxPlanBuffer *b = &p->bufs[i];
+    if (!apx_checkpoint_saves(b)) continue;
+    n_tensors++;
+    size += 4 + strlen(b->name) + 4 + 4 + 8 * (uint64_t)b->rank + 8;
+    size = pad_to(size, 64) + (uint64_t)b->bytes;
+    size = pad_to(size, 8);
+    if (b->bytes > max_bytes) max_bytes = b->bytes;
+  }
+  uint8_t *buf = malloc((size_t)max_bytes + 64);
+  if (!buf) {
+    free(path);
+    free(tmp);
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", dir);
+  }
+  Writer w = {.fd = -1, .path = tmp, .d = d};
+  const char *kill_env = getenv("APX_TEST_CHECKPOINT_KILL_AT");
+  if (kill_env && *kill_env) w.kill_at = strtoull(kill_env, NULL, 10);
+  int rc = 0;
+  w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (w.fd < 0) {
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot create: %s", tmp, strerror(errno));
+    goto out;
+  }
+  uint8_t h[HEADER_BYTES] = {0};
+  memcpy(h, k_magic, 8);
+  put_u32(h + 8, APX_CHECKPOINT_VERSION);
+  put_u64(h + 16, apx_plan_hash(p));
+  put_u64(h + 24, size);
+  put_u32(h + 32, n_tensors);
+  put_u32(h + 40, 8 * N_STATE_FIELDS);
+  if ((rc = w_bytes(&w, h, sizeof h))) goto out;
+  uint8_t sb[8 * N_STATE_FIELDS];
+  state_encode(st, sb);
+  if ((rc = w_bytes(&w, sb, sizeof sb))) goto out;
+  for (int32_t i = 0; i < p->n_bufs && !rc; i++) {
+    const ApxPlanBuffer *b = &p->bufs[i];
+    if (!apx_checkpoint_saves(b)) continue;
+    uint8_t rec[16 + 8 * APX_MAX_RANK];
+    size_t nl = strlen(b->name);
+    put_u32(rec, (uint32_t)nl);
+    if ((rc = w_bytes(&w, rec, 4)) || (rc = w_bytes(&w, b->name, nl))) break;
+    put_u32(rec, (uint32_t)b->dtype);
+    put_u32(rec + 4, (uint32_t)b->rank);
+    for (int k = 0; k < b->rank; k++) put_u64(rec + 8 + 8 * k, (uint64_t)b->dims[k]);
+    put_u64(rec + 8 + 8 * b->rank, (uint64_t)b->bytes);
+    if ((rc = w_bytes(&w, rec, 16 + 8 * (size_t)b->rank))) break;
+    if ((rc = w_bytes(&w, NULL, (size_t)(pad_to(w.pos, 64) - w.pos)))) break;
+    if ((rc = apx_exec_read(ex, i, buf, (size_t)b->bytes, d))) break;
+    if ((rc = w_bytes(&w, buf, (size_t)b->bytes))) break;
+    rc = w_bytes(&w, NULL, (size_t)(pad_to(w.pos, 8) - w.pos));
+  }
+  if (rc) goto out;
+  if (w.pos != size) {
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: internal error: wrote %" PRIu64 " bytes, planned %" PRIu64,
+                        tmp, w.pos, size);
+    goto out;
+  }
+  uint8_t cb[4];
+  put_u32(cb, w.crc);
+  if (pwrite(w.fd, cb, 4, 36) != 4 || fsync(w.fd)) {
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: checkpoint write failed: %s", tmp, strerror(errno));
+    goto out;
+  }
+  if (close(w.fd)) {
+    w.fd = -1;
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: close failed: %s", tmp, strerror(errno));
+    goto out;
+  }
+  w.fd = -1;
+  if (rename(tmp, path)) {
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot rename into place: %s", path, strerror(errno));
+    goto out;
+  }
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+out:
+  if (w.fd >= 0) close(w.fd);
+  if (rc) unlink(tmp);
+  free(tmp);
+  free(buf);
+  if (!rc && path_out) *path_out = path;
+  else free(path);
+  return rc ? -1 : 0;
+}
+
+/* ---- read ----------------------------------------------------------------------------- */
+
+static int corrupt(ApxDiag *d, const char *path, const char *what) {
+  return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: corrupt checkpoint: %s", path, what);
+}
+
+int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxCheckpointCheck check,
+                        void *ctx, ApxDiag *d) {
+  const ApxPlan *p = ex->plan;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot open checkpoint: %s", path, strerror(errno));
+  struct stat sst;
+  if (fstat(fd, &sst) || !S_ISREG(sst.st_mode)) {
+    close(fd);
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not a regular file", path);
+  }
+  uint64_t size = (uint64_t)sst.st_size;
+  uint8_t *b = malloc(size ? (size_t)size : 1);
+  if (!b) {
+    close(fd);
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory (%" PRIu64 " bytes)", path, size);
+  }
+  uint64_t got = 0;
+  while (got < size) {
+    ssize_t r = read(fd, b + got, (size_t)(size - got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (uint64_t)r;
+  }
+  close(fd);
+  int rc = 0;
+  int32_t *ids = NULL;
+  const uint8_t **datas = NULL;
+  if (got != size) {
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: read failed", path);
+    goto out;
+  }
+  if (size < HEADER_BYTES || memcmp(b, k_magic, 8)) {
+    rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not an apexrun checkpoint (bad magic)", path);
+    goto out;
+  }
+  if (get_u32(b + 8) != APX_CHECKPOINT_VERSION) {
+    rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: checkpoint version %u, this apexrun reads %u", path,
+                        get_u32(b + 8), APX_CHECKPOINT_VERSION);
+    goto out;
+  }
+  uint64_t want_size = get_u64(b + 24);
+  if (want_size != size) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%" PRIu64 " bytes, the header says %" PRIu64 " (truncated or torn write)",
+             size, want_size);
+    rc = corrupt(d, path, msg);
+    goto out;
+  }
+  uint32_t stored = get_u32(b + 36);
+  uint8_t zero4[4] = {0};
+  uint32_t crc = apx_crc32c(0, b, 36);
+  crc = apx_crc32c(crc, zero4, 4);
+  crc = apx_crc32c(crc, b + 40, (size_t)(size - 40));
+  if (crc != stored) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "checksum mismatch (stored %08x, computed %08x)", stored, crc);
+    rc = corrupt(d, path, msg);
+    goto out;
+  }
+  uint64_t hash = get_u64(b + 16), mine = apx_plan_hash(p);
+  if (hash != mine) {
+    rc = apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                        "%s: checkpoint of another plan (its plan hash %016" PRIx64 ", %s has %016" PRIx64
+                        "); resume with the plan that wrote it",
+                        path, hash, p->path ? p->path : "this plan", mine);
+    goto out;
+  }
+  if (get_u32(b + 12) != 0 || get_u32(b + 40) != 8 * N_STATE_FIELDS) {
+    rc = corrupt(d, path, "unknown flags or state layout");
+    goto out;
+  }
+  uint32_t n = get_u32(b + 32);
+  uint64_t pos = HEADER_BYTES;
+  if (size - pos < 8 * N_STATE_FIELDS) {
+    rc = corrupt(d, path, "no training state");
+    goto out;
+  }
+  ApxTrainState s;
+  state_decode(b + pos, &s);
+  pos += 8 * N_STATE_FIELDS;
+  ids = calloc((size_t)p->n_bufs + 1, sizeof *ids);
+  datas = calloc((size_t)p->n_bufs + 1, sizeof *datas);
+  if (!ids || !datas) {
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", path);
+    goto out;
+  }
+  for (int32_t i = 0; i < p->n_bufs; i++) ids[i] = 0; /* 1: found in the file */
+  for (uint32_t t = 0; t < n; t++) {
+    if (size - pos < 4) goto trunc;
+    uint32_t nl = get_u32(b + pos);
+    pos += 4;
+    if (nl > 4096 || size - pos < (uint64_t)nl + 8) goto trunc;
+    char name[4097];
+    memcpy(name, b + pos, nl);
+    name[nl] = 0;
+    pos += nl;
+    uint32_t dt = get_u32(b + pos), rank = get_u32(b + pos + 4);
+    pos += 8;
+    if (rank > APX_MAX_RANK || size - pos < 8 * (uint64_t)rank + 8) goto trunc;
+    int64_t dims[APX_MAX_RANK];
+    for (uint32_t k = 0; k < rank; k++) dims[k] = (int64_t)get_u64(b + pos + 8 * k);
+    pos += 8 * rank;
+    uint64_t nbytes = get_u64(b + pos);
+    pos += 8;
+    pos = pad_to(pos, 64);
+    if (pos > size || size - pos < nbytes) goto trunc;
+    int32_t id = apx_plan_find_buffer(p, name);
+    const ApxPlanBuffer *pb = id >= 0 ? &p->bufs[id] : NULL;
+    if (!pb || !apx_checkpoint_saves(pb)) {
+      rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: tensor '%s' is not a parameter or state of %s",
+                          path, name, p->path ? p->path : "the plan");
+      goto out;
+    }
+    int same = (ApxDType)dt == pb->dtype && (int32_t)rank == pb->rank && nbytes == (uint64_t)pb->bytes;
+    for (uint32_t k = 0; same && k < rank; k++) same = dims[k] == pb->dims[k];
+    if (!same) {
+      rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: tensor '%s' differs from the plan's (dtype or shape)",
+                          path, name);
+      goto out;
+    }
+    if (ids[id]) {
+      rc = corrupt(d, path, "a tensor appears twice");
+      goto out;
+    }
+    ids[id] = 1;
+    datas[id] = b + pos;
+    pos = pad_to(pos + nbytes, 8);
+  }
+  if (pos != size) {
+    rc = corrupt(d, path, "bytes after the last tensor");
+    goto out;
+  }
+  for (int32_t i = 0; i < p->n_bufs; i++)
+    if (apx_checkpoint_saves(&p->bufs[i]) && !ids[i]) {
+      rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: lacks '%s', which the plan trains", path,
+                          p->bufs[i].name);
+      goto out;
+    }
+  if (check && check(ctx, &s, path, d)) {
+    rc = -1;
+    goto out;
+  }
+  /* everything checked: upload */
+  for (int32_t i = 0; i < p->n_bufs && !rc; i++)
+    if (ids[i]) rc = apx_exec_write(ex, i, datas[i], (size_t)p->bufs[i].bytes, d);
+  if (!rc) *st = s;
+  goto out;
+trunc:
+  rc = corrupt(d, path, "a tensor record runs past the end");
+out:
+  free(ids);
+  free(datas);
+  free(b);
+  return rc ? -1 : 0;
+}
+
+int apx_checkpoint_latest(const char *dir, char **path, int64_t *step, ApxDiag *d) {
+  *path = NULL;
+  *step = -1;
+  DIR *dp = opendir(dir);
+  if (!dp) {
+    if (errno == ENOENT) return 0;
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot open the checkpoint folder: %s", dir,
+                          strerror(errno));
+  }
+  struct dirent *e;
+  int64_t best = -1;
+  while ((e = readdir(dp))) {
+    const char *nm = e->d_name;
+    if (strncmp(nm, "ckpt-", 5) != 0) continue;
+    char *end;
+    errno = 0;
+    long long s = strtoll(nm + 5, &end, 10);
+    if (errno || end == nm + 5 || strcmp(end, ".apxckpt") != 0 || s < 0) continue;
+    char canon[64];
+    snprintf(canon, sizeof canon, "ckpt-%012lld.apxckpt", s);
+    if (strcmp(canon, nm) != 0) continue; /* only names this writer produces */
+    if (s > best) best = s;
+  }
+  closedir(dp);
+  if (best < 0) return 0;
+  if (asprintf(path, "%s/ckpt-%012" PRId64 ".apxckpt", dir, best) < 0) {
+    *path = NULL;
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", dir);
+  }
+  *step = best;
+  return 1;
+}

@@ -1,0 +1,95 @@
+/* checkpoint.h - training checkpoints (DESIGN.md 12): everything a run needs to continue bit
+ * for bit, in one checksummed file written atomically.
+ *
+ * Content: the plan hash (a checkpoint from another plan is refused naming both hashes),
+ * the training state (ApxTrainState: step, data position, sampler seed and order, scaler
+ * state, Dropout step counter), and every persistent buffer that training changes: PARAM
+ * (the model parameters, half copies at O2) and STATE (fp32 master weights, optimizer
+ * moments, step counter, learning rate, loss scale, gradient accumulators, BatchNorm
+ * running statistics), each by name with dtype and shape.
+ *
+ * File layout (little-endian):
+ *   0   char  magic[8]  "APXCKPT\0"
+ *   8   u32   version   APX_CHECKPOINT_VERSION
+ *   12  u32   flags     0
+ *   16  u64   plan_hash apx_plan_hash() of the plan that wrote it
+ *   24  u64   file_size the whole file; anything else is a truncated/padded file
+ *   32  u32   n_tensors
+ *   36  u32   checksum  CRC32C of the whole file with these 4 bytes as zero
+ *   40  u32   state_len bytes of the training-state block (8 per field)
+ *   44  u8    reserved[20] zero
+ *   64  training state: u64 fields in ApxTrainState order (doubles as their bits)
+ *   then per tensor: u32 name_len, name bytes, u32 dtype, u32 rank, i64 dims[rank],
+ *       u64 nbytes, zero padding to 64, nbytes of data, zero padding to 8
+ *
+ * Writing: D/.ckpt-STEP.apxckpt.tmp.PID, fsync, rename to D/ckpt-STEP.apxckpt (12-digit
+ * step), fsync of D. A crash leaves at most a temporary file, which is never loaded.
+ * Reading checks magic, version, size, checksum, then every tensor against the plan
+ * (name, dtype, shape, and that every saved buffer of the plan is present) before touching
+ * the executor: a bad checkpoint changes nothing. Errors are one line naming the file
+ * (exit code 2). */
+#ifndef APX_CHECKPOINT_H
+#define APX_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "compiler/diag.h"
+#include "runtime/exec.h"
+#include "runtime/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define APX_CHECKPOINT_VERSION 1u
+
+/* The run's position and the loss scaler, as saved (fields in file order). */
+typedef struct ApxTrainState {
+  int64_t step;            /* optimizer steps completed */
+  int64_t batches;         /* global (micro-)batches consumed = step * accumulate */
+  int64_t epoch;           /* data position of the next batch: epoch ... */
+  int64_t epoch_pos;       /* ... and index in that epoch's sample order */
+  uint64_t sampler_seed;
+  int64_t order;           /* ApxSampleOrder */
+  int64_t world;           /* data-parallel ranks */
+  int64_t accumulate;
+  int64_t dropout_step;    /* Philox counter of the next micro-batch (= batches) */
+  uint64_t dropout_seed;   /* Philox key */
+  double scale;            /* loss scaler (scaler.h) */
+  int64_t scale_clean;
+  int64_t scale_hysteresis_left;
+  int64_t scale_overflow_run;
+  int64_t scale_overflows;
+  int64_t scale_below_one_warned;
+} ApxTrainState;
+
+/* 1 when buffer b is saved in checkpoints (persistent PARAM or STATE that owns its bytes). */
+int apx_checkpoint_saves(const ApxPlanBuffer *b);
+
+/* Identity of a plan file: CRC32C of its metadata (high 32 bits) and the file checksum
+ * from its header (low 32 bits); 0 for a plan not read from a file. */
+uint64_t apx_plan_hash(const ApxPlan *p);
+
+/* Writes dir/ckpt-STEP.apxckpt atomically (dir is created if missing). *path_out (may be
+ * NULL) receives the malloc'ed final path. Returns 0 or -1 (code 1: I/O). */
+int apx_checkpoint_write(const char *dir, const ApxTrainState *st, ApxExec *ex, char **path_out,
+                         ApxDiag *d);
+
+/* Optional check of the saved state before anything is uploaded: 0 accepts, -1 refuses
+ * (with the error in d). */
+typedef int (*ApxCheckpointCheck)(void *ctx, const ApxTrainState *st, const char *path, ApxDiag *d);
+
+/* Reads path, validates it against ex's plan (and check, when not NULL) and, only when
+ * everything is valid, uploads the tensors into ex and fills st. Returns 0 or -1 (code 2:
+ * bad or foreign checkpoint). */
+int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxCheckpointCheck check,
+                        void *ctx, ApxDiag *d);
+
+/* The newest dir/ckpt-STEP.apxckpt (largest STEP; temporary files are ignored): 1 and a
+ * malloc'ed *path, 0 when there is none (or no dir), -1 on error. */
+int apx_checkpoint_latest(const char *dir, char **path, int64_t *step, ApxDiag *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

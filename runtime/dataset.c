@@ -1,0 +1,175 @@
+/* dataset.c - the --data folder (dataset.h). */
+#include "runtime/dataset.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+static void dims_str(const int64_t *dims, int rank, char *buf, size_t cap) {
+  size_t k = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < rank && k < cap; i++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%" PRId64, i ? "," : "", dims[i]);
+  if (k < cap) snprintf(buf + k, cap - k, "]");
+}
+
+/* Integer value i of an integer/bool array, as int64 (uint64 above INT64_MAX: *big = 1). */
+static int64_t int_at(const ApxNpy *a, int64_t i, int *big) {
+  const uint8_t *p = a->data;
+  *big = 0;
+  switch (a->dtype) {
+    case APX_DT_BOOL:
+    case APX_DT_U8: return p[i];
+    case APX_DT_I8: return ((const int8_t *)p)[i];
+    case APX_DT_I16: return ((const int16_t *)p)[i];
+    case APX_DT_U16: return ((const uint16_t *)p)[i];
+    case APX_DT_I32: return ((const int32_t *)p)[i];
+    case APX_DT_U32: return ((const uint32_t *)p)[i];
+    case APX_DT_I64: return ((const int64_t *)p)[i];
+    case APX_DT_U64: {
+      uint64_t v = ((const uint64_t *)p)[i];
+      if (v > (uint64_t)INT64_MAX) *big = 1;
+      return (int64_t)v;
+    }
+    default: return 0;
+  }
+}
+
+static int fits(int64_t v, ApxDType t) {
+  switch (t) {
+    case APX_DT_I8: return v >= INT8_MIN && v <= INT8_MAX;
+    case APX_DT_U8: return v >= 0 && v <= UINT8_MAX;
+    case APX_DT_I16: return v >= INT16_MIN && v <= INT16_MAX;
+    case APX_DT_U16: return v >= 0 && v <= UINT16_MAX;
+    case APX_DT_I32: return v >= INT32_MIN && v <= INT32_MAX;
+    case APX_DT_U32: return v >= 0 && v <= (int64_t)UINT32_MAX;
+    case APX_DT_I64: return 1;
+    case APX_DT_U64: return v >= 0;
+    default: return 0;
+  }
+}
+
+/* Converts a in place to dtype want (the checks of dataset.h). */
+static int convert(ApxNpy *a, ApxDType want, const char *path, const char *input, ApxDiag *d) {
+  if (a->dtype == want) return 0;
+  int af = apx_dtype_is_float(a->dtype), wf = apx_dtype_is_float(want);
+  int ab = a->dtype == APX_DT_BOOL, wb = want == APX_DT_BOOL;
+  if (af != wf || ab || wb)
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: dtype %s, but the plan input '%s' is %s",
+                          path, apx_dtype_name(a->dtype), input, apx_dtype_name(want));
+  if (!af) {
+    for (int64_t i = 0; i < a->numel; i++) {
+      int big;
+      int64_t v = int_at(a, i, &big);
+      if (big || !fits(v, want))
+        return apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                              "%s: element %" PRId64 " (%s%" PRId64 ") does not fit the plan input "
+                              "'%s' (%s)", path, i, big ? "> " : "", big ? INT64_MAX : v, input,
+                              apx_dtype_name(want));
+    }
+  }
+  size_t bytes = (size_t)a->numel * apx_dtype_size(want);
+  void *dst = malloc(bytes ? bytes : 1);
+  if (!dst) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", path);
+  if (apx_cpu_convert(a->data, a->dtype, dst, want, a->numel) != APX_STATUS_OK) {
+    free(dst);
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot convert %s to %s", path,
+                          apx_dtype_name(a->dtype), apx_dtype_name(want));
+  }
+  free(a->data);
+  a->data = dst;
+  a->dtype = want;
+  a->bytes = bytes;
+  return 0;
+}
+
+int apx_dataset_open(ApxDataset *ds, const ApxPlan *plan, const char *dir, ApxDiag *d) {
+  memset(ds, 0, sizeof *ds);
+  int32_t n = plan->n_inputs;
+  if (n < 1)
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: the plan has no data inputs to read from %s",
+                          plan->path ? plan->path : "<plan>", dir);
+  ds->arrays = calloc((size_t)n, sizeof *ds->arrays);
+  ds->sample_bytes = calloc((size_t)n, sizeof *ds->sample_bytes);
+  ds->paths = calloc((size_t)n, sizeof *ds->paths);
+  if (!ds->arrays || !ds->sample_bytes || !ds->paths)
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", dir);
+  ds->n_inputs = n;
+  const char *first_path = NULL;
+  for (int32_t i = 0; i < n; i++) {
+    const ApxPlanBuffer *b = &plan->bufs[plan->inputs[i]];
+    if (asprintf(&ds->paths[i], "%s/%s.npy", dir, b->name) < 0) {
+      ds->paths[i] = NULL;
+      return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", dir);
+    }
+    const char *path = ds->paths[i];
+    if (b->rank < 1)
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                            "%s: not supported yet: the plan input '%s' is a scalar (no batch axis)",
+                            path, b->name);
+    ApxNpy *a = &ds->arrays[i];
+    FILE *probe = fopen(path, "rb");
+    if (!probe)
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                            "%s: missing: --data needs one NAME.npy per plan input (%s): %s", path,
+                            b->name, strerror(errno));
+    fclose(probe);
+    if (apx_npy_read(path, a, d)) return -1;
+    char want[128], got[128];
+    int shape_ok = a->rank == b->rank;
+    for (int k = 1; shape_ok && k < b->rank; k++) shape_ok = a->dims[k] == b->dims[k];
+    if (!shape_ok) {
+      int64_t exp[APX_MAX_RANK];
+      memcpy(exp, b->dims, sizeof exp);
+      dims_str(a->dims, a->rank, got, sizeof got);
+      dims_str(b->dims, b->rank, want, sizeof want);
+      char pattern[160] = "[N";
+      size_t k = 2;
+      for (int j = 1; j < b->rank; j++)
+        k += (size_t)snprintf(pattern + k, sizeof pattern - k, ",%" PRId64, exp[j]);
+      snprintf(pattern + k, sizeof pattern - k, "]");
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                            "%s: shape %s does not match the plan input '%s' %s (expected %s: "
+                            "samples along axis 0)", path, got, b->name, want, pattern);
+    }
+    if (a->dims[0] < 1)
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: no samples (axis 0 is empty)", path);
+    if (i == 0) {
+      ds->n_samples = a->dims[0];
+      ds->batch = b->dims[0];
+      first_path = path;
+    } else {
+      if (a->dims[0] != ds->n_samples)
+        return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: %" PRId64 " samples, but %s has %" PRId64,
+                              path, a->dims[0], first_path, ds->n_samples);
+      if (b->dims[0] != ds->batch)
+        return apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                              "%s: the plan inputs disagree on the batch size ('%s' %" PRId64
+                              ", '%s' %" PRId64 ")", plan->path ? plan->path : "<plan>", b->name,
+                              b->dims[0], plan->bufs[plan->inputs[0]].name, ds->batch);
+    }
+    if (convert(a, b->dtype, path, b->name, d)) return -1;
+    ds->sample_bytes[i] = a->bytes / (size_t)a->dims[0];
+  }
+  return 0;
+}
+
+void apx_dataset_free(ApxDataset *ds) {
+  for (int32_t i = 0; i < ds->n_inputs; i++) {
+    if (ds->arrays) apx_npy_free(&ds->arrays[i]);
+    if (ds->paths) free(ds->paths[i]);
+  }
+  free(ds->arrays);
+  free(ds->sample_bytes);
+  free(ds->paths);
+  memset(ds, 0, sizeof *ds);
+}
+
+void apx_dataset_gather(const ApxDataset *ds, int32_t i, const int64_t *idx, int64_t n, void *dst) {
+  size_t sb = ds->sample_bytes[i];
+  const uint8_t *src = ds->arrays[i].data;
+  for (int64_t j = 0; j < n; j++) memcpy((uint8_t *)dst + (size_t)j * sb, src + (size_t)idx[j] * sb, sb);
+}

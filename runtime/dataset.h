@@ -1,0 +1,46 @@
+/* dataset.h - `apexrun --data DIR`: one NAME.npy per data input of the plan (DESIGN.md 13).
+ *
+ * For every plan data input (plan->inputs, the non-parameter graph inputs) DIR/NAME.npy
+ * must exist, hold samples along axis 0 and match the input's trailing dimensions
+ * (input [B, d1, ..] <- file [N, d1, ..]); every file has the same N. The batch size is the
+ * input's first dimension B. Element types: a float file is converted to the input's float
+ * type (fp64/fp32/fp16 -> fp32/fp16/bf16, round to nearest even); an integer file to the
+ * input's integer type when every value fits; bool only from bool. Each problem is one line
+ * naming the file (exit code 2):
+ *   data/labels.npy: dtype float32, but the plan input 'labels' is int64
+ *   data/x.npy: shape [2048,32] does not match the plan input 'x' [32,64] (expected [N,64])
+ *   data/labels.npy: 1000 samples, but data/x.npy has 2048
+ * Files are loaded whole into memory, converted once. */
+#ifndef APX_DATASET_H
+#define APX_DATASET_H
+
+#include <stdint.h>
+
+#include "compiler/diag.h"
+#include "runtime/npy.h"
+#include "runtime/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ApxDataset {
+  int32_t n_inputs;
+  ApxNpy *arrays;         /* [n_inputs], in the plan input's dtype */
+  int64_t n_samples;
+  int64_t batch;          /* first dimension of the plan inputs */
+  size_t *sample_bytes;   /* [n_inputs] bytes of one sample */
+  char **paths;           /* [n_inputs] */
+} ApxDataset;
+
+/* Returns 0 or -1 (error in d). ds is safe to free in both cases. */
+int apx_dataset_open(ApxDataset *ds, const ApxPlan *plan, const char *dir, ApxDiag *d);
+void apx_dataset_free(ApxDataset *ds);
+
+/* Copies samples idx[0..n-1] of input i into dst (n * sample_bytes[i] bytes). */
+void apx_dataset_gather(const ApxDataset *ds, int32_t i, const int64_t *idx, int64_t n, void *dst);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,349 @@
+/* export_onnx.c - the trained model as inference ONNX (export_onnx.h).
+ *
+ * Works on the unpacked source model without changing it: every modified message is a
+ * shallow copy (struct copied by value, then edited) and the graph's lists are new arrays,
+ * so packing the copy and then freeing the unpacked original is safe. */
+#include "runtime/export_onnx.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "onnx.pb-c.h"
+
+/* ---- a string set (open addressing) --------------------------------------------------- */
+
+typedef struct NameSet {
+  const char **slot;
+  size_t cap, n;
+} NameSet;
+
+static uint64_t fnv(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+static int set_init(NameSet *s, size_t expect) {
+  s->cap = 64;
+  while (s->cap < expect * 2 + 16) s->cap *= 2;
+  s->n = 0;
+  s->slot = calloc(s->cap, sizeof *s->slot);
+  return s->slot ? 0 : -1;
+}
+
+static int set_has(const NameSet *s, const char *k) {
+  if (!k || !*k) return 0;
+  for (size_t i = fnv(k) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+    if (!s->slot[i]) return 0;
+    if (!strcmp(s->slot[i], k)) return 1;
+  }
+}
+
+static int set_add(NameSet *s, const char *k) {
+  if (!k || !*k || set_has(s, k)) return 0;
+  if ((s->n + 1) * 2 > s->cap) {
+    NameSet t;
+    t.cap = s->cap * 2;
+    t.n = 0;
+    t.slot = calloc(t.cap, sizeof *t.slot);
+    if (!t.slot) return -1;
+    for (size_t i = 0; i < s->cap; i++)
+      if (s->slot[i]) set_add(&t, s->slot[i]);
+    free(s->slot);
+    *s = t;
+  }
+  size_t i = fnv(k) & (s->cap - 1);
+  while (s->slot[i]) i = (i + 1) & (s->cap - 1);
+  s->slot[i] = k;
+  s->n++;
+  return 0;
+}
+
+/* ---- helpers -------------------------------------------------------------------------- */
+
+/* Pointers to free after packing (the shallow copies and new arrays). */
+typedef struct Owned {
+  void **p;
+  size_t n, cap;
+} Owned;
+
+static void *own(Owned *o, void *p) {
+  if (!p) return NULL;
+  if (o->n == o->cap) {
+    size_t nc = o->cap ? o->cap * 2 : 64;
+    void **np = realloc(o->p, nc * sizeof *np);
+    if (!np) {
+      free(p);
+      return NULL;
+    }
+    o->p = np;
+    o->cap = nc;
+  }
+  o->p[o->n++] = p;
+  return p;
+}
+
+static void owned_free(Owned *o) {
+  for (size_t i = 0; i < o->n; i++) free(o->p[i]);
+  free(o->p);
+}
+
+static const Onnx__AttributeProto *find_attr(const Onnx__NodeProto *n, const char *name) {
+  for (size_t i = 0; i < n->n_attribute; i++)
+    if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name)) return n->attribute[i];
+  return NULL;
+}
+
+/* The plan buffer holding the trained value of initializer `name`: its fp32 master when it
+ * has one, else itself when it is a PARAM or STATE; -1 for anything else. */
+static int32_t trained_buffer(const ApxPlan *p, const char *name) {
+  int32_t id = apx_plan_find_buffer(p, name);
+  if (id < 0) return -1;
+  const ApxPlanBuffer *b = &p->bufs[id];
+  if (b->kind != APX_VAL_PARAM && b->kind != APX_VAL_STATE) return -1;
+  for (int32_t i = 0; i < p->n_bufs; i++)
+    if ((p->bufs[i].flags & APX_VALF_MASTER) && p->bufs[i].origin == id) return i;
+  return id;
+}
+
+static int64_t tensor_numel(const Onnx__TensorProto *t) {
+  int64_t n = 1;
+  for (size_t i = 0; i < t->n_dims; i++) n *= t->dims[i];
+  return n;
+}
+
+/* A copy of initializer t whose data is src (n elements of dtype st) converted to t's dtype. */
+static Onnx__TensorProto *with_data(const Onnx__TensorProto *t, const void *src, ApxDType st,
+                                    int64_t n, Owned *o, ApxDiag *d, const char *path) {
+  ApxDType tt = (ApxDType)t->data_type;
+  size_t es = apx_dtype_size(tt);
+  if (!apx_dtype_is_float(tt) || !apx_dtype_is_float(st) || !es) {
+    apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: initializer '%s': cannot store %s values as %s", path,
+                   t->name, apx_dtype_name(st), apx_dtype_name(tt));
+    return NULL;
+  }
+  uint8_t *bytes = own(o, malloc((size_t)n * es + 1));
+  Onnx__TensorProto *c = own(o, malloc(sizeof *c));
+  if (!bytes || !c) {
+    apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", path);
+    return NULL;
+  }
+  if (apx_cpu_convert(src, st, bytes, tt, n) != APX_STATUS_OK) {
+    apx_diag_error(d, APX_EXIT_RUNTIME, "%s: initializer '%s': conversion failed", path, t->name);
+    return NULL;
+  }
+  *c = *t;
+  c->has_raw_data = 1;
+  c->raw_data.len = (size_t)n * es;
+  c->raw_data.data = bytes;
+  c->n_float_data = c->n_int32_data = c->n_int64_data = c->n_double_data = c->n_uint64_data = 0;
+  c->n_string_data = 0;
+  c->n_external_data = 0;
+  c->external_data = NULL;
+  c->has_data_location = 0;
+  c->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__DEFAULT;
+  c->segment = NULL;
+  return c;
+}
+
+static int write_atomic(const char *path, const void *buf, size_t len, ApxDiag *d) {
+  char *tmp = NULL;
+  if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0)
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int rc = 0;
+  if (fd < 0) {
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot create: %s", tmp, strerror(errno));
+    free(tmp);
+    return rc;
+  }
+  const uint8_t *p = buf;
+  size_t left = len;
+  while (left && !rc) {
+    ssize_t k = write(fd, p, left);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: write failed: %s", tmp, strerror(errno));
+    else p += k, left -= (size_t)k;
+  }
+  if (!rc && fsync(fd)) rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: fsync failed: %s", tmp, strerror(errno));
+  if (close(fd) && !rc) rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: close failed: %s", tmp, strerror(errno));
+  if (!rc && rename(tmp, path))
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot rename into place: %s", path, strerror(errno));
+  if (rc) unlink(tmp);
+  free(tmp);
+  return rc;
+}
+
+/* ---- export --------------------------------------------------------------------------- */
+
+int apx_export_onnx(const ApxPlan *plan, ApxExec *ex, const char *path, ApxDiag *d) {
+  const char *pn = plan->path ? plan->path : "<plan>";
+  const ApxPlanBlob *blob = apx_plan_find_blob(plan, APX_PLAN_BLOB_MODEL);
+  if (!blob || !blob->data)
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                          "%s: not supported yet: --export-onnx of a plan without its source model "
+                          "(compile it again with this apexc, from a readable model file)", pn);
+  Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, (size_t)blob->data_len, blob->data);
+  if (!m || !m->graph) {
+    if (m) onnx__model_proto__free_unpacked(m, NULL);
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: the embedded model does not parse as ONNX", pn);
+  }
+  const Onnx__GraphProto *g = m->graph;
+  Owned o = {0};
+  NameSet need = {0};
+  int rc = 0;
+  uint8_t *host = NULL;
+  void *packed = NULL;
+  Onnx__GraphProto *ng = own(&o, malloc(sizeof *ng));
+  Onnx__ModelProto *nm = own(&o, malloc(sizeof *nm));
+  Onnx__NodeProto **nodes = own(&o, calloc(g->n_node + 1, sizeof *nodes));
+  Onnx__ValueInfoProto **outs = own(&o, calloc(g->n_output + 1, sizeof *outs));
+  Onnx__ValueInfoProto **ins = own(&o, calloc(g->n_input + 1, sizeof *ins));
+  Onnx__ValueInfoProto **vis = own(&o, calloc(g->n_value_info + 1, sizeof *vis));
+  Onnx__TensorProto **inits = own(&o, calloc(g->n_initializer + 1, sizeof *inits));
+  uint8_t *live = own(&o, calloc(g->n_node + 1, 1));
+  if (!ng || !nm || !nodes || !outs || !ins || !vis || !inits || !live ||
+      set_init(&need, g->n_node * 2 + g->n_initializer + g->n_input)) {
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", path);
+    goto done;
+  }
+
+  /* outputs: drop the loss when something else remains */
+  const char *loss = plan->loss >= 0 ? plan->bufs[plan->loss].name : NULL;
+  size_t n_out = 0;
+  for (size_t i = 0; i < g->n_output; i++)
+    if (!(loss && g->n_output > 1 && g->output[i]->name && !strcmp(g->output[i]->name, loss)))
+      outs[n_out++] = g->output[i];
+  for (size_t i = 0; i < n_out; i++)
+    if (set_add(&need, outs[i]->name)) goto oom;
+
+  /* nodes: inference forms of BatchNormalization and Dropout, then liveness backwards */
+  for (size_t i = 0; i < g->n_node; i++) {
+    Onnx__NodeProto *n = g->node[i];
+    const char *op = n->op_type ? n->op_type : "";
+    int onnx_domain = !n->domain || !*n->domain || !strcmp(n->domain, "ai.onnx");
+    const Onnx__AttributeProto *tm = find_attr(n, "training_mode");
+    if (onnx_domain && !strcmp(op, "BatchNormalization") && tm && tm->i != 0) {
+      Onnx__NodeProto *c = own(&o, malloc(sizeof *c));
+      Onnx__AttributeProto **attrs = own(&o, calloc(n->n_attribute + 1, sizeof *attrs));
+      Onnx__AttributeProto *a = own(&o, malloc(sizeof *a));
+      if (!c || !attrs || !a) goto oom;
+      *c = *n;
+      *a = *tm;
+      a->i = 0;
+      for (size_t k = 0; k < n->n_attribute; k++) attrs[k] = n->attribute[k] == tm ? a : n->attribute[k];
+      c->attribute = attrs;
+      if (c->n_output > 1) c->n_output = 1;
+      n = c;
+    } else if (onnx_domain && !strcmp(op, "Dropout") && n->n_input > 2) {
+      Onnx__NodeProto *c = own(&o, malloc(sizeof *c));
+      if (!c) goto oom;
+      *c = *n;
+      c->n_input = 2;
+      n = c;
+    }
+    nodes[i] = n;
+  }
+  for (size_t i = g->n_node; i-- > 0;) {
+    const Onnx__NodeProto *n = nodes[i];
+    for (size_t k = 0; k < n->n_output && !live[i]; k++) live[i] = (uint8_t)set_has(&need, n->output[k]);
+    if (!live[i]) continue;
+    for (size_t k = 0; k < n->n_input; k++)
+      if (set_add(&need, n->input[k])) goto oom;
+  }
+  size_t n_nodes = 0;
+  for (size_t i = 0; i < g->n_node; i++)
+    if (live[i]) nodes[n_nodes++] = nodes[i];
+  NameSet produced = {0};
+  if (set_init(&produced, n_nodes * 2)) goto oom;
+  for (size_t i = 0; i < n_nodes; i++)
+    for (size_t k = 0; k < nodes[i]->n_output; k++) set_add(&produced, nodes[i]->output[k]);
+
+  size_t n_in = 0, n_vi = 0, n_init = 0;
+  for (size_t i = 0; i < g->n_input; i++)
+    if (set_has(&need, g->input[i]->name)) ins[n_in++] = g->input[i];
+  for (size_t i = 0; i < g->n_value_info; i++)
+    if (set_has(&need, g->value_info[i]->name) || set_has(&produced, g->value_info[i]->name))
+      vis[n_vi++] = g->value_info[i];
+  free(produced.slot);
+
+  /* initializers: trained values in, the rest as they were */
+  for (size_t i = 0; i < g->n_initializer && !rc; i++) {
+    Onnx__TensorProto *t = g->initializer[i];
+    if (!set_has(&need, t->name)) continue;
+    int32_t b = trained_buffer(plan, t->name);
+    int external = t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    if (b < 0 && external) {
+      int32_t id = apx_plan_find_buffer(plan, t->name);
+      if (id >= 0 && plan->bufs[id].data && plan->bufs[id].data_len) b = id;
+    }
+    if (b < 0) {
+      if (external) {
+        rc = apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                            "%s: not supported yet: initializer '%s' is external data the plan "
+                            "does not hold", path, t->name);
+        break;
+      }
+      inits[n_init++] = t;
+      continue;
+    }
+    const ApxPlanBuffer *pb = &plan->bufs[b];
+    int64_t numel = pb->bytes / (int64_t)apx_dtype_size(pb->dtype);
+    if (numel != tensor_numel(t)) {
+      rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: initializer '%s' has %lld elements, the plan's "
+                          "'%s' %lld", path, t->name, (long long)tensor_numel(t), pb->name, (long long)numel);
+      break;
+    }
+    free(host);
+    host = malloc((size_t)pb->bytes + 1);
+    if (!host) goto oom;
+    if (pb->kind == APX_VAL_CONST) memcpy(host, pb->data, (size_t)pb->bytes);
+    else if (apx_exec_read(ex, b, host, (size_t)pb->bytes, d)) {
+      rc = -1;
+      break;
+    }
+    Onnx__TensorProto *c = with_data(t, host, pb->dtype, numel, &o, d, path);
+    if (!c) {
+      rc = -1;
+      break;
+    }
+    inits[n_init++] = c;
+  }
+  if (rc) goto done;
+
+  *ng = *g;
+  ng->n_node = n_nodes;
+  ng->node = nodes;
+  ng->n_input = n_in;
+  ng->input = ins;
+  ng->n_output = n_out;
+  ng->output = outs;
+  ng->n_value_info = n_vi;
+  ng->value_info = vis;
+  ng->n_initializer = n_init;
+  ng->initializer = inits;
+  *nm = *m;
+  nm->graph = ng;
+  nm->n_training_info = 0;
+  nm->training_info = NULL;
+  size_t len = onnx__model_proto__get_packed_size(nm);
+  packed = malloc(len ? len : 1);
+  if (!packed) goto oom;
+  onnx__model_proto__pack(nm, packed);
+  rc = write_atomic(path, packed, len, d);
+  goto done;
+oom:
+  rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", path);
+done:
+  free(packed);
+  free(host);
+  free(need.slot);
+  owned_free(&o);
+  onnx__model_proto__free_unpacked(m, NULL);
+  return rc ? -1 : 0;
+}

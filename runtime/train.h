@@ -1,0 +1,122 @@
+/* train.h - the training loop of `apexrun PLAN.apx --data DIR --steps N` (DESIGN.md 9, 12, 13).
+ *
+ * One optimizer step (apx_trainer_step):
+ *   lr = schedule(step) -> apx_lr;  scaler's scale -> apx_loss_scale
+ *   for each of the plan's --accumulate K micro-batches j:
+ *     global batch k = step * K + j from the sampler (sampler.h), gathered from the dataset
+ *     into the data inputs; Dropout's Philox counter = k; FORWARD (loss read), BACKWARD
+ *   OPTIMIZER: UnscaleCheck (found_inf, first_bad, norm_sq), OptimizerStep (skips itself
+ *     when found_inf), BN running statistics and accumulator resets (AssignState, run either
+ *     way)
+ *   the scaler updates (scaler.h); an overflow names the first parameter whose gradient was
+ *   non-finite (UnscaleCheck's first_bad -> OptimizerStep's parameter i -> the model
+ *   parameter, the master's origin at O2)
+ * The step record holds what the log writes: step (1-based: the n-th update), loss (mean over
+ * the K micro-batches), the loss scale used, skipped, overflow_at, grad_norm (unscaled,
+ * sqrt(norm_sq); NaN on a skipped step), lr, ms.
+ *
+ * apx_train_run is the whole command: open the data, resume from the newest checkpoint
+ * (--resume), run until --steps optimizer steps are done (a resumed run continues to the
+ * same N), progress line per step on a terminal, JSON lines (--log, appended on resume),
+ * checkpoints every --checkpoint-every steps and at the end, --export-onnx, one summary line.
+ *
+ * Plans with more than one loss scaler (several LossScaleSeed kernels) are refused: "not
+ * supported yet". rank/world select this process's slice of each global batch (sampler.h);
+ * the collective layer (issue 6) sets them. */
+#ifndef APX_TRAIN_H
+#define APX_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "compiler/diag.h"
+#include "runtime/checkpoint.h"
+#include "runtime/dataset.h"
+#include "runtime/exec.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/plan.h"
+#include "runtime/sampler.h"
+#include "runtime/scaler.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ApxProgress { APX_PROGRESS_AUTO = -1, APX_PROGRESS_OFF = 0, APX_PROGRESS_ON = 1 } ApxProgress;
+
+typedef struct ApxTrainConfig {
+  const char *data_dir;
+  int64_t steps;             /* train until this many optimizer steps are done */
+  uint64_t seed;             /* sampler seed (and Dropout key when the plan has none) */
+  int32_t seed_set;          /* 0: the plan's seed option */
+  ApxSampleOrder order;
+  int32_t rank, world;       /* 0 / 1 */
+  const char *log_path;      /* JSON lines, NULL: none */
+  const char *ckpt_dir;
+  int64_t ckpt_every;        /* 0: only at the end (when ckpt_dir is set) */
+  int32_t resume;
+  const char *export_onnx;
+  int32_t quiet;
+  ApxProgress progress;
+  FILE *out;                 /* progress and summary (stdout when NULL) */
+  ApxExecConfig exec;
+} ApxTrainConfig;
+
+typedef struct ApxStepRecord {
+  int64_t step;              /* 1-based */
+  double loss, loss_scale, grad_norm, lr, ms;
+  int32_t skipped;
+  const char *overflow_at;   /* parameter name or NULL */
+  int32_t scaler_events;     /* APX_SCALER_* bits */
+} ApxStepRecord;
+
+typedef struct ApxTrainer {
+  const ApxPlan *plan;
+  ApxTrainConfig cfg;
+  ApxExec ex;
+  int32_t have_ex;
+  ApxDataset ds;
+  ApxSampler sampler;
+  ApxScaler scaler;
+  ApxLrConfig lr;
+  int32_t accumulate;
+  int64_t step;              /* optimizer steps done */
+  uint64_t sampler_seed;
+  /* buffers */
+  int32_t loss_buf, scale_buf, lr_buf, found_inf_buf, first_bad_buf, norm_sq_buf;
+  int32_t n_params;
+  const char **param_names;  /* [n_params] OptimizerStep order */
+  /* host staging */
+  int64_t *idx;              /* [batch] */
+  void **host;               /* [n_inputs] one batch per input */
+  void *loss_host;
+} ApxTrainer;
+
+void apx_train_config_init(ApxTrainConfig *c);
+
+/* Checks the plan is a trainable single-loss plan, creates the executor and opens the
+ * dataset. total_steps of the lr schedule defaults to cfg->steps. Returns 0 or -1. */
+int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *cfg, ApxDiag *d);
+void apx_trainer_free(ApxTrainer *t);
+
+/* One optimizer step. Returns 0 or -1 (kernel failure: exit code 1). */
+int apx_trainer_step(ApxTrainer *t, ApxStepRecord *rec, ApxDiag *d);
+
+/* The trainer's position and scaler as a checkpoint state, and back (resume). */
+void apx_trainer_state(const ApxTrainer *t, ApxTrainState *st);
+/* Loads a checkpoint into the trainer: buffers, scaler and position. Refuses one written with
+ * another sampler seed/order, world size or accumulation (code 2). */
+int apx_trainer_load(ApxTrainer *t, const char *path, ApxDiag *d);
+int apx_trainer_save(ApxTrainer *t, char **path_out, ApxDiag *d);
+
+/* One JSON object (no newline) for rec into buf; returns the length. */
+int apx_step_json(const ApxStepRecord *rec, char *buf, size_t cap);
+
+/* The whole `apexrun PLAN --data ...` command. Returns the exit code (0, 1, 2); errors are
+ * printed as one line on stderr. */
+int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
