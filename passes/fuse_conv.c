@@ -17,6 +17,12 @@ static int try_conv(FzCtx *c, int cv) {
   f.pattern = has_b ? "Conv(bias)+Relu" : "Conv+Relu";
   fz_add(&f, cv);
   int r = fz_next(c, &f, n->out[0]);
+  if (r < 0) { /* several readers: a Relu among them is a candidate all the same (fz_apply
+                  says why it does not fuse) */
+    int us[8], nu = fz_fwd_users(c, n->out[0], us, 8);
+    for (int i = 0; i < nu && i < 8 && r < 0; i++)
+      if (g->nodes[us[i]].op == APX_OP_Relu) r = us[i];
+  }
   if (!fz_live(g, r) || g->nodes[r].op != APX_OP_Relu) return 0;
   fz_add(&f, r);
   ApxAttrConv at = *(const ApxAttrConv *)n->typed;

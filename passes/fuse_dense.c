@@ -106,7 +106,13 @@ static void find_activation(FzCtx *c, Dense *dn, int pre) {
   }
   memset(&dn->act_nodes, 0, sizeof dn->act_nodes);
   int n = fz_next(c, &dn->act_nodes, pre);
-  if (n < 0) return;
+  if (n < 0) { /* several readers: an activation among them is still a candidate (fz_apply
+                  then says why it is not fused) */
+    int us[8], nu = fz_fwd_users(c, pre, us, 8);
+    for (int i = 0; i < nu && i < 8 && n < 0; i++)
+      if (is_op(g, us[i], APX_OP_Relu) || is_op(g, us[i], APX_OP_Gelu)) n = us[i];
+    if (n < 0) return;
+  }
   const ApxNode *nd = &g->nodes[n];
   dn->act_out = nd->out[0];
   fz_add(&dn->act_nodes, n);
@@ -194,6 +200,13 @@ static int try_dense(FzCtx *c, int mm) {
   } else {
     /* MatMul: look for the bias Add */
     int a = fz_next(c, &dn.bias_casts, dn.y);
+    if (a < 0) { /* several readers: a bias Add among them is a candidate all the same */
+      int us[8], nu = fz_fwd_users(c, dn.y, us, 8);
+      for (int i = 0; i < nu && i < 8 && a < 0; i++)
+        if (is_op(g, us[i], APX_OP_Add) && other_operand(g, us[i], dn.y) >= 0 &&
+            bias_like(g, other_operand(g, us[i], dn.y), width))
+          a = us[i];
+    }
     int chain = dn.bias_casts.n_fwd ? g->nodes[dn.bias_casts.fwd[dn.bias_casts.n_fwd - 1]].out[0] : dn.y;
     if (is_op(g, a, APX_OP_Add)) {
       int other = other_operand(g, a, chain);
@@ -245,6 +258,12 @@ static int try_dense(FzCtx *c, int mm) {
   if (dn.act >= 0) {
     int rc = attempt(c, &dn, 1);
     if (rc != 0 || dn.b < 0) return rc;
+    /* without the activation; its record is kept only when that fuses (a failure for a
+     * reason the activation did not cause would repeat the first record) */
+    int32_t n_rec = g->fusion ? g->fusion->n : 0;
+    rc = attempt(c, &dn, 0);
+    if (rc == 0 && g->fusion) g->fusion->n = n_rec;
+    return rc;
   }
   return attempt(c, &dn, 0);
 }
