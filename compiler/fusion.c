@@ -39,6 +39,13 @@ ApxFusionLog *apx_fusion_log(ApxGraph *g) {
   return l;
 }
 
+void apx_fusion_log_after(ApxGraph *g) {
+  ApxFusionLog *l = apx_fusion_log(g);
+  if (!l) return;
+  apx_graph_traffic(g, &l->after);
+  l->have_after = 1;
+}
+
 static const char *dup(ApxGraph *g, const char *s) { return s ? apx_arena_strdup(&g->arena, s) : NULL; }
 
 int apx_fusion_record(ApxGraph *g, const ApxFusionRecord *r) {
@@ -150,13 +157,19 @@ void apx_fusion_report_write(const ApxGraph *g, FILE *f) {
   }
   multi_tensor_lines(g, f);
   ApxTraffic now;
-  apx_graph_traffic(g, &now);
+  if (l->have_after)
+    now = l->after;
+  else
+    apx_graph_traffic(g, &now);
   fprintf(f, "  per training step, before -> after fusion:\n");
   static const char *sec[3] = {"forward", "backward", "optimizer"};
   traffic_line(f, "kernels", apx_traffic_kernels(&l->before), apx_traffic_kernels(&now), 0);
   for (int s = 0; s < 3; s++) traffic_line(f, sec[s], l->before.kernels[s], now.kernels[s], 0);
   traffic_line(f, "bytes", apx_traffic_bytes(&l->before), apx_traffic_bytes(&now), 1);
   for (int s = 0; s < 3; s++) traffic_line(f, sec[s], l->before.bytes[s], now.bytes[s], 1);
+  fprintf(f, "  summary: kernels %d -> %d, bytes %" PRId64 " -> %" PRId64 " per step\n",
+          apx_traffic_kernels(&l->before), apx_traffic_kernels(&now), apx_traffic_bytes(&l->before),
+          apx_traffic_bytes(&now));
   if (l->before.unknown || now.unknown)
     fprintf(f, "    (%d / %d nodes with unknown shapes not counted)\n", l->before.unknown, now.unknown);
 }

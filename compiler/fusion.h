@@ -63,11 +63,16 @@ typedef struct ApxFusionLog {
   int32_t n, cap;
   int32_t disabled;   /* a fusion pass saw --no-fuse */
   ApxTraffic before;  /* the graph when the first fusion pass started */
+  ApxTraffic after;   /* the graph when the last fusion pass ended (later passes, such as
+                         bucketing's Allreduce nodes, are not part of the comparison) */
+  int32_t have_after;
 } ApxFusionLog;
 
 /* The graph's log, created (and the traffic before fusion recorded) on first use; NULL
  * when out of memory. Every fusion pass calls it first, --no-fuse or not. */
 ApxFusionLog *apx_fusion_log(ApxGraph *g);
+/* Records the traffic after fusion (every fusion pass calls it when it ends). */
+void apx_fusion_log_after(ApxGraph *g);
 /* Appends a copy of r (strings copied into the arena). Returns 0 or -1 (out of memory). */
 int apx_fusion_record(ApxGraph *g, const ApxFusionRecord *r);
 
@@ -82,7 +87,8 @@ static inline int64_t apx_traffic_bytes(const ApxTraffic *t) {
 /* The fusion report (--fusion-report; also the "fusion" section of --explain text):
  * each fusion applied (pattern, nodes replaced, fused nodes), each candidate not fused
  * with its reason, the multi-tensor optimizer kernels (OptimizerStep, UnscaleCheck), and
- * kernels / bytes per step before -> after fusion. */
+ * kernels / bytes per step before -> after fusion, then the line
+ *   "  summary: kernels K0 -> K1, bytes B0 -> B1 per step" (scripts/bench_fusion.sh). */
 void apx_fusion_report_write(const ApxGraph *g, FILE *f);
 
 #ifdef __cplusplus

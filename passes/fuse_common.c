@@ -149,6 +149,7 @@ int fz_begin(FzCtx *c, ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char 
 }
 
 int fz_end(FzCtx *c) {
+  if (c->g) apx_fusion_log_after(c->g);
   apx_uses_free(&c->uses);
   free(c->root);
   free(c->bw_start);

@@ -90,14 +90,15 @@ TEST_P(FusionExamples, FusedAndUnfusedGraphsAgree) {
   Compiled fused(path, c.level, c.half, false), plain(path, c.level, c.half, true);
   ASSERT_TRUE(fused.ok && plain.ok);
   ASSERT_NE(fused.g.fusion, nullptr);
-  ApxTraffic now;
-  apx_graph_traffic(&fused.g, &now);
-  EXPECT_LT(apx_traffic_kernels(&now), apx_traffic_kernels(&fused.g.fusion->before));
-  EXPECT_EQ(apx_traffic_kernels(&fused.g.fusion->before), [&] {
-    ApxTraffic t;
-    apx_graph_traffic(&plain.g, &t);
-    return apx_traffic_kernels(&t);
-  }());
+  ASSERT_NE(plain.g.fusion, nullptr);
+  const ApxFusionLog &lf = *fused.g.fusion, &lp = *plain.g.fusion;
+  ASSERT_TRUE(lf.have_after && lp.have_after);
+  EXPECT_TRUE(lp.disabled);
+  EXPECT_LT(apx_traffic_kernels(&lf.after), apx_traffic_kernels(&lf.before));
+  EXPECT_LT(apx_traffic_bytes(&lf.after), apx_traffic_bytes(&lf.before));
+  // before fusion is the --no-fuse graph
+  EXPECT_EQ(apx_traffic_kernels(&lf.before), apx_traffic_kernels(&lp.after));
+  EXPECT_EQ(apx_traffic_bytes(&lf.before), apx_traffic_bytes(&lp.after));
 
   ApxEval ef, ep;
   ASSERT_EQ(apx_eval_init(&ef, &fused.g), 0) << ef.err;
