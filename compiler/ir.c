@@ -251,9 +251,11 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory sorting the graph", g->file);
   }
   /* Priority: section first (forward, backward, optimizer: a later section never feeds an
-   * earlier one), then node id. */
+   * earlier one), then eager nodes (as soon as ready), then node id. */
+#define NODE_EAGER(a) ((g->nodes[a].flags & APX_NODEF_EAGER) != 0)
 #define NODE_BEFORE(a, b)                                                              \
   (g->nodes[a].section != g->nodes[b].section ? g->nodes[a].section < g->nodes[b].section \
+   : NODE_EAGER(a) != NODE_EAGER(b)           ? NODE_EAGER(a)                             \
                                               : (a) < (b))
 #define HEAP_PUSH(x)                                                     \
   do {                                                                   \
@@ -291,6 +293,7 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
   }
 #undef HEAP_PUSH
 #undef NODE_BEFORE
+#undef NODE_EAGER
   free(heap);
   apx_uses_free(&u);
   g->n_order = k;

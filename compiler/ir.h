@@ -114,6 +114,9 @@ typedef enum ApxSection {
 
 typedef enum ApxNodeFlags {
   APX_NODEF_DEAD = 1 << 0, /* removed; skipped by toposort and every pass */
+  APX_NODEF_EAGER = 1 << 1, /* toposort schedules it as soon as its inputs are ready, ahead
+                               of the other ready nodes of its section (gradient-bucket
+                               Allreduce and its casts, passes/bucketing.h) */
 } ApxNodeFlags;
 
 typedef struct ApxNode {
@@ -214,8 +217,9 @@ char *apx_value_shape_str(const ApxValue *v, char *buf, size_t cap);
 
 /* Rebuilds g->order from live nodes: a stable topological order (Kahn's algorithm, ties
  * broken by section (forward, backward, optimizer) and then node id, so sections stay
- * contiguous and the model's order is kept where it is valid). A cycle is an
- * error naming one node on it. Returns 0 or -1. */
+ * contiguous and the model's order is kept where it is valid; APX_NODEF_EAGER nodes go
+ * before the other ready nodes of their section). A cycle is an error naming one node on
+ * it. Returns 0 or -1. */
 int apx_graph_toposort(ApxGraph *g, ApxDiag *d);
 
 /* Structural invariants (run after every pass in tests): value ids in range, each value has

@@ -8,6 +8,7 @@
 #include "compiler/explain.h"
 #include "compiler/onnx_load.h"
 #include "passes/autodiff.h"
+#include "passes/bucketing.h"
 #include "passes/cast_cleanup.h"
 #include "passes/cast_insert.h"
 #include "passes/fold_constants.h"
@@ -55,6 +56,7 @@ static const ApxPassInfo passes[] = {
     {"fuse_bn_relu", pass_fuse_bn_relu, "BatchNormalization + Relu -> BatchNormRelu"},
     {"fuse_conv", pass_fuse_conv, "Conv (+ bias) + Relu -> ConvBiasRelu"},
     {"fuse_casts", pass_fuse_casts, "narrowing Casts folded into fused producers"},
+    {"bucketing", pass_bucketing, "gradient buckets in readiness order -> Allreduce nodes"},
     {"memplan", pass_memplan, "liveness and arena offsets"},
     {NULL, NULL, NULL},
 };

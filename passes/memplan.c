@@ -37,6 +37,8 @@ static int inplace_pairs(const ApxNode *n) {
   uint32_t fl = apx_op_info(n->op)->flags;
   if (n->op == APX_OP_UnscaleCheck) /* (scale, g_0..g_{k-1}) -> (inf, first, norm, u_0..) */
     return n->n_in - 1 < n->n_out - 3 ? n->n_in - 1 : n->n_out - 3;
+  if (n->op == APX_OP_Allreduce) /* (g_0..g_{k-1}) -> (r_0..r_{k-1}), reduced in place */
+    return n->n_in < n->n_out ? n->n_in : n->n_out;
   if ((fl & (APX_OPF_SHAPEONLY | APX_OPF_INPLACE)) && n->n_in >= 1 && n->n_out >= 1) return 1;
   return 0;
 }
@@ -48,6 +50,12 @@ static void inplace_pair(const ApxNode *n, int i, int *in_slot, int *out_slot, i
     *view = 0;
     return;
   }
+  if (n->op == APX_OP_Allreduce) {
+    *in_slot = i;
+    *out_slot = i;
+    *view = 0;
+    return;
+  }
   *in_slot = 0;
   *out_slot = 0;
   *view = (apx_op_info(n->op)->flags & APX_OPF_SHAPEONLY) != 0;
@@ -55,7 +63,7 @@ static void inplace_pair(const ApxNode *n, int i, int *in_slot, int *out_slot, i
 
 static int root_of(const ApxGraph *g, int v);
 
-/* For multi-tensor in-place (UnscaleCheck): the input's class must not feed another slot of
+/* For multi-tensor in-place (UnscaleCheck, Allreduce): the input's class must not feed another slot of
  * the same node, which would then read overwritten bytes. Elementwise INPLACE ops read
  * element i of every input before writing element i, so for them this never matters. */
 static int in_used_elsewhere(const ApxNode *n, int in_slot, int r, const ApxGraph *g) {

@@ -10,7 +10,9 @@
  *    output aliases input 0 (same bytes, any region); an INPLACE op's output 0 takes input
  *    0's bytes when input 0's alias class dies at that node, lives in the arena, is not a
  *    data input, graph output or loss, and has the same dtype and element count;
- *    UnscaleCheck's u_i takes g_i's bytes under the same conditions (attrs.h allows it);
+ *    UnscaleCheck's u_i takes g_i's bytes under the same conditions (attrs.h allows it),
+ *    and so does Allreduce's output i over input i (a bucket is reduced in place; where
+ *    the conditions fail the executor copies input i to output i first);
  *  - each alias class lives over the closed interval [first definition, last use] of the
  *    schedule (data inputs over the whole schedule, so they survive between runs; graph
  *    outputs and the loss to past the end), so an op's inputs and outputs never share bytes

@@ -5,7 +5,8 @@
  * start as a copy of their data, the rest zeroed. Static inputs are passed like other
  * inputs (kernels read the typed attributes). Effects of nodes without outputs
  * (AssignState, OptimizerStep) and in-place updates land in the evaluator's buffers, never
- * in the graph. Use: apx_eval_init after the passes, set inputs with apx_eval_buf, run
+ * in the graph. Allreduce (gradient buckets) is one process's reduction: output i = input
+ * i. Use: apx_eval_init after the passes, set inputs with apx_eval_buf, run
  * sections, read buffers. Gradient checks run FORWARD again after changing a parameter's
  * buffer; Dropout masks repeat because the Philox key (ctx.seed) and ctx.step stay fixed. */
 #ifndef APX_TESTING_GRAPH_EVAL_H
