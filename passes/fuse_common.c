@@ -157,24 +157,47 @@ int fz_end(FzCtx *c) {
   free(c->ch_start);
   free(c->ch_node);
   free(c->touched);
-  free(c->extra);
+  free(c->ex_head);
+  free(c->ex_node);
+  free(c->ex_next);
   free(c->mark);
+  free(c->w_nodes);
+  free(c->w_vals);
+  free(c->w_slot);
+  free(c->w_vmark);
   return c->changed ? APX_PASS_CHANGED : APX_PASS_UNCHANGED;
 }
 
+/* Registers node (created or rewired since the index was built) as a reader of each of
+ * its current inputs; index entries of a rewired node are ignored from now on. */
 static int add_extra(FzCtx *c, int node) {
-  if (node < c->n0) {
-    if (c->touched[node]) return 0;
-    c->touched[node] = 1;
+  const ApxGraph *g = c->g;
+  if (node < c->n0) c->touched[node] = 1;
+  const ApxNode *nd = &g->nodes[node];
+  for (int k = 0; k < nd->n_in; k++) {
+    int v = nd->in[k];
+    if (v < 0) continue;
+    if (v >= c->ex_head_cap) {
+      int nc = g->n_vals + g->n_vals / 2 + 64;
+      int *p = realloc(c->ex_head, (size_t)nc * sizeof *p);
+      if (!p) return oom(c);
+      for (int i = c->ex_head_cap; i < nc; i++) p[i] = -1;
+      c->ex_head = p;
+      c->ex_head_cap = nc;
+    }
+    if (c->n_ex == c->cap_ex) {
+      int nc = c->cap_ex ? c->cap_ex * 2 : 256;
+      int *a = realloc(c->ex_node, (size_t)nc * sizeof *a);
+      if (a) c->ex_node = a;
+      int *b = a ? realloc(c->ex_next, (size_t)nc * sizeof *b) : NULL;
+      if (!b) return oom(c);
+      c->ex_next = b;
+      c->cap_ex = nc;
+    }
+    c->ex_node[c->n_ex] = node;
+    c->ex_next[c->n_ex] = c->ex_head[v];
+    c->ex_head[v] = c->n_ex++;
   }
-  if (c->n_extra == c->cap_extra) {
-    int nc = c->cap_extra ? c->cap_extra * 2 : 64;
-    int *p = realloc(c->extra, (size_t)nc * sizeof *p);
-    if (!p) return oom(c);
-    c->extra = p;
-    c->cap_extra = nc;
-  }
-  c->extra[c->n_extra++] = node;
   return 0;
 }
 
@@ -204,8 +227,8 @@ static int users(FzCtx *c, int v, int *out, int cap, int fwd_only) {
     }
   }
   /* nodes created or rewired since the index was built */
-  for (int i = 0; i < c->n_extra; i++) {
-    int node = c->extra[i];
+  for (int e = v >= 0 && v < c->ex_head_cap ? c->ex_head[v] : -1; e >= 0; e = c->ex_next[e]) {
+    int node = c->ex_node[e];
     if (!fz_live(g, node)) continue;
     if (fwd_only && g->nodes[node].section != APX_SEC_FORWARD) continue;
     const ApxNode *nd = &g->nodes[node];
@@ -531,21 +554,29 @@ static int drop_dead_cast(FzCtx *c, int node, int *n_fwd, int *n_bwd) {
 
 static int apply(FzCtx *c, const FzFusion *f, Work *w);
 
+static int grow_ints(FzCtx *c, int **p, int *cap, int need, int zero) {
+  if (need <= *cap) return 0;
+  int nc = need + need / 2 + 16;
+  int *q = realloc(*p, (size_t)nc * sizeof *q);
+  if (!q) return oom(c);
+  if (zero) memset(q + *cap, 0, (size_t)(nc - *cap) * sizeof *q);
+  *p = q;
+  *cap = nc;
+  return 0;
+}
+
 int fz_apply(FzCtx *c, const FzFusion *f) {
   ApxGraph *g = c->g;
-  Work w;
-  memset(&w, 0, sizeof w);
-  if (ensure_marks(c)) return -1;
-  int cap = g->n_nodes + 1;
-  w.B = malloc((size_t)cap * sizeof(int));
-  w.exits = malloc((size_t)(g->n_vals + 1) * sizeof(int));
-  w.exit_slot = malloc((size_t)(g->n_vals + 1) * sizeof(int));
-  w.vmark = calloc((size_t)g->n_vals + 4 * FZ_MAX_IO + 8, sizeof(int));
-  int rc = (!w.B || !w.exits || !w.exit_slot || !w.vmark) ? oom(c) : apply(c, f, &w);
-  free(w.B);
-  free(w.exits);
-  free(w.exit_slot);
-  free(w.vmark);
+  if (ensure_marks(c) || grow_ints(c, &c->w_nodes, &c->w_nodes_cap, g->n_nodes + 1, 0)) return -1;
+  int vcap = c->w_vals_cap;
+  if (grow_ints(c, &c->w_vals, &vcap, g->n_vals + 1, 0) ||
+      grow_ints(c, &c->w_slot, &c->w_vals_cap, g->n_vals + 1, 0) ||
+      grow_ints(c, &c->w_vmark, &c->w_vmark_cap, g->n_vals + 4 * FZ_MAX_IO + 8, 1))
+    return -1;
+  Work w = {.B = c->w_nodes, .exits = c->w_vals, .exit_slot = c->w_slot, .vmark = c->w_vmark,
+            .vstamp = c->w_vstamp};
+  int rc = apply(c, f, &w);
+  c->w_vstamp = w.vstamp;
   return rc;
 }
 

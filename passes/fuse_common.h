@@ -97,12 +97,15 @@ typedef struct FzCtx {
   int *bw_start, *bw_node; /* CSR: live BACKWARD nodes by root */
   int *ch_start, *ch_node; /* CSR: nodes by origin */
   uint8_t *touched;        /* [n0] rewired since the index was built */
-  int *extra;              /* nodes created or rewired since (scanned for uses) */
-  int n_extra, cap_extra;
+  int *ex_head;            /* [value] first entry of the uses added since the index */
+  int *ex_node, *ex_next;  /* entries: a node created or rewired since, reading the value */
+  int ex_head_cap, n_ex, cap_ex;
   int changed;
-  /* scratch (per fz_apply) */
+  /* scratch of fz_apply, kept across calls (grown, never cleared: stamps) */
   int *mark;       /* [node cap] region membership stamps */
   int mark_cap, stamp;
+  int *w_nodes, *w_vals, *w_slot, *w_vmark; /* B; exits and their slots; value stamps */
+  int w_nodes_cap, w_vals_cap, w_vmark_cap, w_vstamp;
 } FzCtx;
 
 /* Starts a pass: returns 1 when the pass should run, 0 with --no-fuse (the log records

@@ -1,6 +1,8 @@
 // fuse_dense_test.cc - pass_fuse_dense as a spec: which dense patterns become FusedDense +
 // FusedDenseGrad, that fused and unfused graphs compute the same forward and gradients
 // (fp32 at O0, fp16 at O2), and why each non-fused candidate was not fused.
+#include <chrono>
+
 #include "passes/fusion_testing.h"
 
 namespace {
@@ -229,6 +231,38 @@ TEST(FuseDense, DoesNotFuseBackwardItDoesNotRecognize) {
   auto r = f.Records(APX_FUSE_NOT_BACKWARD);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_NE(std::string(r[0]->detail).find("incoming gradients"), std::string::npos) << r[0]->detail;
+}
+
+}  // namespace
+
+namespace {
+
+using namespace apx_fusion_testing;
+
+// A deep MLP (2000 x [MatMul + bias + Relu], about 20k nodes with the backward): every
+// block fuses, and all fusion passes together stay well under a second per 10k nodes
+// (the use index is built once per pass and kept up to date, no rescans per fusion).
+TEST(FuseDense, LargeGraphFusesInLinearTime) {
+  const int blocks = 2000;
+  auto deep = [](GraphBuilder &b) {
+    int x = AddInput(b, "x", {4, 8});
+    for (int i = 0; i < blocks; i++) {
+      int z = b.Op("Add", {b.Op("MatMul", {x, F32Param(b, "w" + std::to_string(i), {8, 8}, -0.3, 0.3)}),
+                           F32Param(b, "b" + std::to_string(i), {8})});
+      x = b.Op("Relu", {z});
+    }
+    b.WeightedSumLoss(x);
+  };
+  Compiled plain = Compile(deep, Options{}, {});
+  ASSERT_TRUE(plain.ok);
+  int nodes = plain.g().n_order;
+  auto t0 = std::chrono::steady_clock::now();
+  for (PassFn f : AllFusions()) ASSERT_TRUE(RunChecked(*plain.b, f, "fusion"));
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(plain.Count(APX_OP_FusedDense), blocks);
+  EXPECT_EQ(plain.Count(APX_OP_FusedDenseGrad), blocks);
+  printf("  %d nodes before fusion, %d after; fusion passes (with verify) %.3f s\n", nodes, plain.g().n_order, s);
+  EXPECT_LT(s, 5.0 * nodes / 10000.0);
 }
 
 }  // namespace
