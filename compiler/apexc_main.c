@@ -14,6 +14,7 @@
 #include "compiler/ir.h"
 #include "compiler/pipeline.h"
 #include "kernels/op.h"
+#include "passes/bucketing.h"
 #include "runtime/plan.h"
 
 static int list_ops(void) {
@@ -119,7 +120,9 @@ int main(int argc, char **argv) {
   int rc = apx_compile_file(&g, &o, &d);
   /* fusion happens after --explain's rows are written: its section is appended */
   if (rc == 0 && o.explain == 1) rc = apx_explain_fusion_emit(&g, &o, &d);
+  if (rc == 0 && o.explain == 1) rc = apx_explain_buckets_emit(&g, &o, &d);
   if (rc == 0 && o.fusion_report) apx_fusion_report_write(&g, stdout);
+  if (rc == 0 && a.bucket_report) apx_buckets_report_write(&g, &o, a.bucket_report == 2, stdout);
   if (rc == 0 && a.summary) print_summary(&g, &o);
   if (rc == 0 && a.write_plan) {
     char *owned = o.output_path ? NULL : default_plan_path(o.model_path);

@@ -43,6 +43,7 @@ static const char usage_text[] =
     "  --explain-out FILE          write the explanation to FILE instead of stdout\n"
     "  --emit-onnx FILE            the mixed-precision forward graph as ONNX (Cast nodes added)\n"
     "  --fusion-report             what fused and why candidates did not\n"
+    "  --bucket-report[=text|json] gradient buckets: members, bytes, kernel each is ready at\n"
     "  --dump-plan PLAN.apx        print a compiled plan readably\n"
     "\n"
     "Graph binding:\n"
@@ -356,6 +357,12 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
       if (!s || parse_float(&p, "--grad-predivide", s, 1e-30, 1e30, &o->grad_predivide)) return -1;
     } else if (!strcmp(arg, "--sync-bn")) {
       o->sync_bn = 1;
+    } else if (!strcmp(arg, "--bucket-report") || !strncmp(arg, "--bucket-report=", 16)) {
+      const char *f = arg[15] == '=' ? arg + 16 : "text";
+      if (!strcmp(f, "text")) a->bucket_report = 1;
+      else if (!strcmp(f, "json")) a->bucket_report = 2;
+      else return fail(&p, "--bucket-report: expected text or json, got '%s'", f);
+      inspect = 1;
     } else if (flag_is(arg, "--disable-pass", &v)) {
       const char *s = need_value(&p, "--disable-pass", v);
       if (!s || add_list(&p, "--disable-pass", s, &o->disable_pass)) return -1;

@@ -24,6 +24,7 @@ typedef struct ApxCliArgs {
   const char *dump_plan_path;
   int write_plan;      /* -o given, or no inspection flag: write the plan */
   int summary;         /* print the model summary (default when nothing else prints) */
+  int bucket_report;   /* --bucket-report[=text|json]: 1 text, 2 JSON (passes/bucketing.h) */
 } ApxCliArgs;
 
 #define APX_VERSION "0.1.0"

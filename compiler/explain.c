@@ -9,6 +9,7 @@
 
 #include "compiler/cost.h"
 #include "compiler/fusion.h"
+#include "passes/bucketing.h"
 #include "compiler/json.h"
 #include "compiler/policy.h"
 #include "compiler/precision_rules.h"
@@ -424,13 +425,34 @@ int apx_explain_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   return rc;
 }
 
+static int emit_section(const ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char *title,
+                        void (*write)(const ApxGraph *, const ApxOptions *, FILE *));
+
+static void write_fusion(const ApxGraph *g, const ApxOptions *o, FILE *f) {
+  (void)o;
+  apx_fusion_report_write(g, f);
+}
+
+static void write_buckets(const ApxGraph *g, const ApxOptions *o, FILE *f) {
+  apx_buckets_report_write(g, o, 0, f);
+}
+
 int apx_explain_fusion_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
+  return emit_section(g, o, d, "fusion", write_fusion);
+}
+
+int apx_explain_buckets_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
+  return emit_section(g, o, d, "gradient buckets", write_buckets);
+}
+
+static int emit_section(const ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char *title,
+                        void (*write)(const ApxGraph *, const ApxOptions *, FILE *)) {
   if (o->explain != 1) return 0;
   FILE *f = o->explain_path ? fopen(o->explain_path, "a") : stdout;
   if (!f)
     return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot open for writing: %s", o->explain_path, strerror(errno));
-  fputs("\n== fusion ==\n", f);
-  apx_fusion_report_write(g, f);
+  fprintf(f, "\n== %s ==\n", title);
+  write(g, o, f);
   int bad = fflush(f) != 0 || ferror(f);
   if (o->explain_path && fclose(f) != 0) bad = 1;
   if (bad)

@@ -63,6 +63,11 @@ int apx_explain_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d);
  * rows are written. Does nothing unless o->explain is text. Returns 0 or -1 (d). */
 int apx_explain_fusion_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d);
 
+/* The "gradient buckets" section of the text explanation (passes/bucketing.h's report:
+ * members, bytes, the kernel index at which each bucket is ready), appended like the fusion
+ * section after compilation. Does nothing unless o->explain is text. Returns 0 or -1 (d). */
+int apx_explain_buckets_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d);
+
 #ifdef __cplusplus
 }
 #endif

@@ -57,7 +57,7 @@ static int add_fp32_cast(ApxGraph *g, ApxDiag *d, int grad, ApxSection sec) {
   if (apx_graph_find_value(g, vn) >= 0) vn = apx_graph_unique_name(g, vn);
   int cv = apx_graph_add_value(g, d, vn, APX_VAL_ACTIVATION, APX_DT_F32, gv.rank, gv.dims);
   if (cv < 0) return -1;
-  int id = apx_graph_add_node(g, d, APX_OP_Cast, apx_graph_unique_name(g, nn), 1, &grad, 1, &cv);
+  int id = apx_graph_add_node(g, d, APX_OP_Cast, nn, 1, &grad, 1, &cv);
   if (id < 0) return -1;
   ApxNode *n = &g->nodes[id];
   n->section = sec;
@@ -94,7 +94,7 @@ static int add_allreduce(ApxGraph *g, const ApxOptions *o, ApxDiag *d, const Buc
     outs[j] = r;
   }
   const char *nn = apx_arena_printf(&g->arena, "apx_allreduce/bucket%d", (int)id);
-  int node = nn ? apx_graph_add_node(g, d, APX_OP_Allreduce, apx_graph_unique_name(g, nn), n, in, n, outs)
+  int node = nn ? apx_graph_add_node(g, d, APX_OP_Allreduce, nn, n, in, n, outs)
                 : oom(d, g);
   free(in);
   if (node < 0) return -1;

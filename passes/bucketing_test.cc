@@ -10,6 +10,7 @@
 
 extern "C" {
 #include "compiler/emit_plan.h"
+#include "compiler/json.h"
 #include "compiler/pipeline.h"
 #include "passes/autodiff.h"
 #include "passes/bucketing.h"
@@ -347,6 +348,56 @@ TEST(Bucketing, OneProcessTrainsExactlyAsWithoutBuckets) {
   EXPECT_GT(checked, 6);
   apx_eval_free(&a);
   apx_eval_free(&b);
+}
+
+}  // namespace
+
+namespace {
+
+std::string Report(const ApxGraph *g, const ApxOptions *o, int json) {
+  char *buf = nullptr;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  apx_buckets_report_write(g, o, json, f);
+  fclose(f);
+  std::string s(buf, len);
+  free(buf);
+  return s;
+}
+
+// --bucket-report=json is valid JSON naming every bucket with its members, bytes and the
+// kernel it is ready at; the text form lists the same buckets.
+TEST(Bucketing, ReportListsBucketsMembersBytesAndReadyKernel) {
+  Compiled c("examples/cnn/model.onnx", APX_O2, [](ApxOptions *o) { o->first_bucket_mb = 0.001; });
+  ASSERT_TRUE(c.ok);
+  auto bs = c.Buckets();
+  ASSERT_GE(bs.size(), 2u);
+  std::string js = Report(&c.g, &c.o, 1);
+  ApxArena a;
+  apx_arena_init(&a);
+  char err[256];
+  const ApxJson *root = apx_json_parse(&a, js.data(), js.size(), err, sizeof err);
+  ASSERT_NE(root, nullptr) << err << "\n" << js;
+  const ApxJson *arr = apx_json_get(root, "buckets");
+  ASSERT_NE(arr, nullptr);
+  ASSERT_EQ(arr->n, (int)bs.size());
+  int members = 0;
+  for (int i = 0; i < arr->n; i++) {
+    const ApxJson *b = &arr->items[i];
+    EXPECT_EQ((int)apx_json_get(b, "id")->number, bs[(size_t)i].id);
+    EXPECT_EQ((int64_t)apx_json_get(b, "bytes")->number, bs[(size_t)i].bytes);
+    EXPECT_EQ((int)apx_json_get(b, "ready_at")->number, bs[(size_t)i].ready_at);
+    const ApxJson *ms = apx_json_get(b, "members");
+    ASSERT_NE(ms, nullptr);
+    members += ms->n;
+    for (int k = 0; k < ms->n; k++) EXPECT_EQ(apx_json_get(&ms->items[k], "param")->type, APX_JSON_STRING);
+  }
+  EXPECT_EQ(members, 10);
+  apx_arena_free(&a);
+  std::string txt = Report(&c.g, &c.o, 0);
+  for (const auto &b : bs)
+    EXPECT_NE(txt.find("bucket " + std::to_string(b.id) + " "), std::string::npos) << txt;
+  EXPECT_NE(txt.find("param conv1.weight"), std::string::npos) << txt;
 }
 
 }  // namespace
