@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "compiler/diag.h"
 #include "compiler/emit_plan.h"
@@ -60,6 +61,8 @@ static const char *usage_text =
     "  --dim NAME=V          bind a symbolic dimension when MODEL is ONNX (repeatable)\n"
     "  --allow-old-opset     accept ai.onnx opset 7..12 and ir_version 3..6\n"
     "  --threads N           CPU threads (default: all)\n"
+    "  --repeat N            then run the forward N more times and print the per-iteration\n"
+    "                        time (median, min, mean in ms; benchmarks)\n"
     "  --device cpu          backend (this build: %s)\n"
     "  -h, --help            this text\n"
     "  --version             version and plan format\n"
@@ -85,6 +88,7 @@ static int fail(const ApxDiag *d) {
 typedef struct InferArgs {
   const char *model, *input_dir, *output_dir, *device;
   int threads;
+  long repeat; /* --repeat N: extra timed forward runs */
   ApxOptions o;
 } InferArgs;
 
@@ -126,6 +130,11 @@ static int parse_infer(int argc, char **argv, InferArgs *a) {
       long n = strtol(v, &end, 10);
       if (!*v || *end || n < 1 || n > 4096) return usage_error("--threads: '%s' is not a count in [1, 4096]", v);
       a->threads = (int)n;
+    } else if ((v = flag_value(argc, argv, &i, "--repeat"))) {
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (!*v || *end || n < 1 || n > 100000000) return usage_error("--repeat: '%s' is not a count >= 1", v);
+      a->repeat = n;
     } else if ((v = flag_value(argc, argv, &i, "--half"))) {
       ApxDType t = apx_dtype_parse(v);
       if (t != APX_DT_F16 && t != APX_DT_BF16) return usage_error("--half: expected fp16 or bf16, got '%s'", v);
@@ -168,6 +177,34 @@ static int is_plan_file(const char *path) {
 static int file_exists(const char *path) {
   struct stat st;
   return stat(path, &st) == 0;
+}
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+/* --repeat: n more forward runs on the same inputs, each timed (CLOCK_MONOTONIC); one line. */
+static int time_forward(ApxExec *ex, long n, ApxDiag *d) {
+  double *ms = malloc((size_t)n * sizeof *ms), sum = 0;
+  if (!ms) return apx_diag_error(d, APX_EXIT_RUNTIME, "apexrun: out of memory");
+  for (long i = 0; i < n; i++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (apx_exec_run(ex, APX_SEC_FORWARD, d)) {
+      free(ms);
+      return -1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ms[i] = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    sum += ms[i];
+  }
+  qsort(ms, (size_t)n, sizeof *ms, cmp_double);
+  double med = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+  printf("apexrun infer: forward x %ld: median %.4f ms, min %.4f ms, mean %.4f ms per iteration\n",
+         n, med, ms[0], sum / (double)n);
+  free(ms);
+  return 0;
 }
 
 static int cmd_infer(int argc, char **argv) {
@@ -235,6 +272,7 @@ static int cmd_infer(int argc, char **argv) {
   }
 
   if (apx_exec_run(&ex, APX_SEC_FORWARD, &d)) goto done;
+  if (a.repeat > 0 && time_forward(&ex, a.repeat, &d)) goto done;
 
   if (mkdir(a.output_dir, 0755) && errno != EEXIST) {
     apx_diag_error(&d, APX_EXIT_RUNTIME, "%s: cannot create the output folder: %s", a.output_dir,

@@ -211,7 +211,11 @@ TEST(Apexrun, BadUsageExitsWith2AndOneLine) {
       {"infer m.onnx --input-dir /tmp --output-dir /tmp/x --threads 0", "--threads"},
       {"infer m.onnx --input-dir /tmp --output-dir /tmp/x --half=fp8", "--half"},
       {"infer m.onnx --input-dir /tmp --output-dir /tmp/x --frobnicate", "unknown option"},
-      {"model.apx --data d --steps 3", "not supported yet: training (issue 5)"},
+      {"model.apx --data d --steps 3", "model.apx: cannot open plan"},
+      {"model.apx --steps 3", "training needs --data DIR"},
+      {"model.apx --data d", "training needs --steps N"},
+      {"model.apx --data d --steps 3 --resume", "--resume needs --checkpoint-dir D"},
+      {"model.apx --data d --steps -1", "--steps"},
   };
   for (auto &c : cases) {
     Result r = apexrun(c.args);

@@ -49,6 +49,7 @@ void apx_backend_set_collectives(ApxBackend *be, const ApxBackendI *coll, void *
                                  void (*coll_free)(ApxBackend *be), int32_t rank, int32_t world) {
   be->iface.allreduce = coll->allreduce;
   be->iface.broadcast = coll->broadcast;
+  be->iface.allreduce_bucket = coll->allreduce_bucket;
   be->iface.barrier = coll->barrier;
   be->coll_ctx = coll_ctx;
   be->coll_free = coll_free;

@@ -14,8 +14,8 @@
  * return as soon as the work is queued; host memory given to an async copy must stay valid
  * and unchanged until the queue is synchronized (or an event recorded after it completes).
  *
- * Collectives: the slots allreduce/broadcast/barrier start NULL and are filled by a
- * collective layer (MPI for cpu, NCCL bootstrapped over MPI for cuda; issue 6) through
+ * Collectives: the slots allreduce/broadcast/allreduce_bucket/barrier start NULL and are
+ * filled by a collective layer (runtime/collective.h: MPI for cpu, NCCL for cuda) through
  * apx_backend_set_collectives; the backend struct holds its interface by value for that.
  * rank/world are 0/1 until then.
  *
@@ -117,6 +117,10 @@ typedef struct ApxBackendI {
   ApxStatus (*allreduce)(ApxBackend *be, ApxQueue *q, ApxTensor *t, int32_t n, ApxReduceOp op);
   /* in place: every rank receives root's t[i] */
   ApxStatus (*broadcast)(ApxBackend *be, ApxQueue *q, ApxTensor *t, int32_t n, int32_t root);
+  /* one gradient bucket (attrs.h ApxAttrAllreduce) in place over every rank: the sum with
+   * predivide and averaging applied as runtime/collective.h says (queued on q) */
+  ApxStatus (*allreduce_bucket)(ApxBackend *be, ApxQueue *q, ApxTensor *t, int32_t n,
+                                const ApxAttrAllreduce *a);
   /* host-side barrier over all ranks */
   ApxStatus (*barrier)(ApxBackend *be);
 } ApxBackendI;

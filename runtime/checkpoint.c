@@ -171,8 +171,13 @@ int apx_checkpoint_write(const char *dir, const ApxTrainState *st, ApxExec *ex, 
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", dir);
   }
   Writer w = {.fd = -1, .path = tmp, .d = d};
+  /* test hook (runtime/train_test): APX_TEST_CHECKPOINT_KILL_AT=STEP:BYTES kills the process
+   * with SIGKILL after BYTES bytes of the checkpoint of step STEP, a crash mid-write */
   const char *kill_env = getenv("APX_TEST_CHECKPOINT_KILL_AT");
-  if (kill_env && *kill_env) w.kill_at = strtoull(kill_env, NULL, 10);
+  long long kill_step = -1;
+  unsigned long long kill_bytes = 0;
+  if (kill_env && sscanf(kill_env, "%lld:%llu", &kill_step, &kill_bytes) == 2 && kill_step == st->step)
+    w.kill_at = kill_bytes ? kill_bytes : 1;
   int rc = 0;
   w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w.fd < 0) {

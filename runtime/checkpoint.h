@@ -24,6 +24,8 @@
  *
  * Writing: D/.ckpt-STEP.apxckpt.tmp.PID, fsync, rename to D/ckpt-STEP.apxckpt (12-digit
  * step), fsync of D. A crash leaves at most a temporary file, which is never loaded.
+ * (Test hook: the environment variable APX_TEST_CHECKPOINT_KILL_AT=STEP:BYTES makes the
+ * writer SIGKILL its own process after BYTES bytes of step STEP's file.)
  * Reading checks magic, version, size, checksum, then every tensor against the plan
  * (name, dtype, shape, and that every saved buffer of the plan is present) before touching
  * the executor: a bad checkpoint changes nothing. Errors are one line naming the file

@@ -185,14 +185,28 @@ int apx_exec_set_input(ApxExec *ex, int32_t i, const ApxTensor *host, ApxDiag *d
   return rc;
 }
 
-/* Allreduce kernels go to the collective slot; a single process needs no communication. */
-static ApxStatus run_allreduce(ApxExec *ex, const ApxPlanKernel *kn, ApxTensor *ins) {
+/* Allreduce(m_0..m_k) -> r_0..r_k, one gradient bucket (passes/bucketing.h): r_i takes m_i's
+ * bytes where the memory plan reduced in place, else m_i is copied to r_i first; then the
+ * outputs are reduced over the ranks by the collective slot. A single process needs no
+ * communication. The kernel is launched where the plan put it, right after its last
+ * member's producer: on a backend with asynchronous queues it overlaps the rest of backward. */
+static ApxStatus run_allreduce(ApxExec *ex, const ApxPlanKernel *kn, ApxTensor *args) {
   ApxBackend *be = ex->be;
+  ApxTensor *ins = args, *outs = args + kn->n_in;
+  int32_t n = kn->n_in < kn->n_out ? kn->n_in : kn->n_out;
+  for (int32_t i = 0; i < n; i++) {
+    if (!ins[i].data || !outs[i].data || ins[i].data == outs[i].data) continue;
+    ApxStatus st = be->iface.copy_d2d(be, ex->q, outs[i].data, ins[i].data, apx_tensor_bytes(&ins[i]));
+    if (st != APX_STATUS_OK) return st;
+  }
   if (be->world <= 1) return APX_STATUS_OK;
+  ApxTensor *t = kn->n_out > 0 ? outs : ins; /* plans without outputs reduce their inputs */
+  if (kn->n_out == 0) n = kn->n_in;
+  if (be->iface.allreduce_bucket) return be->iface.allreduce_bucket(be, ex->q, t, n, kn->attrs);
   if (!be->iface.allreduce)
     return apx_backend_fail(be, APX_STATUS_UNSUPPORTED,
                             "not supported yet: %d ranks but no collective layer", be->world);
-  return be->iface.allreduce(be, ex->q, ins, kn->n_in, APX_REDUCE_SUM);
+  return be->iface.allreduce(be, ex->q, t, n, APX_REDUCE_SUM);
 }
 
 int apx_exec_run_range(ApxExec *ex, int32_t begin, int32_t end, ApxDiag *d) {

@@ -1,0 +1,564 @@
+// train_test.cc - `apexrun PLAN --data DIR --steps N` end to end on the example models:
+//  - loss scaling shown, not assumed: fp16 gradients forced to overflow (inputs scaled up),
+//    the step is skipped (every parameter and optimizer state unchanged), the scale halves,
+//    the parameter is named (log and stderr), and the scale grows back after the window;
+//  - resume is bit for bit: a run killed with SIGKILL between checkpoints and resumed ends
+//    with the same bytes as a straight run (checkpoint files, exported ONNX, every loss);
+//  - a checkpoint write torn by a crash never loads; corrupt, truncated and foreign
+//    checkpoints are refused with one line;
+//  - --data validation errors; --accumulate; the exported ONNX holds the trained masters.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "compiler/emit_plan.h"
+#include "compiler/pipeline.h"
+#include "onnx.pb-c.h"
+#include "runtime/export_onnx.h"
+#include "runtime/npy.h"
+#include "runtime/train.h"
+}
+
+namespace {
+
+std::string tmp() {
+  const char *t = getenv("TEST_TMPDIR");
+  return t ? t : "/tmp";
+}
+
+std::string slurp(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+bool exists(const std::string &p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0;
+}
+
+struct Result {
+  int code;
+  std::string out;
+};
+
+Result sh(const std::string &cmd) {
+  FILE *p = popen((cmd + " 2>&1").c_str(), "r");
+  Result r{-1, ""};
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  return r;
+}
+
+Result apexrun(const std::string &args) { return sh("./runtime/apexrun " + args); }
+
+// Compiles examples/<model>/model.onnx into a plan file with the options set by f.
+template <class F>
+std::string compile(const std::string &model, const std::string &name, ApxOptLevel level, F f) {
+  std::string path = tmp() + "/" + name + ".apx";
+  std::string src = "examples/" + model + "/model.onnx";
+  ApxOptions o;
+  apx_options_init(&o);
+  o.model_path = src.c_str();
+  o.opt_level = level;
+  o.quiet = 1;
+  f(o);
+  char err[512];
+  EXPECT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
+  ApxDiag d;
+  apx_diag_init(&d);
+  d.quiet = 1;
+  ApxGraph g;
+  EXPECT_EQ(apx_compile_file(&g, &o, &d), 0) << d.msg;
+  EXPECT_EQ(apx_emit_plan_file(&g, &o, path.c_str(), &d), 0) << d.msg;
+  apx_graph_free(&g);
+  return path;
+}
+
+std::string compile(const std::string &model, const std::string &name, ApxOptLevel level) {
+  return compile(model, name, level, [](ApxOptions &) {});
+}
+
+// One JSON line's field as text ("null", "true", a number, a quoted string).
+std::string field(const std::string &line, const std::string &key) {
+  std::string k = "\"" + key + "\": ";
+  size_t p = line.find(k);
+  if (p == std::string::npos) return "<missing>";
+  p += k.size();
+  size_t e = line[p] == '"' ? line.find('"', p + 1) + 1 : line.find_first_of(",}", p);
+  return line.substr(p, e - p);
+}
+
+std::vector<std::string> lines(const std::string &s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  std::string l;
+  while (std::getline(ss, l)) v.push_back(l);
+  return v;
+}
+
+// examples/mlp/data with x multiplied by `mul`, written into dir.
+void scaled_mlp_data(const std::string &dir, float mul) {
+  mkdir(dir.c_str(), 0755);
+  ApxDiag d;
+  apx_diag_init(&d);
+  ApxNpy x, y;
+  ASSERT_EQ(apx_npy_read("examples/mlp/data/x.npy", &x, &d), 0) << d.msg;
+  ASSERT_EQ(apx_npy_read("examples/mlp/data/labels.npy", &y, &d), 0) << d.msg;
+  for (int64_t i = 0; i < x.numel; i++) ((float *)x.data)[i] *= mul;
+  ApxTensor tx = {x.data, x.dtype, x.rank, {0}}, ty = {y.data, y.dtype, y.rank, {0}};
+  memcpy(tx.dims, x.dims, sizeof tx.dims);
+  memcpy(ty.dims, y.dims, sizeof ty.dims);
+  ASSERT_EQ(apx_npy_write((dir + "/x.npy").c_str(), &tx, &d), 0) << d.msg;
+  ASSERT_EQ(apx_npy_write((dir + "/labels.npy").c_str(), &ty, &d), 0) << d.msg;
+  apx_npy_free(&x);
+  apx_npy_free(&y);
+}
+
+struct Snapshot {
+  std::vector<std::string> names;
+  std::vector<std::vector<uint8_t>> bytes;
+};
+
+// Every PARAM and STATE buffer except the two the runtime writes before each step.
+Snapshot snapshot(ApxTrainer &t) {
+  Snapshot s;
+  const ApxPlan *p = t.plan;
+  ApxDiag d;
+  apx_diag_init(&d);
+  for (int32_t i = 0; i < p->n_bufs; i++) {
+    const ApxPlanBuffer *b = &p->bufs[i];
+    if (!apx_checkpoint_saves(b) || i == t.lr_buf || i == t.scale_buf) continue;
+    std::vector<uint8_t> v((size_t)b->bytes);
+    EXPECT_EQ(apx_exec_read(&t.ex, i, v.data(), v.size(), &d), 0) << d.msg;
+    s.names.push_back(b->name);
+    s.bytes.push_back(v);
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST(Train, OverflowSkipsTheStepHalvesTheScaleNamesTheParameterAndRegrows) {
+  std::string plan_path = compile("mlp", "ovf", APX_O2, [](ApxOptions &o) { o.scale_window = 5; });
+  std::string data = tmp() + "/ovf_data";
+  scaled_mlp_data(data, 64.0f);  // fp16 gradients x 2^16 overflow; the forward stays finite
+
+  ApxDiag d;
+  apx_diag_init(&d);
+  ApxPlan plan;
+  apx_plan_init(&plan);
+  ASSERT_EQ(apx_plan_read(&plan, plan_path.c_str(), &d), 0) << d.msg;
+  ApxTrainConfig cfg;
+  apx_train_config_init(&cfg);
+  cfg.data_dir = data.c_str();
+  cfg.steps = 40;
+  cfg.order = APX_ORDER_FILE;
+  cfg.exec.n_threads = 1;
+  ApxTrainer t;
+  ASSERT_EQ(apx_trainer_init(&t, &plan, &cfg, &d), 0) << d.msg;
+  std::set<std::string> params;
+  for (int i = 0; i < t.n_params; i++) params.insert(t.param_names[i]);
+  EXPECT_EQ(params, (std::set<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
+                                            "fc3.weight", "fc3.bias"}));
+
+  int skipped = 0, grew = 0, clean_run = 0;
+  double prev_scale = 0;
+  for (int s = 0; s < 40; s++) {
+    Snapshot before = snapshot(t);
+    ApxStepRecord r;
+    ASSERT_EQ(apx_trainer_step(&t, &r, &d), 0) << d.msg;
+    Snapshot after = snapshot(t);
+    ASSERT_EQ(before.names, after.names);
+    if (s > 0 && r.loss_scale > prev_scale) {
+      // growth happens exactly after scale_window (5) clean steps in a row
+      EXPECT_EQ(clean_run, 5) << "step " << r.step;
+      EXPECT_EQ(r.loss_scale, 2 * prev_scale);
+      grew++;
+      clean_run = 0;
+    }
+    if (r.skipped) {
+      skipped++;
+      clean_run = 0;
+      ASSERT_NE(r.overflow_at, nullptr) << "step " << r.step;
+      EXPECT_TRUE(params.count(r.overflow_at)) << r.overflow_at;
+      EXPECT_TRUE(std::isnan(r.grad_norm));
+      EXPECT_EQ(t.scaler.scale, r.loss_scale / 2) << "halved after step " << r.step;
+      for (size_t i = 0; i < before.names.size(); i++)
+        EXPECT_EQ(before.bytes[i], after.bytes[i]) << before.names[i] << " changed on skipped step " << r.step;
+    } else {
+      clean_run++;
+      EXPECT_EQ(r.overflow_at, nullptr);
+      EXPECT_TRUE(std::isfinite(r.grad_norm));
+      size_t changed = 0;
+      for (size_t i = 0; i < before.names.size(); i++) changed += before.bytes[i] != after.bytes[i];
+      EXPECT_GT(changed, 6u) << "a clean step updates masters, half copies and moments";
+    }
+    if (s == 0) {
+      EXPECT_TRUE(r.skipped) << "x * 64 overflows fp16 gradients at the initial 2^16";
+      EXPECT_EQ(r.loss_scale, 65536);
+    }
+    prev_scale = r.loss_scale;
+  }
+  printf("40 steps: %d skipped, %d growths, final scale %g\n", skipped, grew, t.scaler.scale);
+  EXPECT_GE(skipped, 2);
+  EXPECT_GE(grew, 2);
+  apx_trainer_free(&t);
+  apx_plan_free(&plan);
+
+  // the CLI: JSON log fields and the stderr notice
+  std::string log = tmp() + "/ovf.jsonl";
+  Result r = apexrun(plan_path + " --data " + data + " --steps 12 --no-shuffle --log " + log);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("apexrun: step 1: gradient overflow in 'fc1.weight' at loss scale 65536: step "
+                       "skipped, scale now 32768"), std::string::npos) << r.out;
+  std::vector<std::string> ls = lines(slurp(log));
+  ASSERT_EQ(ls.size(), 12u);
+  EXPECT_EQ(field(ls[0], "step"), "1");
+  EXPECT_EQ(field(ls[0], "skipped"), "true");
+  EXPECT_EQ(field(ls[0], "overflow_at"), "\"fc1.weight\"");
+  EXPECT_EQ(field(ls[0], "grad_norm"), "null");
+  EXPECT_EQ(field(ls[0], "loss_scale"), "65536");
+  EXPECT_EQ(field(ls[1], "loss_scale"), "32768");
+  EXPECT_EQ(field(ls[0], "lr"), "0.001");
+  for (auto &l : ls)
+    for (const char *k : {"step", "loss", "loss_scale", "skipped", "overflow_at", "grad_norm", "lr", "ms"})
+      EXPECT_NE(field(l, k), "<missing>") << k << " in " << l;
+  EXPECT_NE(r.out.find("skipped (overflow)"), std::string::npos) << r.out;
+}
+
+TEST(Train, StaticScaleStillSkipsNonFiniteGradients) {
+  std::string plan_path = compile("mlp", "static_huge", APX_O2, [](ApxOptions &o) {
+    o.loss_scale_mode = APX_LOSS_SCALE_STATIC;
+    o.loss_scale = 1e30f;  // every fp16 gradient overflows
+    o.loss_scale_set = 1;
+  });
+  std::string log = tmp() + "/static.jsonl";
+  Result r = apexrun(plan_path + " --data examples/mlp/data --steps 12 --log " + log);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<std::string> ls = lines(slurp(log));
+  ASSERT_EQ(ls.size(), 12u);
+  for (auto &l : ls) {
+    EXPECT_EQ(field(l, "skipped"), "true") << l;
+    EXPECT_EQ(field(l, "loss_scale"), "1.00000002e+30") << l;
+  }
+  EXPECT_NE(r.out.find("warning: 10 overflowing steps in a row"), std::string::npos) << r.out;
+}
+
+namespace {
+
+// Runs apexrun in a child with stdout/stderr to a file; returns the pid.
+pid_t spawn(const std::vector<std::string> &args, const std::string &out, const char *env = nullptr) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE *f = freopen(out.c_str(), "w", stdout);
+    (void)f;
+    dup2(fileno(stdout), 2);
+    if (env) putenv((char *)env);
+    std::vector<char *> av;
+    av.push_back((char *)"./runtime/apexrun");
+    for (auto &a : args) av.push_back((char *)a.c_str());
+    av.push_back(nullptr);
+    execv(av[0], av.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string ckpt(const std::string &dir, int step) {
+  char b[64];
+  snprintf(b, sizeof b, "/ckpt-%012d.apxckpt", step);
+  return dir + b;
+}
+
+// Loss per step from a log (the ms field differs between runs).
+std::vector<std::string> losses(const std::string &log) {
+  std::vector<std::string> v;
+  for (auto &l : lines(slurp(log))) v.push_back(field(l, "step") + ":" + field(l, "loss") + ":" +
+                                              field(l, "loss_scale") + ":" + field(l, "grad_norm"));
+  return v;
+}
+
+}  // namespace
+
+TEST(Train, ResumeAfterKill9IsBitForBit) {
+  // CNN with BatchNorm (running statistics are state), fp16 with masters, shuffled data
+  std::string plan = compile("cnn", "resume_cnn", APX_O2, [](ApxOptions &o) { o.lr = 0.01f; o.lr_set = 1; });
+  const std::string common = " --data examples/cnn/data --steps 40 --seed 7 --checkpoint-every 10 --quiet";
+  std::string a = tmp() + "/resume_a", b = tmp() + "/resume_b";
+  Result r = apexrun(plan + common + " --checkpoint-dir " + a + " --log " + a + ".jsonl --export-onnx " + a + ".onnx");
+  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_TRUE(exists(ckpt(a, 40)));
+
+  pid_t pid = spawn({plan, "--data", "examples/cnn/data", "--steps", "40", "--seed", "7", "--checkpoint-every",
+                     "10", "--quiet", "--checkpoint-dir", b, "--log", b + ".jsonl"},
+                    tmp() + "/resume_b_first.out");
+  ASSERT_GT(pid, 0);
+  for (int i = 0; i < 200000 && !exists(ckpt(b, 20)); i++) usleep(500);
+  ASSERT_TRUE(exists(ckpt(b, 20)));
+  kill(pid, SIGKILL);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "the child finished before the kill";
+  ASSERT_FALSE(exists(ckpt(b, 40)));
+  size_t logged_before = lines(slurp(b + ".jsonl")).size();
+  printf("killed after %zu logged steps (checkpoint 20%s present)\n", logged_before,
+         exists(ckpt(b, 30)) ? " and 30" : "");
+
+  r = apexrun(plan + common + " --checkpoint-dir " + b + " --log " + b + ".jsonl --export-onnx " + b +
+              ".onnx --resume");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::string ca = slurp(ckpt(a, 40)), cb = slurp(ckpt(b, 40));
+  ASSERT_GT(ca.size(), 1000u);
+  EXPECT_TRUE(ca == cb) << "final checkpoints differ";
+  EXPECT_TRUE(slurp(a + ".onnx") == slurp(b + ".onnx")) << "exported models differ";
+  std::vector<std::string> la = losses(a + ".jsonl"), lb = losses(b + ".jsonl");
+  ASSERT_EQ(la.size(), 40u);
+  EXPECT_EQ(la, lb) << "per-step loss, scale and grad norm of the resumed run";
+  // the checkpoint at 20 matches too
+  EXPECT_TRUE(slurp(ckpt(a, 20)) == slurp(ckpt(b, 20)));
+}
+
+TEST(Train, TornCheckpointWriteNeverLoads) {
+  std::string plan = compile("mlp", "torn_mlp", APX_O2);
+  const std::string common = " --data examples/mlp/data --steps 40 --checkpoint-every 10 --quiet";
+  std::string a = tmp() + "/torn_a", b = tmp() + "/torn_b";
+  Result r = apexrun(plan + common + " --checkpoint-dir " + a);
+  ASSERT_EQ(r.code, 0) << r.out;
+  // crash 5000 bytes into the checkpoint of step 20
+  pid_t pid = spawn({plan, "--data", "examples/mlp/data", "--steps", "40", "--checkpoint-every", "10",
+                     "--quiet", "--checkpoint-dir", b},
+                    tmp() + "/torn_first.out", "APX_TEST_CHECKPOINT_KILL_AT=20:5000");
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << slurp(tmp() + "/torn_first.out");
+  EXPECT_TRUE(exists(ckpt(b, 10)));
+  EXPECT_FALSE(exists(ckpt(b, 20)));
+  std::string torn = b + "/.ckpt-000000000020.apxckpt.tmp." + std::to_string(pid);
+  ASSERT_TRUE(exists(torn));
+  EXPECT_EQ(slurp(torn).size(), 5000u);
+
+  r = apexrun(plan + " --data examples/mlp/data --steps 40 --checkpoint-every 10 --checkpoint-dir " + b +
+              " --resume");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("resumed from " + ckpt(b, 10) + " (step 10"), std::string::npos) << r.out;
+  EXPECT_TRUE(slurp(ckpt(a, 40)) == slurp(ckpt(b, 40))) << "resumed from 10: same final bytes";
+
+  // the torn bytes renamed into place (a file system that lost the rename's ordering) are
+  // refused by size/checksum, not loaded
+  std::string c = tmp() + "/torn_c";
+  mkdir(c.c_str(), 0755);
+  {
+    std::ofstream f(ckpt(c, 20), std::ios::binary);
+    f << slurp(torn);
+  }
+  r = apexrun(plan + common + " --checkpoint-dir " + c + " --resume");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(ckpt(c, 20) + ": corrupt checkpoint"), std::string::npos) << r.out;
+}
+
+TEST(Train, CorruptAndForeignCheckpointsAreRefused) {
+  std::string plan = compile("mlp", "corrupt_mlp", APX_O2);
+  std::string other = compile("mlp", "corrupt_mlp_o0", APX_O0);
+  std::string dir = tmp() + "/corrupt";
+  Result r = apexrun(plan + " --data examples/mlp/data --steps 3 --quiet --checkpoint-dir " + dir);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::string good = slurp(ckpt(dir, 3));
+  struct Case {
+    const char *name;
+    std::string bytes;
+    const char *want;
+  } cases[] = {
+      {"flip", good, "checksum mismatch"},
+      {"truncated", good.substr(0, good.size() / 2), "truncated or torn write"},
+      {"padded", good + std::string(64, '\0'), "truncated or torn write"},
+      {"magic", "XXXXXXXX" + good.substr(8), "not an apexrun checkpoint"},
+      {"empty", "", "not an apexrun checkpoint"},
+  };
+  cases[0].bytes[good.size() - 100] ^= 1;
+  for (auto &c : cases) {
+    std::string d = tmp() + "/corrupt_" + c.name;
+    mkdir(d.c_str(), 0755);
+    {
+      std::ofstream f(ckpt(d, 3), std::ios::binary);
+      f << c.bytes;
+    }
+    r = apexrun(plan + " --data examples/mlp/data --steps 6 --quiet --resume --checkpoint-dir " + d);
+    EXPECT_EQ(r.code, 2) << c.name << ": " << r.out;
+    EXPECT_NE(r.out.find(c.want), std::string::npos) << c.name << ": " << r.out;
+    EXPECT_EQ(lines(r.out).size(), 1u) << c.name << ": " << r.out;
+  }
+  // another plan's checkpoint: both hashes named
+  r = apexrun(other + " --data examples/mlp/data --steps 6 --quiet --resume --checkpoint-dir " + dir);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("checkpoint of another plan (its plan hash "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(other + " has "), std::string::npos) << r.out;
+  // other run settings
+  r = apexrun(plan + " --data examples/mlp/data --steps 6 --quiet --resume --no-shuffle --checkpoint-dir " + dir);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("shuffled batches, this run file-order"), std::string::npos) << r.out;
+  // nothing to resume from: a note, then training from step 0
+  r = apexrun(plan + " --data examples/mlp/data --steps 2 --resume --checkpoint-dir " + tmp() + "/corrupt_none");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("no checkpoint in"), std::string::npos) << r.out;
+  // already at --steps: nothing to do
+  r = apexrun(plan + " --data examples/mlp/data --steps 3 --resume --checkpoint-dir " + dir);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("nothing to train: at step 3 of 3"), std::string::npos) << r.out;
+}
+
+TEST(Train, DataFolderIsValidated) {
+  std::string plan = compile("mlp", "data_mlp", APX_O0);
+  std::string base = tmp() + "/data_cases";
+  mkdir(base.c_str(), 0755);
+  auto folder = [&](const std::string &name, const std::string &py) {
+    std::string d = base + "/" + name;
+    mkdir(d.c_str(), 0755);
+    Result g = sh("python3 -c \"import numpy as np; d='" + d + "'; " + py + "\"");
+    EXPECT_EQ(g.code, 0) << g.out;
+    return d;
+  };
+  struct Case {
+    std::string dir;
+    int code;
+    std::string want;
+  } cases[] = {
+      {folder("missing", "np.save(d+'/x.npy', np.zeros((64,64),'f4'))"), 2, "/labels.npy: missing"},
+      {folder("shape", "np.save(d+'/x.npy', np.zeros((64,32),'f4')); np.save(d+'/labels.npy', np.zeros(64,'i8'))"),
+       2, "shape [64,32] does not match the plan input 'x' [32,64] (expected [N,64]"},
+      {folder("count", "np.save(d+'/x.npy', np.zeros((64,64),'f4')); np.save(d+'/labels.npy', np.zeros(60,'i8'))"),
+       2, "labels.npy: 60 samples, but " + base + "/count/x.npy has 64"},
+      {folder("dtype", "np.save(d+'/x.npy', np.zeros((64,64),'f4')); np.save(d+'/labels.npy', np.zeros(64,'f4'))"),
+       2, "labels.npy: dtype float32, but the plan input 'labels' is int64"},
+      {folder("range", "np.save(d+'/x.npy', np.zeros((64,64),'f4')); np.save(d+'/labels.npy', np.full(64, 2**63, 'u8'))"),
+       2, "labels.npy: element 0 (> 9223372036854775807) does not fit the plan input 'labels' (int64)"},
+      {folder("corrupt", "np.save(d+'/x.npy', np.zeros((64,64),'f4')); open(d+'/labels.npy','wb').write(b'junk')"),
+       2, "labels.npy: not a valid .npy file"},
+      // accepted: float64 features and int32 labels are converted
+      {folder("convert", "np.save(d+'/x.npy', np.random.RandomState(0).randn(64,64)); np.save(d+'/labels.npy', np.arange(64,dtype='i4')%10)"),
+       0, "trained steps 1..3 of 3"},
+  };
+  for (auto &c : cases) {
+    Result r = apexrun(plan + " --data " + c.dir + " --steps 3");
+    EXPECT_EQ(r.code, c.code) << c.dir << ": " << r.out;
+    EXPECT_NE(r.out.find(c.want), std::string::npos) << c.dir << ": " << r.out;
+    if (c.code) {
+      EXPECT_EQ(lines(r.out).size(), 1u) << r.out;
+    }
+  }
+  Result r = apexrun(plan + " --data " + base + "/nowhere --steps 3");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("nowhere/x.npy: missing"), std::string::npos) << r.out;
+}
+
+TEST(Train, AccumulationRunsKMicroBatchesPerStep) {
+  std::string plan = compile("mlp", "acc_mlp", APX_O2, [](ApxOptions &o) { o.accumulate = 4; });
+  ApxDiag d;
+  apx_diag_init(&d);
+  ApxPlan p;
+  apx_plan_init(&p);
+  ASSERT_EQ(apx_plan_read(&p, plan.c_str(), &d), 0) << d.msg;
+  ApxTrainConfig cfg;
+  apx_train_config_init(&cfg);
+  cfg.data_dir = "examples/mlp/data";
+  cfg.steps = 20;
+  ApxTrainer t;
+  ASSERT_EQ(apx_trainer_init(&t, &p, &cfg, &d), 0) << d.msg;
+  EXPECT_EQ(t.accumulate, 4);
+  double first = 0, last = 0;
+  for (int s = 0; s < 20; s++) {
+    ApxStepRecord r;
+    ASSERT_EQ(apx_trainer_step(&t, &r, &d), 0) << d.msg;
+    if (s == 0) first = r.loss;
+    last = r.loss;
+  }
+  ApxTrainState st;
+  apx_trainer_state(&t, &st);
+  EXPECT_EQ(st.batches, 80);                     // 4 micro-batches per optimizer step
+  EXPECT_EQ(st.epoch * 2048 + st.epoch_pos, 80 * 32);
+  int64_t opt_step = 0;
+  int32_t sb = apx_plan_find_buffer(&p, "apx_optimizer_step");
+  ASSERT_GE(sb, 0);
+  ASSERT_EQ(apx_exec_read(&t.ex, sb, &opt_step, 8, &d), 0);
+  EXPECT_EQ(opt_step, 20);                       // one update per 4 micro-batches
+  EXPECT_LT(last, first * 0.5) << first << " -> " << last;
+  apx_trainer_free(&t);
+  apx_plan_free(&p);
+}
+
+TEST(Train, ExportedOnnxHoldsTheTrainedFp32Masters) {
+  std::string plan = compile("mlp", "export_mlp", APX_O2);
+  ApxDiag d;
+  apx_diag_init(&d);
+  ApxPlan p;
+  apx_plan_init(&p);
+  ASSERT_EQ(apx_plan_read(&p, plan.c_str(), &d), 0) << d.msg;
+  ASSERT_NE(apx_plan_find_blob(&p, APX_PLAN_BLOB_MODEL), nullptr);
+  ApxTrainConfig cfg;
+  apx_train_config_init(&cfg);
+  cfg.data_dir = "examples/mlp/data";
+  cfg.steps = 15;
+  ApxTrainer t;
+  ASSERT_EQ(apx_trainer_init(&t, &p, &cfg, &d), 0) << d.msg;
+  for (int s = 0; s < 15; s++) {
+    ApxStepRecord r;
+    ASSERT_EQ(apx_trainer_step(&t, &r, &d), 0) << d.msg;
+  }
+  std::string out = tmp() + "/export_mlp.onnx";
+  ASSERT_EQ(apx_export_onnx(&p, &t.ex, out.c_str(), &d), 0) << d.msg;
+  std::string bytes = slurp(out);
+  Onnx__ModelProto *m = onnx__model_proto__unpack(nullptr, bytes.size(), (const uint8_t *)bytes.data());
+  ASSERT_NE(m, nullptr);
+  const Onnx__GraphProto *g = m->graph;
+  ASSERT_EQ(g->n_input, 1u);
+  EXPECT_STREQ(g->input[0]->name, "x");  // labels only fed the loss
+  ASSERT_EQ(g->n_output, 1u);
+  EXPECT_STREQ(g->output[0]->name, "logits");
+  for (size_t i = 0; i < g->n_node; i++) EXPECT_STRNE(g->node[i]->op_type, "SoftmaxCrossEntropyLoss");
+  EXPECT_EQ(g->n_initializer, 6u);
+  for (size_t i = 0; i < g->n_initializer; i++) {
+    const Onnx__TensorProto *tp = g->initializer[i];
+    int32_t master = apx_plan_find_buffer(&p, (std::string(tp->name) + "_fp32_master").c_str());
+    ASSERT_GE(master, 0) << tp->name;
+    std::vector<uint8_t> want((size_t)p.bufs[master].bytes);
+    ASSERT_EQ(apx_exec_read(&t.ex, master, want.data(), want.size(), &d), 0);
+    EXPECT_EQ(tp->data_type, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+    ASSERT_EQ(tp->raw_data.len, want.size()) << tp->name;
+    EXPECT_EQ(0, memcmp(tp->raw_data.data, want.data(), want.size())) << tp->name << " is the trained master";
+    int32_t init = apx_plan_find_buffer(&p, tp->name);
+    EXPECT_NE(0, memcmp(p.bufs[master].data, want.data(), want.size())) << tp->name << " was trained";
+    (void)init;
+  }
+  onnx__model_proto__free_unpacked(m, nullptr);
+  apx_trainer_free(&t);
+  apx_plan_free(&p);
+}
+
+TEST(Train, RefusesPlansItCannotTrain) {
+  std::string inference = compile("mlp", "infer_only", APX_O1, [](ApxOptions &o) { o.training = 0; });
+  Result r = apexrun(inference + " --data examples/mlp/data --steps 3");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("no training graph"), std::string::npos) << r.out;
+  r = apexrun("examples/mlp/model.onnx --data examples/mlp/data --steps 3");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("not an apexc plan (compile the model first"), std::string::npos) << r.out;
+}
