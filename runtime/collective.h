@@ -1,0 +1,106 @@
+/* collective.h - data-parallel collectives between processes (DESIGN.md 11).
+ *
+ * One ApxColl per process. apx_coll_init reads the environment: launched by mpirun (the
+ * OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_SIZE variables are set) it initializes MPI
+ * (Debian OpenMPI, MPI_THREAD_MULTIPLE so the watchdog may abort) and takes rank and world
+ * size from MPI_COMM_WORLD; otherwise it is one process (rank 0, world 1) that never
+ * touches MPI. Engines: MPI over host memory for the cpu backend (collective_mpi.c); NCCL
+ * bootstrapped over MPI for cuda (collective_nccl.c, compiled where CUDA is; apx_coll_attach
+ * refuses the cuda backend with "not supported yet" until a CUDA backend exists).
+ *
+ * Reductions (APX_REDUCE_SUM / APX_REDUCE_MAX) work in place on a list of tensors, fused
+ * into one call per run of tensors with the same wire type: fp16/bf16/fp32 travel as fp32
+ * (fp16 and bf16 are widened, summed in fp32 and rounded to nearest even once: MPI has no
+ * half type), fp64 as fp64, int32/int64/uint8/bool as themselves. With SUM every element is
+ * multiplied by `pre` before the reduction and the result by `post` after (1 and 1 for a
+ * plain sum). Gradient buckets (attrs.h ApxAttrAllreduce) use apx_coll_bucket_scales:
+ *     pre = 1 / predivide,  post = predivide / world  (average)   or  predivide  (sum)
+ * so, as in Apex's DDP (gradient_predivide_factor), the sum is taken over gradients already
+ * divided by `predivide` (keeping half sums in range) and the division by the world size
+ * is completed afterwards. Every rank gets the same bytes.
+ *
+ * Timeouts: every collective runs under a deadline (cfg.timeout_s, default 300 s). A
+ * watchdog thread checks it; when a collective has not completed in time (a peer is hung:
+ * stopped, deadlocked, stuck in I/O) it prints one line
+ *   apexrun: rank R of K: collective 'allreduce bucket 3' did not complete within 5.0 s
+ *   (waited 5.0 s): a peer rank is dead or hung; aborting the job
+ * and calls MPI_Abort, which ends every rank of the job with exit code 1. A dead peer is
+ * seen by mpirun itself, which ends the job ("mpirun noticed that process rank 1 ... exited
+ * on signal 9"); MPI errors come back as errors (MPI_ERRORS_RETURN) naming the operation.
+ *
+ * Every function returns 0 or -1 with a one-line message in d (exit code 1); messages start
+ * with "rank R of K: <operation>: ". Not thread-safe: one thread issues collectives. */
+#ifndef APX_COLLECTIVE_H
+#define APX_COLLECTIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compiler/diag.h"
+#include "kernels/attrs.h"
+#include "kernels/tensor.h"
+#include "runtime/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define APX_COLL_DEFAULT_TIMEOUT_S 300.0
+
+typedef struct ApxColl ApxColl;
+
+typedef enum ApxCollMode {
+  APX_COLL_AUTO = 0,   /* MPI when launched by mpirun, else one process */
+  APX_COLL_SINGLE = 1, /* one process even under mpirun */
+  APX_COLL_MPI = 2,    /* MPI always (a singleton outside mpirun) */
+} ApxCollMode;
+
+typedef struct ApxCollConfig {
+  ApxCollMode mode;
+  double timeout_s; /* deadline per collective; <= 0: no watchdog */
+} ApxCollConfig;
+
+void apx_coll_config_init(ApxCollConfig *cfg);
+
+/* 1 when the environment says this process was started by mpirun (or another PMI launcher). */
+int apx_coll_launched_by_mpi(void);
+
+/* Returns 0 with *out set, or -1 (d). MPI is initialized at most once per process. */
+int apx_coll_init(ApxColl **out, const ApxCollConfig *cfg, ApxDiag *d);
+/* Stops the watchdog and finalizes MPI (when this layer initialized it). NULL: no-op. */
+void apx_coll_finalize(ApxColl *c);
+/* Ends every rank of the job at once with exit code `code` after printing msg (one line)
+ * on this rank: for errors the other ranks cannot see (they would wait in the next
+ * collective until the watchdog fires). One process: exit(code). */
+void apx_coll_abort(ApxColl *c, int code, const char *msg);
+
+int32_t apx_coll_rank(const ApxColl *c);
+int32_t apx_coll_world(const ApxColl *c);
+/* 1 when MPI is in use (world may still be 1 under `mpirun -np 1`). */
+int apx_coll_uses_mpi(const ApxColl *c);
+/* Changes the deadline of later collectives (seconds, <= 0: none). */
+void apx_coll_set_timeout(ApxColl *c, double timeout_s);
+
+/* ---- host-memory collectives (tensor data are host addresses) ------------------------ */
+/* t[i] = post * reduce over ranks of (pre * t[i]) for SUM; MAX ignores pre/post. what names
+ * the operation in messages and the watchdog ("allreduce bucket 3"). */
+int apx_coll_allreduce(ApxColl *c, ApxTensor *t, int32_t n, ApxReduceOp op, float pre, float post,
+                       const char *what, ApxDiag *d);
+/* t[i] on every rank = root's t[i] (bytes). */
+int apx_coll_broadcast(ApxColl *c, ApxTensor *t, int32_t n, int32_t root, const char *what, ApxDiag *d);
+/* bytes at send from every rank into recv (world * bytes, rank order). */
+int apx_coll_allgather(ApxColl *c, const void *send, size_t bytes, void *recv, const char *what, ApxDiag *d);
+int apx_coll_barrier(ApxColl *c, const char *what, ApxDiag *d);
+
+/* The scale factors of a gradient bucket (see the file comment). */
+void apx_coll_bucket_scales(const ApxAttrAllreduce *a, int32_t world, float *pre, float *post);
+
+/* Installs the collective slots of backend be (apx_backend_set_collectives): cpu gets the
+ * MPI engine over its host buffers; cuda: "not supported yet" (exit code 2). The backend
+ * does not own c: finalize c after freeing the backend. */
+int apx_coll_attach(ApxColl *c, ApxBackend *be, ApxDiag *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
