@@ -374,7 +374,7 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   if (cfg.log_path && lead && !(log = open_log(cfg.log_path, t.step, resumed, &d))) goto done;
 
   int64_t first_step = t.step;
-  double first_loss = NAN, last_loss = NAN, total_ms = 0;
+  double first_loss = NAN, last_loss = NAN, total_ms = 0, last_print = -1e9;
   int64_t skipped = 0, last_saved = resumed ? t.step : -1;
   char line[1024];
   while (t.step < cfg.steps) {
@@ -389,11 +389,13 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
       fprintf(log, "%s\n", line);
       fflush(log);
     }
-    if (progress) {
-      fprintf(out, "\rstep %" PRId64 "/%" PRId64 "  loss %.6f  scale %g  %.1f ms   ", r.step,
+    /* on a terminal at most ~20 lines a second (fast models take well under a ms a step) */
+    if (progress && (now_ms() - last_print >= 50 || t.step == cfg.steps || r.skipped)) {
+      fprintf(out, "\rstep %" PRId64 "/%" PRId64 "  loss %10.6f  scale %-9g %8.1f ms", r.step,
               cfg.steps, r.loss, r.loss_scale, r.ms);
       fflush(out);
       pending = 1;
+      last_print = now_ms();
     }
     int ev = r.scaler_events;
     if (lead && (r.skipped && !cfg.quiet)) {

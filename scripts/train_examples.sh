@@ -5,6 +5,10 @@
 # and the steps skipped by the loss scaler. Exits 1 when a ratio leaves 1 +- TOL.
 #
 #   scripts/train_examples.sh [--steps N] [--tol 0.02] [--models "mlp cnn transformer"]
+#                             [--threads N]
+#
+# Results do not depend on --threads (the CPU kernels are thread-count independent); on a
+# busy machine --threads 1 avoids OpenMP oversubscription and gives steadier ms/step.
 #
 # Binaries: $APEXC and $APEXRUN, else bazel-bin/compiler/apexc and bazel-bin/runtime/apexrun.
 # Run from the repository root (reads examples/<model>/{model.onnx,data}).
@@ -13,12 +17,14 @@ set -euo pipefail
 steps=200
 tol=0.02
 models="mlp cnn transformer"
+threads=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) steps="$2"; shift 2 ;;
     --tol) tol="$2"; shift 2 ;;
     --models) models="$2"; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --threads) threads=(--threads "$2"); shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "train_examples.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -43,7 +49,7 @@ for m in $models; do
     [ "$level" = O2-bf16 ] && flags="-O2 --half=bf16"
     # shellcheck disable=SC2046
     "$apexc" "examples/$m/model.onnx" $flags $(lr_of "$m") -q -o "$work/$m.apx" > /dev/null
-    "$apexrun" "$work/$m.apx" --data "examples/$m/data" --steps "$steps" --quiet \
+    "$apexrun" "$work/$m.apx" --data "examples/$m/data" --steps "$steps" --quiet "${threads[@]}" \
       --log "$work/$m.$level.jsonl" > "$work/$m.$level.out"
     init="$(losses "$work/$m.$level.jsonl" | head -1)"
     final="$(losses "$work/$m.$level.jsonl" | tail -10 | awk '{s += $1} END {printf "%.6f", s / NR}')"
