@@ -9,6 +9,7 @@
 
 #include "compiler/precision_rules.h"
 #include "passes/memplan.h"
+#include "runtime/model_blob.h"
 
 /* The plan stores ApxMemRegion and ApxSection values as they are. */
 _Static_assert(APX_MEM_ARENA == 1 && APX_MEM_PERSISTENT == 2, "plan.proto region values");
@@ -77,9 +78,10 @@ static void model_identity(const char *path, uint64_t *bytes, uint32_t *crc) {
   *crc = c;
 }
 
-/* Training plans carry the source model's bytes (blob APX_PLAN_BLOB_MODEL) so that
- * `apexrun --export-onnx` can write it back with the trained weights. An unreadable or
- * changed file embeds nothing (export then says so). */
+/* Training plans carry the source model (blob APX_PLAN_BLOB_MODEL) so that
+ * `apexrun --export-onnx` can write it back with the trained weights; initializers the plan
+ * holds are stripped from it (runtime/model_blob.h). An unreadable or changed file embeds
+ * nothing (export then says so). Needs the plan's buffers. */
 static int embed_model(ApxPlan *plan, const char *path) {
   if (!path || plan->model_bytes == 0 || plan->model_bytes > ((uint64_t)1 << 40)) return 0;
   uint8_t *buf = apx_arena_alloc_raw(&plan->arena, (size_t)plan->model_bytes);
@@ -94,7 +96,10 @@ static int embed_model(ApxPlan *plan, const char *path) {
   }
   close(fd);
   if (got != plan->model_bytes || apx_crc32c(0, buf, (size_t)got) != plan->model_crc32c) return 0;
-  return apx_plan_add_blob(plan, APX_PLAN_BLOB_MODEL, buf, got);
+  const void *blob;
+  size_t blob_len;
+  if (apx_model_blob_strip(plan, buf, (size_t)got, &plan->arena, &blob, &blob_len)) return -1;
+  return apx_plan_add_blob(plan, APX_PLAN_BLOB_MODEL, blob, blob_len);
 }
 
 static const char *base_name(const char *p) {
@@ -116,7 +121,6 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
   const char *model = o->model_path ? o->model_path : g->file;
   plan->model_name = apx_arena_strdup(A, base_name(model));
   model_identity(model, &plan->model_bytes, &plan->model_crc32c);
-  if (o->training && embed_model(plan, model)) goto oom;
   plan->mem.arena_bytes = g->arena_bytes;
   plan->mem.peak_live_bytes = g->peak_live_bytes;
   plan->mem.no_reuse_bytes = g->no_reuse_bytes;
@@ -261,6 +265,7 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
   }
   plan->loss = g->loss >= 0 && g->loss < g->n_vals ? buf_of[g->loss] : -1;
 
+  if (o->training && embed_model(plan, model)) goto oom;
   apx_plan_layout_data(plan);
   const char *saved = plan->path;
   plan->path = g->file;

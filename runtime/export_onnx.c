@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "onnx.pb-c.h"
+#include "runtime/model_blob.h"
 
 /* ---- a string set (open addressing) --------------------------------------------------- */
 
@@ -97,18 +98,6 @@ static const Onnx__AttributeProto *find_attr(const Onnx__NodeProto *n, const cha
   for (size_t i = 0; i < n->n_attribute; i++)
     if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name)) return n->attribute[i];
   return NULL;
-}
-
-/* The plan buffer holding the trained value of initializer `name`: its fp32 master when it
- * has one, else itself when it is a PARAM or STATE; -1 for anything else. */
-static int32_t trained_buffer(const ApxPlan *p, const char *name) {
-  int32_t id = apx_plan_find_buffer(p, name);
-  if (id < 0) return -1;
-  const ApxPlanBuffer *b = &p->bufs[id];
-  if (b->kind != APX_VAL_PARAM && b->kind != APX_VAL_STATE) return -1;
-  for (int32_t i = 0; i < p->n_bufs; i++)
-    if ((p->bufs[i].flags & APX_VALF_MASTER) && p->bufs[i].origin == id) return i;
-  return id;
 }
 
 static int64_t tensor_numel(const Onnx__TensorProto *t) {
@@ -276,17 +265,17 @@ int apx_export_onnx(const ApxPlan *plan, ApxExec *ex, const char *path, ApxDiag 
   for (size_t i = 0; i < g->n_initializer && !rc; i++) {
     Onnx__TensorProto *t = g->initializer[i];
     if (!set_has(&need, t->name)) continue;
-    int32_t b = trained_buffer(plan, t->name);
+    int32_t b = apx_model_blob_source(plan, t->name);
     int external = t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
-    if (b < 0 && external) {
-      int32_t id = apx_plan_find_buffer(plan, t->name);
-      if (id >= 0 && plan->bufs[id].data && plan->bufs[id].data_len) b = id;
-    }
+    int has_data = (t->has_raw_data && t->raw_data.len) || t->n_float_data || t->n_int32_data ||
+                   t->n_int64_data || t->n_double_data || t->n_uint64_data;
+    int stripped = !external && !has_data && tensor_numel(t) > 0; /* model_blob.h */
+    if (b >= 0 && plan->bufs[b].kind == APX_VAL_CONST && !external && !stripped) b = -1;
     if (b < 0) {
-      if (external) {
+      if (external || stripped) {
         rc = apx_diag_error(d, APX_EXIT_BAD_INPUT,
-                            "%s: not supported yet: initializer '%s' is external data the plan "
-                            "does not hold", path, t->name);
+                            "%s: not supported yet: initializer '%s' is %s the plan does not hold",
+                            path, t->name, external ? "external data" : "data");
         break;
       }
       inits[n_init++] = t;

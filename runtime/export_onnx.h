@@ -1,15 +1,17 @@
 /* export_onnx.h - `apexrun PLAN --export-onnx F`: the trained model back as ONNX for
  * inference (DESIGN.md 1: "get the trained model back").
  *
- * apexc embeds the source model's bytes in every training plan (blob "model.onnx",
- * plan.h). Export starts from that model, so the user gets their own graph back (names,
+ * apexc embeds the source model in every training plan (blob "model.onnx", plan.h;
+ * without the initializer bytes the plan holds anyway). Export starts from that model, so the user gets their own graph back (names,
  * symbolic dims, opset) with:
  *  - trained weights: each initializer named like a plan PARAM gets the fp32 master when
  *    the plan keeps one (O2), else the parameter itself; BatchNormalization running
  *    statistics (STATE) likewise; each converted to the initializer's own ONNX dtype
  *    (fp32 for fp32 models; half parameters without masters, O3, are widened exactly).
- *    Other initializers (constants, frozen values) keep their bytes; one stored as
- *    external data is written inline when the plan holds it, else "not supported yet".
+ *    Other initializers (constants) get their bytes back from the plan where apexc
+ *    stripped them from the embedded copy (runtime/model_blob.h), else keep their own; one
+ *    stored as external data is written inline when the plan holds it, else "not
+ *    supported yet".
  *  - training-only parts removed: the loss output and every node, graph input (the labels)
  *    and initializer only it needed are dropped when the model has another output (a model
  *    whose only output is the loss keeps it); BatchNormalization(training_mode=1) becomes
