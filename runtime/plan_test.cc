@@ -459,3 +459,37 @@ TEST(Plan, InvalidPlanIsNotWritten) {
   EXPECT_NE(std::string(d.msg).find("kernel 2 ('mean'"), std::string::npos) << d.msg;
   EXPECT_NE(access(path.c_str(), F_OK), 0);
 }
+
+TEST(Plan, BlobsRoundTripAfterTheBuffers) {
+  Sample s;
+  const char text[] = "an embedded model: any bytes \x00\x01\x02";
+  ASSERT_EQ(apx_plan_add_blob(&s.p, "model.onnx", text, sizeof text), 0);
+  ASSERT_EQ(apx_plan_add_blob(&s.p, "empty", nullptr, 0), 0);
+  apx_plan_layout_data(&s.p);
+  ApxDiag d;
+  apx_diag_init(&d);
+  std::string path = tmpdir() + "/blobs.apx";
+  ASSERT_EQ(apx_plan_write(&s.p, path.c_str(), &d), 0) << d.msg;
+  ApxPlan r;
+  apx_plan_init(&r);
+  ASSERT_EQ(apx_plan_read(&r, path.c_str(), &d), 0) << d.msg;
+  ASSERT_EQ(r.n_blobs, 2);
+  const ApxPlanBlob *b = apx_plan_find_blob(&r, "model.onnx");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->data_len, sizeof text);
+  EXPECT_EQ(b->data_offset % APX_PLAN_ALIGN, 0u);
+  for (int32_t i = 0; i < r.n_bufs; i++)  // placed after every buffer's bytes
+    EXPECT_GE(b->data_offset, r.bufs[i].data_offset + r.bufs[i].data_len);
+  EXPECT_EQ(0, memcmp(b->data, text, sizeof text));
+  EXPECT_EQ(apx_plan_find_blob(&r, "empty")->data_len, 0u);
+  EXPECT_EQ(apx_plan_find_blob(&r, "nope"), nullptr);
+  for (int32_t i = 0; i < r.n_bufs; i++)  // buffers unchanged by the blobs
+    if (s.p.bufs[i].data_len) {
+      EXPECT_EQ(0, memcmp(r.bufs[i].data, s.p.bufs[i].data, s.p.bufs[i].data_len));
+    }
+  apx_plan_free(&r);
+  // a blob range outside the data section is rejected
+  s.p.blobs[0].data_offset = s.p.data_bytes;
+  EXPECT_EQ(apx_plan_validate(&s.p, &d), -1);
+  EXPECT_NE(std::string(d.msg).find("blob 0 ('model.onnx')"), std::string::npos) << d.msg;
+}
