@@ -303,14 +303,16 @@ std::vector<std::string> losses(const std::string &log) {
 TEST(Train, ResumeAfterKill9IsBitForBit) {
   // CNN with BatchNorm (running statistics are state), fp16 with masters, shuffled data
   std::string plan = compile("cnn", "resume_cnn", APX_O2, [](ApxOptions &o) { o.lr = 0.01f; o.lr_set = 1; });
-  const std::string common = " --data examples/cnn/data --steps 40 --seed 7 --checkpoint-every 10 --quiet";
+  // 100 steps, killed right after the checkpoint of step 20 appears: 80 steps of slack
+  const std::string common =
+      " --data examples/cnn/data --steps 100 --seed 7 --checkpoint-every 10 --quiet --threads 1";
   std::string a = tmp() + "/resume_a", b = tmp() + "/resume_b";
   Result r = apexrun(plan + common + " --checkpoint-dir " + a + " --log " + a + ".jsonl --export-onnx " + a + ".onnx");
   ASSERT_EQ(r.code, 0) << r.out;
-  ASSERT_TRUE(exists(ckpt(a, 40)));
+  ASSERT_TRUE(exists(ckpt(a, 100)));
 
-  pid_t pid = spawn({plan, "--data", "examples/cnn/data", "--steps", "40", "--seed", "7", "--checkpoint-every",
-                     "10", "--quiet", "--checkpoint-dir", b, "--log", b + ".jsonl"},
+  pid_t pid = spawn({plan, "--data", "examples/cnn/data", "--steps", "100", "--seed", "7", "--checkpoint-every",
+                     "10", "--quiet", "--threads", "1", "--checkpoint-dir", b, "--log", b + ".jsonl"},
                     tmp() + "/resume_b_first.out");
   ASSERT_GT(pid, 0);
   for (int i = 0; i < 200000 && !exists(ckpt(b, 20)); i++) usleep(500);
@@ -319,7 +321,7 @@ TEST(Train, ResumeAfterKill9IsBitForBit) {
   int st = 0;
   waitpid(pid, &st, 0);
   ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "the child finished before the kill";
-  ASSERT_FALSE(exists(ckpt(b, 40)));
+  ASSERT_FALSE(exists(ckpt(b, 100)));
   size_t logged_before = lines(slurp(b + ".jsonl")).size();
   printf("killed after %zu logged steps (checkpoint 20%s present)\n", logged_before,
          exists(ckpt(b, 30)) ? " and 30" : "");
@@ -327,15 +329,54 @@ TEST(Train, ResumeAfterKill9IsBitForBit) {
   r = apexrun(plan + common + " --checkpoint-dir " + b + " --log " + b + ".jsonl --export-onnx " + b +
               ".onnx --resume");
   ASSERT_EQ(r.code, 0) << r.out;
-  std::string ca = slurp(ckpt(a, 40)), cb = slurp(ckpt(b, 40));
+  std::string ca = slurp(ckpt(a, 100)), cb = slurp(ckpt(b, 100));
   ASSERT_GT(ca.size(), 1000u);
   EXPECT_TRUE(ca == cb) << "final checkpoints differ";
   EXPECT_TRUE(slurp(a + ".onnx") == slurp(b + ".onnx")) << "exported models differ";
   std::vector<std::string> la = losses(a + ".jsonl"), lb = losses(b + ".jsonl");
-  ASSERT_EQ(la.size(), 40u);
+  ASSERT_EQ(la.size(), 100u);
   EXPECT_EQ(la, lb) << "per-step loss, scale and grad norm of the resumed run";
   // the checkpoint at 20 matches too
   EXPECT_TRUE(slurp(ckpt(a, 20)) == slurp(ckpt(b, 20)));
+}
+
+TEST(Train, DropoutStreamContinuesAcrossResume) {
+  std::string dir = tmp() + "/dropout";
+  Result g = sh("python3 runtime/testdata/make_dropout_model.py " + dir);
+  ASSERT_EQ(g.code, 0) << g.out;
+  ApxOptions o;
+  apx_options_init(&o);
+  std::string src = dir + "/model.onnx", plan = dir + "/model.apx";
+  o.model_path = src.c_str();
+  o.opt_level = APX_O0;
+  o.quiet = 1;
+  char err[512];
+  ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
+  ApxDiag d;
+  apx_diag_init(&d);
+  d.quiet = 1;
+  ApxGraph gr;
+  ASSERT_EQ(apx_compile_file(&gr, &o, &d), 0) << d.msg;
+  ASSERT_EQ(apx_emit_plan_file(&gr, &o, plan.c_str(), &d), 0) << d.msg;
+  apx_graph_free(&gr);
+  const std::string common = plan + " --data " + dir + "/data --quiet --no-shuffle --steps 20";
+  Result r = apexrun(common + " --seed 1 --checkpoint-dir " + dir + "/a --log " + dir + "/a.jsonl");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = apexrun(common + " --seed 2 --log " + dir + "/s2.jsonl");
+  ASSERT_EQ(r.code, 0) << r.out;
+  // same data order, another Dropout key: other masks, other losses
+  EXPECT_NE(losses(dir + "/a.jsonl"), losses(dir + "/s2.jsonl"));
+  r = apexrun(plan + " --data " + dir + "/data --quiet --no-shuffle --steps 10 --seed 1 --checkpoint-dir " +
+              dir + "/b --log " + dir + "/b.jsonl");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = apexrun(common + " --seed 1 --resume --checkpoint-dir " + dir + "/b --log " + dir + "/b.jsonl");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(losses(dir + "/a.jsonl"), losses(dir + "/b.jsonl"));
+  EXPECT_TRUE(slurp(ckpt(dir + "/a", 20)) == slurp(ckpt(dir + "/b", 20)));
+  // resuming with another seed is refused
+  r = apexrun(common + " --seed 3 --resume --checkpoint-dir " + dir + "/b");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("the checkpoint was trained with data seed 1, this run 3"), std::string::npos) << r.out;
 }
 
 TEST(Train, TornCheckpointWriteNeverLoads) {
