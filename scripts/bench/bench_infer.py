@@ -20,6 +20,11 @@ Per case and thread count, K repetitions, interleaved so both peers see the same
                initializer elimination breaks training-mode BatchNorm in the CNN (see
                tests/ort/record_fixtures.py), and off is what tests/ort compares against.
                "ort-opt" = ORT_ENABLE_ALL, shown for models without BatchNorm.
+  apexc[CORE]  apexc again with OPENBLAS_CORETYPE=CORE (--coretype; auto: SkylakeX with
+               AVX-512, Haswell with AVX2+FMA, when OPENBLAS_CORETYPE is not set already).
+               Debian's OpenBLAS 0.3.21 does not know newer CPUs and falls back to its SSE3
+               "Prescott" sgemm (kernels/cpu/cpu_kernels.h apx_cpu_blas_coretype_hint), which
+               apexrun as shipped then uses; this column shows what the right kernel gives.
 Printed: the median over the K repetitions of each peer's median, and apexc / ort ratios
 (below 1: apexc faster). The loss apexc wrote is checked against onnxruntime's (1e-5).
 """
@@ -76,10 +81,31 @@ def time_ort(sess, feeds, iters):
     return statistics.median(ms)
 
 
-def time_apexc(apexrun, model_path, ds, threads, iters, out_dir):
+def auto_coretype(arg):
+    """OPENBLAS_CORETYPE for the extra apexc column, or None."""
+    if arg == "none" or (arg == "auto" and os.environ.get("OPENBLAS_CORETYPE")):
+        return None
+    if arg != "auto":
+        return arg
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next(line for line in f if line.startswith("flags")).split())
+    except (OSError, StopIteration):
+        return None
+    if "avx512f" in flags:
+        return "SkylakeX"
+    if "avx2" in flags and "fma" in flags:
+        return "Haswell"
+    return None
+
+
+def time_apexc(apexrun, model_path, ds, threads, iters, out_dir, coretype=None):
+    env = dict(os.environ)
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
     cmd = [apexrun, "infer", model_path, "--input-dir", ds, "--output-dir", out_dir, "-O0",
            "--threads", str(threads), "--repeat", str(iters)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
     for line in r.stdout.splitlines():
@@ -95,7 +121,9 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--cases", default="mlp,cnn,transformer,mlp_b256,cnn_b128")
+    ap.add_argument("--coretype", default="auto", help="auto, none or an OPENBLAS_CORETYPE name")
     a = ap.parse_args()
+    core = auto_coretype(a.coretype)
     import onnxruntime
 
     tmp = tempfile.mkdtemp(prefix="apexc_bench_infer_")
@@ -122,7 +150,9 @@ def main():
         load = float("nan")
     print(f"onnxruntime {onnxruntime.__version__}; {os.cpu_count()} CPUs, load average {load:.2f}; "
           f"{a.reps} repetitions x {a.iters} iterations; medians in ms per forward")
-    hdr = f"{'case':<14} {'batch':>5} {'thr':>3} {'apexc':>9} {'ort':>9} {'apexc/ort':>9} {'ort-opt':>9} {'apexc/ort-opt':>13}"
+    cc = f"apexc[{core}]" if core else ""
+    hdr = (f"{'case':<14} {'batch':>5} {'thr':>3} {'apexc':>9} {'ort':>9} {'apexc/ort':>9} "
+           f"{'ort-opt':>9} {'apexc/ort-opt':>13}" + (f" {cc:>16} {'/ort':>6}" if core else ""))
     print(hdr)
     for label, m, batch, d in cases:
         model_path = os.path.join(d, "model.onnx")
@@ -133,9 +163,11 @@ def main():
             s0 = ort_session(model_path, t, False)
             s1 = None if has_bn else ort_session(model_path, t, True)
             out_dir = os.path.join(tmp, f"out_{label}_{t}")
-            ap_ms, o0_ms, o1_ms = [], [], []
+            ap_ms, o0_ms, o1_ms, ac_ms = [], [], [], []
             for _ in range(a.reps):
                 ap_ms.append(time_apexc(a.apexrun, model_path, ds, t, a.iters, out_dir))
+                if core:
+                    ac_ms.append(time_apexc(a.apexrun, model_path, ds, t, a.iters, out_dir, core))
                 o0_ms.append(time_ort(s0, feeds, a.iters))
                 if s1 is not None:
                     o1_ms.append(time_ort(s1, feeds, a.iters))
@@ -155,6 +187,9 @@ def main():
                 line += f" {O1:>9.4f} {A / O1:>13.2f}"
             else:
                 line += f" {'(BN)':>9} {'-':>13}"
+            if ac_ms:
+                C = statistics.median(ac_ms)
+                line += f" {C:>16.4f} {C / O0:>6.2f}"
             print(line, flush=True)
     return 0
 

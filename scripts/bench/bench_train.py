@@ -19,6 +19,8 @@ trainable except BN running statistics.
                graph optimizations); one step = module(*batch) (train_step) +
                optimizer.step() + module.lazy_reset_grad(), timed from Python with
                perf_counter around the three calls; the median over steps W+1..N.
+  O0[CORE]     apexc -O0 again with OPENBLAS_CORETYPE=CORE (--coretype, as in
+               bench_infer.py: Debian's OpenBLAS falls back to SSE3 kernels on newer CPUs).
 K repetitions (fresh process / fresh session each), interleaved; printed: the median over
 repetitions of each median, and apexc / onnxruntime ratios (below 1: apexc faster). The
 first-step losses of apexc -O0 and onnxruntime are printed side by side as a sanity check.
@@ -42,13 +44,17 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "ort_training"))
 import batch_variant  # noqa: E402
+import bench_infer  # noqa: E402
 import make_reference as mr  # noqa: E402
 
 
-def apexc_steps(bin_dir, plan, data, threads, steps, log):
+def apexc_steps(bin_dir, plan, data, threads, steps, log, coretype=None):
+    env = dict(os.environ)
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
     cmd = [os.path.join(bin_dir, "runtime", "apexrun"), plan, "--data", data, "--steps", str(steps),
            "--no-shuffle", "--threads", str(threads), "--log", log, "--quiet"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
     with open(log) as f:
@@ -104,7 +110,9 @@ def main():
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--cases", default="mlp,cnn,transformer,mlp_b256,cnn_b128")
+    ap.add_argument("--coretype", default="auto", help="auto, none or an OPENBLAS_CORETYPE name")
     a = ap.parse_args()
+    core = bench_infer.auto_coretype(a.coretype)
     ort, ot = mr._import_ort_training()
     tmp = tempfile.mkdtemp(prefix="apexc_bench_train_")
     apexc = os.path.join(a.bin_dir, "compiler", "apexc")
@@ -132,8 +140,10 @@ def main():
         load = float("nan")
     print(f"onnxruntime-training {ort.__version__}; {os.cpu_count()} CPUs, load average {load:.2f}; "
           f"{a.reps} repetitions x {a.steps} steps (median of steps {a.warmup + 1}..{a.steps}); ms per step")
+    cc = f"O0[{core}]" if core else ""
     print(f"{'case':<12} {'batch':>5} {'thr':>3} {'apexc O0':>9} {'apexc O2':>9} {'ort':>9} "
-          f"{'O0/ort':>7} {'O2/ort':>7}   first loss O0 / ort")
+          f"{'O0/ort':>7} {'O2/ort':>7}" + (f" {cc:>13} {'/ort':>6}" if core else "")
+          + "   first loss O0 / ort")
     for label, model_path, data in cases:
         batch = onnx.load(model_path).graph.input[0].type.tensor_type.shape.dim[0].dim_value
         plans = {}
@@ -144,7 +154,7 @@ def main():
             if r.returncode != 0:
                 raise RuntimeError(f"apexc {model_path} -{lvl}: {r.stderr.strip()}")
         for t in [int(x) for x in a.threads.split(",")]:
-            res = {"O0": [], "O2": [], "ort": []}
+            res = {"O0": [], "O2": [], "ort": [], "core": []}
             first = {}
             for _ in range(a.reps):
                 for lvl in ("O0", "O2"):
@@ -152,6 +162,10 @@ def main():
                                          os.path.join(tmp, "log.jsonl"))
                     res[lvl].append(statistics.median(ms[a.warmup:]))
                     first[lvl] = l0
+                if core:
+                    ms, _ = apexc_steps(a.bin_dir, plans["O0"], data, t, a.steps,
+                                        os.path.join(tmp, "log.jsonl"), core)
+                    res["core"].append(statistics.median(ms[a.warmup:]))
                 with mr._Silence():
                     trainer = OrtTrainer(ort, ot, model_path, data, t, tmp)
                 ms, l0 = trainer.run(a.steps)
@@ -159,8 +173,12 @@ def main():
                 res["ort"].append(statistics.median(ms[a.warmup:]))
                 first["ort"] = l0
             A0, A2, O = (statistics.median(res[k]) for k in ("O0", "O2", "ort"))
+            extra = ""
+            if core:
+                C = statistics.median(res["core"])
+                extra = f" {C:>13.3f} {C / O:>6.2f}"
             print(f"{label:<12} {batch:>5} {t:>3} {A0:>9.3f} {A2:>9.3f} {O:>9.3f} {A0 / O:>7.2f} "
-                  f"{A2 / O:>7.2f}   {first['O0']:.6f} / {first['ort']:.6f}", flush=True)
+                  f"{A2 / O:>7.2f}{extra}   {first['O0']:.6f} / {first['ort']:.6f}", flush=True)
     return 0
 
 
