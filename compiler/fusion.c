@@ -16,10 +16,10 @@ const char *apx_fusion_why_name(ApxFusionWhy w) {
 
 void apx_graph_traffic(const ApxGraph *g, ApxTraffic *t) {
   memset(t, 0, sizeof *t);
-  for (int k = 0; k < g->n_order; k++) {
-    int id = g->order[k];
+  /* every live node (a pass may have changed the graph without re-sorting g->order yet) */
+  for (int id = 0; id < g->n_nodes; id++) {
     const ApxNode *n = &g->nodes[id];
-    if (apx_op_info(n->op)->flags & APX_OPF_SHAPEONLY) continue;
+    if ((n->flags & APX_NODEF_DEAD) || (apx_op_info(n->op)->flags & APX_OPF_SHAPEONLY)) continue;
     int s = n->section >= APX_SEC_FORWARD && n->section <= APX_SEC_OPTIMIZER ? (int)n->section : 0;
     t->kernels[s]++;
     int64_t r = apx_node_bytes_read(g, id), w = apx_node_bytes_written(g, id);

@@ -9,7 +9,7 @@
  * report compares before and after (with --no-fuse both are the same graph).
  *
  * Traffic (apx_graph_traffic) is an estimate from compiler/cost.h over the live nodes that
- * launch a kernel: every node except the SHAPEONLY views (Reshape, Flatten, Squeeze,
+ * launch a kernel (g->order need not be current): every node except the SHAPEONLY views (Reshape, Flatten, Squeeze,
  * Unsqueeze, Identity alias their input; the executor skips them). Bytes are the node's
  * runtime inputs read plus outputs written at their dtypes, per training step (forward +
  * backward + optimizer, one micro-batch). */

@@ -37,6 +37,7 @@ static int try_bn_relu(FzCtx *c, int bn) {
   f.n_out = n->n_out;
   f.out[0] = y;
   for (int k = 1; k < n->n_out; k++) f.out[k] = n->out[k] >= 0 ? n->out[k] : FZ_ABSENT;
+  f.mixed_out = 1; /* dX in the type the graph had: fuse_casts folds a narrowing Cast after it */
   if (at.training_mode && n->n_out >= 5 && n->out[3] >= 0 && n->out[4] >= 0) {
     f.grad_op = APX_OP_BatchNormReluGrad;
     f.grad_attrs = &at;

@@ -51,7 +51,8 @@ INSTANTIATE_TEST_SUITE_P(Levels, BnReluNumerics,
                          });
 
 TEST(FuseBnRelu, KeepsBatchNormFp32AtO2WithHalfActivations) {
-  Compiled f = Compile(ConvBnRelu(1), Options{APX_O2, APX_DT_F16, false, {}}, {pass_fuse_bn_relu});
+  // dX first keeps the fp32 type BatchNormGrad had; fuse_casts then folds its Cast to fp16
+  Compiled f = Compile(ConvBnRelu(1), Options{APX_O2, APX_DT_F16, false, {}}, {pass_fuse_bn_relu, pass_fuse_casts});
   ASSERT_TRUE(f.ok);
   const ApxNode &n = f.g().nodes[f.Node(APX_OP_BatchNormRelu)];
   EXPECT_EQ(n.compute, APX_DT_F32);

@@ -84,9 +84,7 @@ static int root_of(FzCtx *c, int n) {
       break;
     }
     if (nd->op == APX_OP_LossScaleSeed) break;
-    int next = nd->origin;
-    if (nd->op == APX_OP_Cast && nd->n_in > 0 && nd->in[0] >= 0 && g->vals[nd->in[0]].producer >= 0)
-      next = g->vals[nd->in[0]].producer;
+    int next = nd->origin; /* an inserted Cast's origin is its first user (cast_insert.h) */
     if (next == cur) break;
     cur = next;
   }
@@ -746,7 +744,7 @@ static int apply(FzCtx *c, const FzFusion *f, Work *w) {
   ApxDType preset[FZ_MAX_IO];
   for (int k = 0; k < f->n_out; k++) {
     present[k] = f->out[k] != FZ_ABSENT;
-    preset[k] = f->mixed_out && f->out[k] >= 0 ? g->vals[f->out[k]].dtype : APX_DT_UNDEFINED;
+    preset[k] = f->mixed_out && k == 0 && f->out[k] >= 0 ? g->vals[f->out[k]].dtype : APX_DT_UNDEFINED;
   }
   int F = trial_node(c, f->op, fname, f->attrs, f->n_in, f->in, f->n_out, present, preset, APX_SEC_FORWARD,
                      why, sizeof why);
@@ -772,7 +770,7 @@ static int apply(FzCtx *c, const FzFusion *f, Work *w) {
     ApxDType gpre[FZ_MAX_IO];
     for (int s = 0; s < f->grad_n_out; s++) {
       gpre[s] = APX_DT_UNDEFINED;
-      for (int i = 0; f->mixed_out && gpresent[s] && i < w->nexit; i++)
+      for (int i = 0; f->mixed_out && s == 0 && gpresent[s] && i < w->nexit; i++)
         if (w->exit_slot[i] == f->grad_of[s]) gpre[s] = g->vals[w->exits[i]].dtype;
     }
     G = trial_node(c, f->grad_op, gname, f->grad_attrs, f->grad_n_in, gin, f->grad_n_out, gpresent, gpre,

@@ -9,10 +9,11 @@
  *      them in FzFusion.fwd) -> one fused forward node F;
  *   B  the backward nodes derived from R -> one fused gradient node G. B is every live
  *      BACKWARD node whose root is in R: the root of a node is the node itself in the
- *      FORWARD section, the producer's root for an inserted Cast, else its origin's root
- *      (autodiff sets origin = forward node, or the value's producer for gradient sums);
- *      gradient sums of the region's output (an Add/Sum of contributions made outside B)
- *      and Casts of them are not part of B;
+ *      FORWARD section, else its origin's root (autodiff sets origin = forward node, or the
+ *      value's producer for gradient sums; cast_insert sets a Cast's origin to its first
+ *      user, so a Cast between two nodes of B is in B and a Cast of B's result for a reader
+ *      outside is not); gradient sums of the region's output (an Add/Sum of contributions
+ *      made outside B) and Casts of incoming gradients are not part of B;
  *   the gradient wiring: B reads exactly one incoming gradient (the region output's), and
  *      its outputs read elsewhere ("exits") are gradient contributions to F's inputs. The
  *      input an exit belongs to is found from the forward node its backward chain comes
@@ -78,9 +79,9 @@ typedef struct FzFusion {
   int grad_n_in, grad_in[FZ_MAX_IO]; /* value ids, FZ_DY, FZ_FOUT(k), -1 */
   int grad_n_out, grad_of[FZ_MAX_IO]; /* output k = gradient of F input grad_of[k], -1 */
   const char *grad_missing; /* reason text when grad_op is APX_OP_INVALID */
-  int mixed_out;  /* 1: F and G write the values they take over in those values' dtypes
-                     (ops whose inference keeps a preset float output dtype, compiler/
-                     infer_nn.c: FusedSoftmax, FusedSoftmaxGrad) */
+  int mixed_out;  /* 1: output 0 of F and of G is written in the dtype of the value it
+                     takes over (ops whose inference keeps a preset float output dtype,
+                     compiler/infer_nn.c; pass_fuse_casts may fold a following Cast later) */
 } FzFusion;
 
 /* Per-pass state: use lists and backward-node index built once per pass, kept valid as

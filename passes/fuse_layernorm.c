@@ -164,6 +164,7 @@ static int try_layernorm(FzCtx *c, int m1) {
   f.in[0] = xs, f.in[1] = gamma, f.in[2] = beta;
   f.n_out = 3;
   f.out[0] = y, f.out[1] = FZ_NEW, f.out[2] = FZ_NEW;
+  f.mixed_out = 1; /* dX in the type the graph had: fuse_casts folds a narrowing Cast after it */
   f.grad_op = APX_OP_LayerNormGrad;
   f.grad_attrs = &at;
   f.grad_n_in = 5;

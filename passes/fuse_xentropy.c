@@ -28,6 +28,7 @@ static int try_xentropy(FzCtx *c, int id) {
   f.in[0] = fz_source(g, scores), f.in[1] = labels;
   f.n_out = 2;
   f.out[0] = n->out[0], f.out[1] = FZ_NEW;
+  f.mixed_out = 1; /* dX in the type the graph had: fuse_casts folds a narrowing Cast after it */
   f.grad_op = APX_OP_FusedXentropyGrad;
   f.grad_attrs = &at;
   f.grad_n_in = 4;

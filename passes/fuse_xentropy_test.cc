@@ -61,7 +61,10 @@ INSTANTIATE_TEST_SUITE_P(Levels, XentropyNumerics,
                          });
 
 TEST(FuseXentropy, ReadsHalfLogitsDirectly) {
-  Compiled f = Compile(Classifier(XeSpec{}), Options{APX_O2, APX_DT_F16, false, {}}, {pass_fuse_xentropy});
+  // the gradient first keeps the fp32 type SoftmaxCrossEntropyLossGrad had; fuse_casts
+  // then folds the Cast to fp16 into FusedXentropyGrad
+  Compiled f = Compile(Classifier(XeSpec{}), Options{APX_O2, APX_DT_F16, false, {}},
+                       {pass_fuse_xentropy, pass_fuse_casts});
   ASSERT_TRUE(f.ok);
   const ApxNode &n = f.g().nodes[f.Node(APX_OP_FusedXentropy)];
   EXPECT_EQ(f.g().vals[n.in[0]].dtype, APX_DT_F16);
