@@ -222,6 +222,7 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
   /* gradient buckets: one per Allreduce node */
   int32_t nbk = 0;
   for (int32_t t = 0; t < g->n_order; t++) nbk += g->nodes[g->order[t]].op == APX_OP_Allreduce;
+  /* (Allreduce nodes with bucket < 0 reduce BatchNorm statistics, passes/sync_bn.h: no bucket) */
   plan->buckets = apx_arena_alloc(A, ((size_t)nbk + 1) * sizeof(ApxPlanBucket));
   if (!plan->buckets) goto oom;
   for (int32_t t = 0; t < g->n_order; t++) {
@@ -229,6 +230,7 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
     if (n->op != APX_OP_Allreduce) continue;
     ApxPlanBucket *bk = &plan->buckets[plan->n_buckets];
     const ApxAttrAllreduce *ar = n->typed;
+    if (ar && ar->bucket < 0) continue;
     bk->id = ar ? ar->bucket : plan->n_buckets;
     bk->members = apx_arena_alloc(A, ((size_t)n->n_in + 1) * sizeof(int32_t));
     if (!bk->members) goto oom;

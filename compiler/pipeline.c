@@ -23,6 +23,7 @@
 #include "passes/master_weights.h"
 #include "passes/memplan.h"
 #include "passes/optimizer.h"
+#include "passes/sync_bn.h"
 #include "passes/overflow_check.h"
 #include "passes/precision.h"
 
@@ -47,6 +48,7 @@ static const ApxPassInfo passes[] = {
     {"cast_insert", pass_cast_insert, "casts where dtypes and decisions differ"},
     {"cast_cleanup", pass_cast_cleanup, "no round trips, one cast per value and type"},
     {"inspect", stage_inspect, "--explain and --emit-onnx output"},
+    {"sync_bn", pass_sync_bn, "--sync-bn: BatchNorm statistics over all ranks"},
     {"master_weights", pass_master_weights, "optimizer updates fp32 masters, refreshes half"},
     /* fusion (DESIGN.md 10): forward patterns and the backward nodes derived from them */
     {"fuse_xentropy", pass_fuse_xentropy, "SoftmaxCrossEntropyLoss -> FusedXentropy"},

@@ -43,7 +43,7 @@ static int find_unscale_check(const ApxGraph *g, int *count_allreduce) {
   for (int32_t t = 0; t < g->n_order; t++) {
     const ApxNode *n = &g->nodes[g->order[t]];
     if (n->op == APX_OP_UnscaleCheck && uc < 0) uc = g->order[t];
-    if (n->op == APX_OP_Allreduce) (*count_allreduce)++;
+    if (n->op == APX_OP_Allreduce && ((const ApxAttrAllreduce *)n->typed)->bucket >= 0) (*count_allreduce)++;
   }
   return uc;
 }
@@ -261,7 +261,7 @@ int apx_buckets_collect(const ApxGraph *g, ApxBucketInfo *out, int cap) {
   int count = 0;
   for (int32_t t = 0; t < g->n_order; t++) {
     const ApxNode *n = &g->nodes[g->order[t]];
-    if (n->op != APX_OP_Allreduce) continue;
+    if (n->op != APX_OP_Allreduce || (n->typed && ((const ApxAttrAllreduce *)n->typed)->bucket < 0)) continue;
     if (count < cap) {
       ApxBucketInfo *b = &out[count];
       memset(b, 0, sizeof *b);

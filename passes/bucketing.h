@@ -38,8 +38,9 @@
  * reads comes out of an Allreduce, so a non-finite gradient on any rank makes every rank's
  * UnscaleCheck see it.
  *
- * Graphs without an UnscaleCheck (inference) and graphs that already hold Allreduce nodes
- * are unchanged. */
+ * Graphs without an UnscaleCheck (inference) and graphs that already hold gradient-bucket
+ * Allreduce nodes are unchanged. Allreduce nodes with bucket = -1 (BatchNorm statistics,
+ * passes/sync_bn.h) are not buckets: the pass and apx_buckets_collect leave them out. */
 #ifndef APX_BUCKETING_H
 #define APX_BUCKETING_H
 

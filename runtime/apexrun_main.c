@@ -29,6 +29,7 @@
 #include "compiler/pipeline.h"
 #include "passes/memplan.h"
 #include "runtime/backend.h"
+#include "runtime/collective.h"
 #include "runtime/exec.h"
 #include "runtime/plan.h"
 #include "runtime/train.h"
@@ -52,6 +53,15 @@ static const char *usage_text =
     "  --export-onnx F       write the trained model as ONNX for inference (fp32 weights)\n"
     "  --quiet               no progress line or overflow notices (the summary stays)\n"
     "  --progress            progress line per step even when stdout is not a terminal\n"
+    "\n"
+    "data parallelism: mpirun -np K apexrun PLAN.apx --data DIR --steps N ...\n"
+    "  each rank trains on its slice of every global batch (K times the plan's batch); the\n"
+    "  plan's gradient buckets are averaged over the ranks as backward produces them; only\n"
+    "  rank 0 prints, logs and writes checkpoints; every rank resumes from the same file.\n"
+    "  --collective-timeout S  a collective that waits longer than S seconds (a dead or hung\n"
+    "                        rank) ends the whole job with an error (default 300)\n"
+    "  --check-replicas N    also check every N steps that all ranks hold identical weights\n"
+    "                        (always checked at the start and at the end)\n"
     "\n"
     "infer: runs the model's forward pass on ONNX test-data tensors.\n"
     "  --input-dir D         reads D/input_0.pb, input_1.pb, ... (one per data input, in order)\n"
@@ -317,6 +327,7 @@ static int cmd_train(int argc, char **argv) {
   apx_train_config_init(&c);
   const char *plan_path = NULL, *v;
   int have_steps = 0, every_set = 0;
+  double timeout_s = APX_COLL_DEFAULT_TIMEOUT_S;
   long long n;
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
@@ -362,6 +373,15 @@ static int cmd_train(int argc, char **argv) {
       c.quiet = 1;
     } else if (!strcmp(arg, "--progress")) {
       c.progress = APX_PROGRESS_ON;
+    } else if ((v = flag_value(argc, argv, &i, "--collective-timeout"))) {
+      char *end;
+      double s = strtod(v, &end);
+      if (!*v || *end || !(s > 0) || s > 1e6)
+        return usage_error("--collective-timeout: '%s' is not a number of seconds in (0, 1e6]", v);
+      timeout_s = s;
+    } else if ((v = flag_value(argc, argv, &i, "--check-replicas"))) {
+      if (parse_count("--check-replicas", v, 1, &n)) return APX_EXIT_BAD_INPUT;
+      c.check_replicas = n;
     } else {
       return usage_error("unknown option '%s'", arg);
     }
@@ -382,10 +402,22 @@ static int cmd_train(int argc, char **argv) {
   }
   ApxDiag d;
   apx_diag_init(&d);
+  /* under mpirun: rank and world from MPI (collective.h); otherwise one process */
+  ApxCollConfig cc;
+  apx_coll_config_init(&cc);
+  cc.timeout_s = timeout_s;
+  ApxColl *coll = NULL;
+  if (apx_coll_init(&coll, &cc, &d)) return fail(&d);
+  c.coll = coll;
+  c.rank = apx_coll_rank(coll);
+  c.world = apx_coll_world(coll);
   ApxPlan plan;
   apx_plan_init(&plan);
   int rc = apx_plan_read(&plan, plan_path, &d) ? fail(&d) : apx_train_run(&plan, &c);
   apx_plan_free(&plan);
+  /* a failed rank ends the job (its error is printed): the others would wait for it */
+  if (rc && c.world > 1) apx_coll_abort(coll, rc, NULL);
+  apx_coll_finalize(coll);
   return rc;
 }
 

@@ -452,7 +452,10 @@ static ApxStatus slot_allreduce_bucket(ApxBackend *be, ApxQueue *q, ApxTensor *t
   float pre, post;
   apx_coll_bucket_scales(a, be->world, &pre, &post);
   char what[64];
-  snprintf(what, sizeof what, "allreduce bucket %d", a ? (int)a->bucket : -1);
+  if (a && a->bucket < 0)
+    snprintf(what, sizeof what, "allreduce of BatchNorm statistics (--sync-bn)");
+  else
+    snprintf(what, sizeof what, "allreduce bucket %d", a ? (int)a->bucket : -1);
   return apx_coll_allreduce(be->coll_ctx, t, n, APX_REDUCE_SUM, pre, post, what, &d) ? slot_status(be, &d)
                                                                                     : APX_STATUS_OK;
 }

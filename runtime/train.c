@@ -114,6 +114,8 @@ int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *c
   if (apx_dataset_open(&t->ds, plan, cfg->data_dir, d)) return -1;
   ApxSamplerConfig smp = {t->ds.n_samples, t->ds.batch, cfg->rank, cfg->world, t->sampler_seed, cfg->order};
   if (apx_sampler_init(&t->sampler, &smp, d)) return -1;
+  if (apx_dp_init(&t->dp, cfg->coll, &t->ex, plan, t->ds.n_samples, t->ds.batch, cfg->check_replicas, d))
+    return -1;
   t->idx = calloc((size_t)t->ds.batch, sizeof *t->idx);
   t->host = calloc((size_t)t->ds.n_inputs, sizeof *t->host);
   t->loss_host = calloc(1, (size_t)plan->bufs[plan->loss].bytes + 8);
@@ -134,6 +136,7 @@ void apx_trainer_free(ApxTrainer *t) {
     for (int32_t i = 0; i < t->ds.n_inputs; i++) free(t->host[i]);
   free(t->host);
   if (t->have_ex) apx_exec_free(&t->ex);
+  apx_dp_free(&t->dp);
   apx_dataset_free(&t->ds);
   apx_sampler_free(&t->sampler);
   free(t->idx);
@@ -172,7 +175,7 @@ int apx_trainer_step(ApxTrainer *t, ApxStepRecord *rec, ApxDiag *d) {
     loss_sum += l;
     if (apx_exec_run(&t->ex, APX_SEC_BACKWARD, d)) return -1;
   }
-  if (apx_exec_run(&t->ex, APX_SEC_OPTIMIZER, d)) return -1;
+  if (apx_dp_run_optimizer(&t->dp, &t->ex, d)) return -1; /* found_inf agreed over ranks */
   float found_inf = 0, norm_sq = 0;
   int32_t first_bad = -1;
   if (apx_exec_read(&t->ex, t->found_inf_buf, &found_inf, 4, d) ||
@@ -372,6 +375,8 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
     }
   }
   if (cfg.log_path && lead && !(log = open_log(cfg.log_path, t.step, resumed, &d))) goto done;
+  /* every rank starts from identical weights (same plan, same checkpoint) */
+  if (apx_dp_check_replicas(&t.dp, &t.ex, t.step, t.scaler.scale, 1, &d)) goto done;
 
   int64_t first_step = t.step;
   double first_loss = NAN, last_loss = NAN, total_ms = 0, last_print = -1e9;
@@ -414,12 +419,16 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
         fprintf(stderr, "apexrun: warning: loss scale collapsed below 1 (%g) at step %" PRId64 "\n",
                 t.scaler.scale, r.step);
     }
+    if (t.dp.check_every > 0 && t.step % t.dp.check_every == 0 && t.step < cfg.steps &&
+        apx_dp_check_replicas(&t.dp, &t.ex, t.step, t.scaler.scale, 1, &d))
+      goto done;
     if (lead && cfg.ckpt_dir && cfg.ckpt_every > 0 && t.step % cfg.ckpt_every == 0) {
       if (apx_trainer_save(&t, NULL, &d)) goto done;
       last_saved = t.step;
     }
   }
   if (pending) fputc('\n', out), pending = 0;
+  if (apx_dp_check_replicas(&t.dp, &t.ex, t.step, t.scaler.scale, 0, &d)) goto done; /* summary */
   if (lead && cfg.ckpt_dir && last_saved != t.step && t.step > 0) {
     if (apx_trainer_save(&t, NULL, &d)) goto done;
   }

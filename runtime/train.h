@@ -22,7 +22,11 @@
  *
  * Plans with more than one loss scaler (several LossScaleSeed kernels) are refused: "not
  * supported yet". rank/world select this process's slice of each global batch (sampler.h);
- * the collective layer (issue 6) sets them. */
+ * under mpirun cfg.coll (collective.h) carries them and dp.h adds what K ranks need:
+ * gradient buckets reduced during BACKWARD, found_inf agreed before the update, replica
+ * checks (every rank identical) after resume, every --check-replicas N steps and at the
+ * end; only rank 0 prints, logs and writes checkpoints, every rank resumes from the same
+ * checkpoint file. */
 #ifndef APX_TRAIN_H
 #define APX_TRAIN_H
 
@@ -32,6 +36,7 @@
 #include "compiler/diag.h"
 #include "runtime/checkpoint.h"
 #include "runtime/dataset.h"
+#include "runtime/dp.h"
 #include "runtime/exec.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/plan.h"
@@ -60,6 +65,9 @@ typedef struct ApxTrainConfig {
   ApxProgress progress;
   FILE *out;                 /* progress and summary (stdout when NULL) */
   ApxExecConfig exec;
+  struct ApxColl *coll;      /* data parallelism (dp.h, collective.h); NULL: one process.
+                                rank and world must match it */
+  int64_t check_replicas;    /* replica check every N steps under K ranks (0: start and end) */
 } ApxTrainConfig;
 
 typedef struct ApxStepRecord {
@@ -79,6 +87,7 @@ typedef struct ApxTrainer {
   ApxSampler sampler;
   ApxScaler scaler;
   ApxLrConfig lr;
+  ApxDp dp;                  /* data-parallel hooks (dp.h) */
   int32_t accumulate;
   int64_t step;              /* optimizer steps done */
   uint64_t sampler_seed;

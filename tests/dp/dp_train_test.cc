@@ -1,0 +1,392 @@
+// dp_train_test.cc - `mpirun -np K apexrun PLAN --data DIR --steps N` on CPU (DESIGN.md 11,
+// 13): K ranks with per-rank batch B train exactly like one process with batch K*B
+// (--no-shuffle, and with the shared shuffled order), an overflow on one rank makes every
+// rank skip, checkpoints resume identically on every rank, and a dead (SIGKILL) or hung
+// (SIGSTOP) rank ends the job with an error within the timeout instead of hanging.
+//
+// The plans come from tests/dp/{mlp,cnn}_n.onnx (the examples with a symbolic batch N,
+// tests/dp/make_models.py), compiled with apexc --dim N=B; the weights are compared through
+// apexrun --export-onnx (fp32 parameters and BatchNorm running statistics).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern "C" {
+#include "compiler/ir.h"
+#include "compiler/onnx_load.h"
+#include "compiler/options.h"
+#include "runtime/npy.h"
+}
+#include "runtime/mpi_testing.h"
+
+namespace {
+
+using apx_testing::CountOccurrences;
+using apx_testing::MpiResult;
+using apx_testing::Mpirun;
+using apx_testing::MpirunPrefix;
+using apx_testing::RunCommand;
+
+std::string Tmp() {
+  const char *t = getenv("TEST_TMPDIR");
+  return t ? t : "/tmp";
+}
+
+std::string Slurp(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// apexc tests/dp/<model>_n.onnx --dim N=batch <flags> -o <tmp>/<name>.apx
+std::string Compile(const std::string &model, int batch, const std::string &flags, const std::string &name) {
+  std::string plan = Tmp() + "/" + name + ".apx";
+  MpiResult r = RunCommand("./compiler/apexc tests/dp/" + model + "_n.onnx --dim N=" + std::to_string(batch) + " " +
+                           flags + " -q -o " + plan);
+  EXPECT_EQ(r.code, 0) << r.out;
+  return plan;
+}
+
+// The float initializers of an exported model by name.
+std::map<std::string, std::vector<float>> Weights(const std::string &onnx) {
+  std::map<std::string, std::vector<float>> w;
+  ApxGraph g;
+  ApxOptions o;
+  ApxDiag d;
+  apx_options_init(&o);
+  apx_diag_init(&d);
+  d.quiet = 1;
+  apx_graph_init(&g, onnx.c_str());
+  EXPECT_EQ(apx_onnx_load_file(&g, onnx.c_str(), &o, &d), 0) << d.msg;
+  for (int v = 0; v < g.n_vals; v++) {
+    const ApxValue &val = g.vals[v];
+    if (!val.data || val.dtype != APX_DT_F32 || (val.kind != APX_VAL_PARAM && val.kind != APX_VAL_CONST)) continue;
+    const float *p = (const float *)val.data;
+    w[val.name] = std::vector<float>(p, p + apx_value_numel(&val));
+  }
+  apx_graph_free(&g);
+  return w;
+}
+
+struct Diff {
+  double max_abs = 0, max_rel = 0;  // rel: |a - b| / max(1, |b|)
+  std::string where;
+};
+
+// filter: "" every tensor, "running" only BatchNorm running statistics, "-running" the rest
+Diff Compare(const std::map<std::string, std::vector<float>> &a, const std::map<std::string, std::vector<float>> &b,
+             const std::string &filter = "") {
+  Diff r;
+  EXPECT_EQ(a.size(), b.size());
+  EXPECT_GT(a.size(), 0u);
+  for (const auto &kv : a) {
+    bool running = kv.first.find("running") != std::string::npos;
+    if ((filter == "running" && !running) || (filter == "-running" && running)) continue;
+    auto it = b.find(kv.first);
+    if (it == b.end() || it->second.size() != kv.second.size()) {
+      ADD_FAILURE() << "tensor " << kv.first << " missing or resized";
+      continue;
+    }
+    for (size_t i = 0; i < kv.second.size(); i++) {
+      double e = std::fabs((double)kv.second[i] - (double)it->second[i]);
+      double rel = e / std::max(1.0, std::fabs((double)it->second[i]));
+      if (!(e <= r.max_abs)) r.max_abs = e, r.where = kv.first;
+      if (!(rel <= r.max_rel)) r.max_rel = rel;
+    }
+  }
+  return r;
+}
+
+// Trains `plan` on `np` ranks (np = 0: a plain process, no mpirun) and exports the weights.
+std::map<std::string, std::vector<float>> Train(int np, const std::string &plan, const std::string &data, int steps,
+                                                const std::string &flags, const std::string &name,
+                                                std::string *out = nullptr) {
+  std::string onnx = Tmp() + "/" + name + ".onnx";
+  std::string args = "./runtime/apexrun " + plan + " --data " + data + " --steps " + std::to_string(steps) +
+                     " --export-onnx " + onnx + " " + flags;
+  MpiResult r = np ? Mpirun(np, args) : RunCommand(args);
+  EXPECT_EQ(r.code, 0) << r.out;
+  if (np > 1) {
+    EXPECT_NE(r.out.find(std::to_string(np) + " replicas identical after step"), std::string::npos) << r.out;
+  }
+  if (out) *out = r.out;
+  return Weights(onnx);
+}
+
+// ---- same weights as one process on the combined batch ----------------------------------
+
+// MLP, fp32, AdamW: 2 ranks x 8 and 4 ranks x 8 against one process with 16 and 32.
+TEST(DataParallel, MlpMatchesOneProcessOnTheCombinedBatch) {
+  std::string p8 = Compile("mlp", 8, "-O0", "mlp8"), p16 = Compile("mlp", 16, "-O0", "mlp16"),
+              p32 = Compile("mlp", 32, "-O0", "mlp32");
+  const std::string data = "examples/mlp/data", flags = "--no-shuffle";
+  auto one16 = Train(0, p16, data, 20, flags, "mlp_1x16"), one32 = Train(0, p32, data, 20, flags, "mlp_1x32");
+  auto two = Train(2, p8, data, 20, flags, "mlp_2x8"), four = Train(4, p8, data, 20, flags, "mlp_4x8");
+  Diff d2 = Compare(two, one16), d4 = Compare(four, one32);
+  // fp32 with different summation orders (per-rank sums + allreduce vs one sum)
+  EXPECT_LT(d2.max_abs, 1e-6) << d2.where;
+  EXPECT_LT(d4.max_abs, 1e-6) << d4.where;
+  // and the runs really trained: weights moved by far more than that
+  EXPECT_GT(Compare(one16, Weights(Tmp() + "/mlp_1x32.onnx")).max_abs, 1e-3);
+  std::printf("MLP fp32 AdamW, 20 steps: max |w(2 ranks x 8) - w(1 x 16)| = %.3g (%s), "
+              "max |w(4 ranks x 8) - w(1 x 32)| = %.3g (%s)\n",
+              d2.max_abs, d2.where.c_str(), d4.max_abs, d4.where.c_str());
+}
+
+// With shuffling every rank draws the same permutation from the same seed.
+TEST(DataParallel, ShuffledBatchesMatchOneProcess) {
+  std::string p8 = Compile("mlp", 8, "-O0", "mlps8"), p16 = Compile("mlp", 16, "-O0", "mlps16");
+  auto one = Train(0, p16, "examples/mlp/data", 20, "--seed 7", "mlps_1x16");
+  auto two = Train(2, p8, "examples/mlp/data", 20, "--seed 7", "mlps_2x8");
+  Diff d = Compare(two, one);
+  EXPECT_LT(d.max_abs, 1e-6) << d.where;
+  std::printf("MLP shuffled (seed 7), 20 steps: max |w(2 x 8) - w(1 x 16)| = %.3g\n", d.max_abs);
+}
+
+// CNN with BatchNorm: --sync-bn gives every rank the statistics of the combined batch, so
+// 2 x 8 and 4 x 4 match one process with 16 (plain BatchNormalization); without it each rank
+// normalizes its own slice and the weights differ. SGD with momentum: AdamW would turn the
+// convolution biases' gradients, which BatchNorm makes zero up to rounding, into +-lr steps.
+TEST(DataParallel, CnnWithSyncBnMatchesOneProcessOnTheCombinedBatch) {
+  const std::string opt = "-O0 --optimizer sgd --lr 0.1 --momentum 0.9";
+  std::string s8 = Compile("cnn", 8, opt + " --sync-bn", "cnns8"), s4 = Compile("cnn", 4, opt + " --sync-bn", "cnns4"),
+              p8 = Compile("cnn", 8, opt, "cnnp8"), p16 = Compile("cnn", 16, opt, "cnnp16");
+  const std::string data = "examples/cnn/data", flags = "--no-shuffle";
+  auto one = Train(0, p16, data, 20, flags, "cnn_1x16");
+  auto two = Train(2, s8, data, 20, flags, "cnn_2x8_sync"), four = Train(4, s4, data, 20, flags, "cnn_4x4_sync");
+  auto plain = Train(2, p8, data, 20, flags, "cnn_2x8_plain");
+  Diff w2 = Compare(two, one, "-running"), w4 = Compare(four, one, "-running"), wp = Compare(plain, one, "-running");
+  Diff r2 = Compare(two, one, "running"), r4 = Compare(four, one, "running"), rp = Compare(plain, one, "running");
+  // parameters: fp32 rounding of different summation orders, through 20 steps
+  EXPECT_LT(w2.max_rel, 1e-5) << w2.where;
+  EXPECT_LT(w4.max_rel, 1e-5) << w4.where;
+  // running statistics average batch means that the reference itself sums sequentially in
+  // fp32 over N*H*W = 1024 values per channel: bound 1024 * FLT_EPSILON
+  EXPECT_LT(r2.max_rel, 1024 * FLT_EPSILON) << r2.where;
+  EXPECT_LT(r4.max_rel, 1024 * FLT_EPSILON) << r4.where;
+  EXPECT_GT(wp.max_rel, 1e-3) << "without --sync-bn the ranks' BatchNorm statistics differ";
+  EXPECT_GT(rp.max_rel, 1e-3);
+  std::printf("CNN+BN fp32 SGD, 20 steps, max |w - w(1 x 16)| / max(1, |w|), parameters / running statistics: "
+              "2 x 8 --sync-bn %.3g (%s) / %.3g; 4 x 4 --sync-bn %.3g (%s) / %.3g; 2 x 8 without --sync-bn %.3g / %.3g\n",
+              w2.max_rel, w2.where.c_str(), r2.max_rel, w4.max_rel, w4.where.c_str(), r4.max_rel, wp.max_rel,
+              rp.max_rel);
+}
+
+// ---- loss scaling agreed over the ranks --------------------------------------------------
+
+// The MLP's data with rank 1's slice of global batch 3 multiplied by 3e4: at O2 its fp16
+// forward overflows on rank 1 only. Every rank skips step 4 and halves its scale (one
+// process on the combined batch does the same), and the replicas stay identical.
+TEST(DataParallel, OverflowOnOneRankSkipsTheStepOnEveryRank) {
+  ApxNpy x, labels;
+  ApxDiag d;
+  apx_diag_init(&d);
+  ASSERT_EQ(apx_npy_read("examples/mlp/data/x.npy", &x, &d), 0) << d.msg;
+  ASSERT_EQ(apx_npy_read("examples/mlp/data/labels.npy", &labels, &d), 0) << d.msg;
+  const int64_t B = 8, K = 2, feat = x.dims[1];
+  for (int64_t s = 3 * K * B + B; s < 3 * K * B + 2 * B; s++)  // rank 1's slice of batch 3
+    for (int64_t j = 0; j < feat; j++) ((float *)x.data)[s * feat + j] *= 3e4f;
+  std::string dir = Tmp() + "/overflow_data";
+  mkdir(dir.c_str(), 0755);
+  ApxTensor tx{}, tl{};
+  tx.data = x.data, tx.dtype = x.dtype, tx.rank = x.rank;
+  tl.data = labels.data, tl.dtype = labels.dtype, tl.rank = labels.rank;
+  for (int i = 0; i < x.rank; i++) tx.dims[i] = x.dims[i];
+  for (int i = 0; i < labels.rank; i++) tl.dims[i] = labels.dims[i];
+  ASSERT_EQ(apx_npy_write((dir + "/x.npy").c_str(), &tx, &d), 0) << d.msg;
+  ASSERT_EQ(apx_npy_write((dir + "/labels.npy").c_str(), &tl, &d), 0) << d.msg;
+  apx_npy_free(&x);
+  apx_npy_free(&labels);
+
+  std::string p8 = Compile("mlp", 8, "-O2", "o2_8"), p16 = Compile("mlp", 16, "-O2", "o2_16");
+  std::string log2 = Tmp() + "/o2_2x8.jsonl", log1 = Tmp() + "/o2_1x16.jsonl", out;
+  Train(2, p8, dir, 8, "--no-shuffle --log " + log2, "o2_2x8", &out);
+  Train(0, p16, dir, 8, "--no-shuffle --log " + log1, "o2_1x16");
+  std::istringstream a(Slurp(log2)), b(Slurp(log1));
+  std::string la, lb;
+  int n = 0;
+  auto field = [](const std::string &l, const std::string &k) {
+    size_t p = l.find("\"" + k + "\": ");
+    return p == std::string::npos ? std::string() : l.substr(p + k.size() + 4, l.find_first_of(",}", p) - p - k.size() - 4);
+  };
+  while (std::getline(a, la) && std::getline(b, lb)) {
+    n++;
+    // rank 0 logs; its own batch is fine, yet it skips step 4 with everyone
+    EXPECT_EQ(field(la, "skipped"), n == 4 ? "true" : "false") << la;
+    EXPECT_EQ(field(la, "loss_scale"), field(lb, "loss_scale")) << "step " << n;
+    EXPECT_EQ(field(la, "skipped"), field(lb, "skipped")) << "step " << n;
+    if (n == 4) {
+      EXPECT_NE(field(la, "loss"), "null") << "rank 0's own loss is finite: " << la;
+      EXPECT_EQ(field(la, "overflow_at"), "\"fc1.weight\"") << la;
+    }
+    if (n == 8) {
+      EXPECT_EQ(field(la, "loss_scale"), "32768") << la;
+    }
+  }
+  EXPECT_EQ(n, 8);
+  EXPECT_NE(out.find("step 4: gradient overflow"), std::string::npos) << out;
+}
+
+// ---- checkpoints ---------------------------------------------------------------------------
+
+// Rank 0 writes the checkpoints; both ranks resume from the same file and continue exactly
+// as the uninterrupted run (bit for bit).
+TEST(DataParallel, CheckpointsResumeIdenticallyOnEveryRank) {
+  std::string plan = Compile("mlp", 8, "-O2", "ck8");
+  std::string dir = Tmp() + "/ckpt_dp";
+  const std::string data = "examples/mlp/data";
+  auto straight = Train(2, plan, data, 12, "", "ck_straight");
+  std::string out;
+  Train(2, plan, data, 6, "--checkpoint-dir " + dir, "ck_first", &out);
+  auto resumed = Train(2, plan, data, 12, "--checkpoint-dir " + dir + " --resume", "ck_resumed", &out);
+  Diff dd = Compare(resumed, straight);
+  EXPECT_EQ(dd.max_abs, 0.0) << dd.where;
+  MpiResult ls = RunCommand("ls " + dir);
+  EXPECT_EQ(CountOccurrences(ls.out, ".apxckpt"), 2) << ls.out;  // steps 6 and 12, one file each
+  EXPECT_EQ(CountOccurrences(ls.out, ".tmp"), 0) << ls.out;
+}
+
+// ---- refusals --------------------------------------------------------------------------------
+
+TEST(DataParallel, RanksWithDifferentPlansAreRefused) {
+  std::string a = Compile("mlp", 8, "-O0", "plan_a"), b = Compile("mlp", 8, "-O0 --lr 0.5", "plan_b");
+  std::string common = " --data examples/mlp/data --steps 2 --quiet";
+  MpiResult r = RunCommand(MpirunPrefix(1) + "./runtime/apexrun " + a + common + " : -np 1 ./runtime/apexrun " + b + common);
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("rank 1 runs a plan with hash"), std::string::npos) << r.out;
+}
+
+TEST(DataParallel, PlanWithoutBucketsIsRefused) {
+  std::string p = Compile("mlp", 8, "-O0 --disable-pass=bucketing", "nobuckets");
+  MpiResult r = Mpirun(2, "./runtime/apexrun " + p + " --data examples/mlp/data --steps 2 --quiet");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("the plan has no gradient buckets"), std::string::npos) << r.out;
+}
+
+// ---- dead and hung ranks -------------------------------------------------------------------
+
+// Starts `mpirun -np np apexrun ...` (long training, logging) in the background.
+pid_t Launch(int np, const std::string &args, const std::string &out_file) {
+  std::string cmd = MpirunPrefix(np) + args + " > " + out_file + " 2>&1";
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", ("exec env " + cmd).c_str(), (char *)nullptr);
+    _exit(127);
+  }
+  return pid;
+}
+
+// The apexrun processes of a job: children of mpirun named apexrun (from /proc).
+std::vector<pid_t> Ranks(pid_t mpirun) {
+  std::vector<pid_t> r;
+  DIR *dir = opendir("/proc");
+  if (!dir) return r;
+  while (struct dirent *e = readdir(dir)) {
+    char *end;
+    long p = strtol(e->d_name, &end, 10);
+    if (*end || p <= 0) continue;
+    std::string stat = Slurp("/proc/" + std::string(e->d_name) + "/stat");
+    size_t rp = stat.rfind(')');
+    if (rp == std::string::npos || stat.find("(apexrun)") == std::string::npos) continue;
+    std::istringstream f(stat.substr(rp + 2));
+    char state;
+    long ppid = 0;
+    f >> state >> ppid;
+    if (ppid == mpirun) r.push_back((pid_t)p);
+  }
+  closedir(dir);
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+int LogLines(const std::string &path) { return CountOccurrences(Slurp(path), "\n"); }
+
+// Returns the exit code of the job (or -1 when it did not end within limit_s) and the
+// seconds from `signal` to its end.
+int FaultAndWait(int sig, double timeout_s, double limit_s, std::string *out, double *secs) {
+  static int serial = 0;
+  std::string plan = Compile("mlp", 8, "-O0", "fault" + std::to_string(serial));
+  std::string log = Tmp() + "/fault" + std::to_string(serial) + ".jsonl";
+  std::string of = Tmp() + "/fault" + std::to_string(serial++) + ".out";
+  char to[32];
+  std::snprintf(to, sizeof to, "%g", timeout_s);
+  pid_t job = Launch(2, "./runtime/apexrun " + plan + " --data examples/mlp/data --steps 100000000 --quiet --log " +
+                            log + " --collective-timeout " + to,
+                     of);
+  // wait until training runs (collectives in flight every step)
+  for (int i = 0; i < 600 && LogLines(log) < 20; i++) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::vector<pid_t> ranks = Ranks(job);
+  EXPECT_EQ(ranks.size(), 2u);
+  if (ranks.size() != 2 || LogLines(log) < 20) {
+    kill(-job, SIGKILL);
+    waitpid(job, nullptr, 0);
+    *out = Slurp(of);
+    return -2;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  kill(ranks.back(), sig);
+  int status = 0, code = -1;
+  for (;;) {
+    pid_t w = waitpid(job, &status, WNOHANG);
+    *secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (w == job) {
+      code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      break;
+    }
+    if (*secs > limit_s) {
+      kill(-job, SIGKILL);
+      for (pid_t p : ranks) kill(p, SIGKILL);
+      waitpid(job, nullptr, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (pid_t p : ranks)  // a rank left stopped or running (it should be gone) is ended here
+    if (kill(p, 0) == 0) kill(p, SIGKILL);
+  *out = Slurp(of);
+  return code;
+}
+
+TEST(DataParallel, KilledRankEndsTheJob) {
+  std::string out;
+  double secs = 0;
+  int code = FaultAndWait(SIGKILL, 10, 60, &out, &secs);
+  EXPECT_GT(code, 0) << out;
+  EXPECT_NE(out.find("signal 9"), std::string::npos) << out;
+  EXPECT_LT(secs, 30) << out;
+  std::printf("kill -9 of rank 1: job ended after %.2f s with exit code %d\n", secs, code);
+}
+
+TEST(DataParallel, HungRankEndsTheJobWithinTheCollectiveTimeout) {
+  std::string out;
+  double secs = 0;
+  int code = FaultAndWait(SIGSTOP, 4, 60, &out, &secs);
+  EXPECT_GT(code, 0) << out;
+  EXPECT_NE(out.find("did not complete within 4.0 s"), std::string::npos) << out;
+  EXPECT_NE(out.find("a peer rank is dead or hung; aborting the job"), std::string::npos) << out;
+  EXPECT_GE(secs, 3.5) << out;
+  EXPECT_LT(secs, 4 + 30) << out;
+  std::printf("SIGSTOP of rank 1 (--collective-timeout 4): job ended after %.2f s with exit code %d\n", secs, code);
+}
+
+}  // namespace
