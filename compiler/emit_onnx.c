@@ -454,6 +454,14 @@ static int build(Emit *e, Onnx__ModelProto *m) {
       return apx_value_error(e->d, g, g->outputs[i], "--emit-onnx: graph output of unknown dtype");
     if (!(gp->output[gp->n_output++] = make_value_info(e, g->outputs[i]))) return oom(e);
   }
+  /* bfloat16 tensors (and Cast to bfloat16) exist in ai.onnx only from opset 13 */
+  if (g->opset < 13)
+    for (int v = 0; v < g->n_vals; v++)
+      if (e->role[v] != ROLE_NONE && g->vals[v].dtype == APX_DT_BF16)
+        return apx_diag_error(e->d, APX_EXIT_BAD_INPUT,
+                              "%s: --emit-onnx: bfloat16 needs ai.onnx opset 13 or newer; the "
+                              "model is opset %lld (use --half=fp16, or re-export at opset >= 13)",
+                              g->file, (long long)g->opset);
   uint8_t *is_output = alloc(e, (size_t)g->n_vals);
   if (!is_output) return oom(e);
   for (int i = 0; i < g->n_outputs; i++) is_output[g->outputs[i]] = 1;

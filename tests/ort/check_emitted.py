@@ -427,6 +427,20 @@ def compare(ref, got, bound):
     return ok, lines
 
 
+def round_to_half(x, half):
+    """x rounded to the half type (round to nearest even) and back, for float arrays."""
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+        return x
+    if half == "fp16":
+        return x.astype(np.float16).astype(x.dtype)
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    nan = np.isnan(x)
+    r = u.astype(np.uint32).view(np.float32).astype(x.dtype)
+    return np.where(nan, x, r)
+
+
 def check(model, emitted, feeds, half, bound=None):
     """Full check of one emitted model. Returns (ok, lines, errors by output name)."""
     bound = BOUNDS[half] if bound is None else bound
@@ -441,6 +455,20 @@ def check(model, emitted, feeds, half, bound=None):
     lines += [f"NOTE {n}" for n in sess.notes]
     got = sess.run(feeds)
     good, cmp_lines = compare(ref, got, bound)
+    if not good:
+        # Inputs the half type cannot represent (e.g. softmax over values near 1e4, where fp16's
+        # spacing is 8) make the fp32 model itself move by more than the bound once its inputs
+        # are rounded: no half-precision graph can do better than that. Only then is the
+        # emitted model judged against the fp32 model run on the same half-rounded inputs,
+        # with the same bound, and the line says so.
+        rounded = {k: round_to_half(v, half) for k, v in feeds.items()}
+        ref_r = reference_outputs(model, rounded)
+        floor_ok, _ = compare(ref, ref_r, bound)
+        if not floor_ok:
+            good, cmp_lines = compare(ref_r, got, bound)
+            cmp_lines = [f"NOTE the fp32 model itself moves by more than {bound:.0e} when its inputs "
+                         f"are rounded to {half}: judged against fp32 on {half}-rounded inputs"] + cmp_lines
+            ref = ref_r
     errs = {}
     for name in ref:
         if name in got and np.issubdtype(np.asarray(ref[name]).dtype, np.floating) and \
