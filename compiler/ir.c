@@ -237,7 +237,8 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
       if (p >= 0 && !(g->nodes[p].flags & APX_NODEF_DEAD)) indeg[i]++;
     }
   }
-  if (grow((void **)&g->order, &g->cap_order, live, sizeof(int))) {
+  /* never NULL, even for a graph without nodes: passes copy it with memcpy */
+  if (grow((void **)&g->order, &g->cap_order, live > 0 ? live : 1, sizeof(int))) {
     free(indeg);
     apx_uses_free(&u);
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory sorting the graph", g->file);
