@@ -152,6 +152,20 @@ TEST(DataParallel, MlpMatchesOneProcessOnTheCombinedBatch) {
               d2.max_abs, d2.where.c_str(), d4.max_abs, d4.where.c_str());
 }
 
+// Gradient accumulation (buckets reduced once per optimizer step, at the start of the
+// OPTIMIZER section) and --grad-predivide (sum of g / 4, then * 4 / K) change nothing.
+TEST(DataParallel, AccumulationAndPredivideMatchOneProcess) {
+  for (std::string f : {"--accumulate 2", "--grad-predivide 4"}) {
+    std::string tag = f.substr(2, 5);
+    std::string p8 = Compile("mlp", 8, "-O0 " + f, "mlpv8" + tag), p16 = Compile("mlp", 16, "-O0 " + f, "mlpv16" + tag);
+    auto one = Train(0, p16, "examples/mlp/data", 20, "--no-shuffle", "mlpv_1x16" + tag);
+    auto two = Train(2, p8, "examples/mlp/data", 20, "--no-shuffle", "mlpv_2x8" + tag);
+    Diff d = Compare(two, one);
+    EXPECT_LT(d.max_abs, 1e-6) << f << ": " << d.where;
+    std::printf("MLP fp32 %s, 20 steps: max |w(2 x 8) - w(1 x 16)| = %.3g\n", f.c_str(), d.max_abs);
+  }
+}
+
 // With shuffling every rank draws the same permutation from the same seed.
 TEST(DataParallel, ShuffledBatchesMatchOneProcess) {
   std::string p8 = Compile("mlp", 8, "-O0", "mlps8"), p16 = Compile("mlp", 16, "-O0", "mlps16");
