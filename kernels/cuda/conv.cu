@@ -1,0 +1,251 @@
+/* conv.cu - Conv(X, W, B?) -> Y and ConvBiasRelu (then Relu), 2-D (N, C, H, W) with groups,
+ * strides, dilations and symmetric pads, through cuDNN 9's convolution API (cudnn_cnn.h:
+ * cudnnConvolutionForward / BackwardData / BackwardFilter); ConvGrad(dY, X, W) -> dX?, dW?,
+ * dB? and ConvBiasReluGrad(dY, Y, X, W) = ConvGrad of dY * (Y > 0).
+ * Accumulation is fp32 (compute type CUDNN_DATA_FLOAT; tensor cores for fp16 / bf16, plain
+ * FMA for fp32 so fp32 results are not TF32). Algorithms come from cuDNN's heuristics
+ * (the _v7 queries), restricted to deterministic ones. The bias and ReLU are one kernel
+ * after the convolution (for half outputs the convolution's result is rounded before the
+ * bias is added: one rounding more than the CPU reference). dB sums dY over (N, H, W) with
+ * the deterministic reduction. Asymmetric pads (which this cuDNN API cannot express) are
+ * "not supported yet on cuda". */
+#include <cudnn.h>
+
+#include "kernels/cuda/reduce.cuh"
+
+#define APX_CUDNN_TRY(ctx, call)                                                              \
+  do {                                                                                        \
+    cudnnStatus_t apx_d_ = (call);                                                            \
+    if (apx_d_ != CUDNN_STATUS_SUCCESS)                                                       \
+      return apx_cuda_fail((ctx), APX_STATUS_RUNTIME, "%s: %s (%s:%d)", #call,                \
+                           cudnnGetErrorString(apx_d_), __FILE__, __LINE__);                  \
+  } while (0)
+
+#define MAX_CONV_WORKSPACE ((size_t)1 << 30)
+
+static cudnnDataType_t dnn_type(ApxDType dt) {
+  switch (dt) {
+    case APX_DT_F16: return CUDNN_DATA_HALF;
+    case APX_DT_BF16: return CUDNN_DATA_BFLOAT16;
+    default: return CUDNN_DATA_FLOAT;
+  }
+}
+
+static ApxStatus dnn_handle(ApxCudaCtx *ctx, cudnnHandle_t *h) {
+  if (!ctx->dnn) {
+    cudnnHandle_t nh = NULL;
+    APX_CUDNN_TRY(ctx, cudnnCreate(&nh));
+    ctx->dnn = nh;
+  }
+  *h = (cudnnHandle_t)ctx->dnn;
+  APX_CUDNN_TRY(ctx, cudnnSetStream(*h, apx_cu_stream(ctx)));
+  return APX_STATUS_OK;
+}
+
+typedef struct ConvDescs {
+  cudnnTensorDescriptor_t x, y;
+  cudnnFilterDescriptor_t w;
+  cudnnConvolutionDescriptor_t conv;
+} ConvDescs;
+
+static void conv_destroy(ConvDescs *d) {
+  if (d->conv) cudnnDestroyConvolutionDescriptor(d->conv);
+  if (d->w) cudnnDestroyFilterDescriptor(d->w);
+  if (d->y) cudnnDestroyTensorDescriptor(d->y);
+  if (d->x) cudnnDestroyTensorDescriptor(d->x);
+}
+
+static ApxStatus conv_descs(ApxCudaCtx *ctx, const ApxCuConv *g, ApxDType dt, ConvDescs *d) {
+  if (g->pt != g->pb || g->pl != g->pr)
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
+                         "not supported yet on cuda: asymmetric pads [%lld, %lld, %lld, %lld]",
+                         (long long)g->pt, (long long)g->pl, (long long)g->pb, (long long)g->pr);
+  if (g->N > 0x7fffffff || g->C > 0x7fffffff || g->H > 0x7fffffff || g->W > 0x7fffffff || g->M > 0x7fffffff)
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: dims beyond 2^31");
+  cudnnDataType_t t = dnn_type(dt);
+  APX_CUDNN_TRY(ctx, cudnnCreateTensorDescriptor(&d->x));
+  APX_CUDNN_TRY(ctx, cudnnCreateTensorDescriptor(&d->y));
+  APX_CUDNN_TRY(ctx, cudnnCreateFilterDescriptor(&d->w));
+  APX_CUDNN_TRY(ctx, cudnnCreateConvolutionDescriptor(&d->conv));
+  APX_CUDNN_TRY(ctx, cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, t, (int)g->N, (int)g->C, (int)g->H, (int)g->W));
+  APX_CUDNN_TRY(ctx, cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, t, (int)g->N, (int)g->M, (int)g->OH, (int)g->OW));
+  APX_CUDNN_TRY(ctx, cudnnSetFilter4dDescriptor(d->w, t, CUDNN_TENSOR_NCHW, (int)g->M, (int)(g->C / g->G),
+                                                (int)g->kh, (int)g->kw));
+  APX_CUDNN_TRY(ctx, cudnnSetConvolution2dDescriptor(d->conv, (int)g->pt, (int)g->pl, (int)g->sh, (int)g->sw,
+                                                     (int)g->dh, (int)g->dw, CUDNN_CROSS_CORRELATION,
+                                                     CUDNN_DATA_FLOAT));
+  APX_CUDNN_TRY(ctx, cudnnSetConvolutionGroupCount(d->conv, (int)g->G));
+  APX_CUDNN_TRY(ctx, cudnnSetConvolutionMathType(d->conv, dt == APX_DT_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  return APX_STATUS_OK;
+}
+
+/* ---- bias + activation, bias gradient ----------------------------------------------------- */
+
+template <typename T>
+__global__ void conv_bias_act_kernel(T *y, const void *b, int bdt, int64_t M, int64_t S, int64_t n, int relu) {
+  APX_CU_GRID_STRIDE(i, n) {
+    float v = ld(y[i]) + (b ? ld_dt(b, bdt, (i / S) % M) : 0.0f);
+    y[i] = st<T>(relu ? apx_relu_f32(v) : v);
+  }
+}
+
+/* ---- entries ----------------------------------------------------------------------------------- */
+
+static ApxStatus check_types(ApxCudaCtx *ctx, const ApxTensor *a, const ApxTensor *b, ApxDType dt) {
+  if (!apx_cu_is_float16(dt))
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: type %s",
+                         apx_dtype_name(dt));
+  if (a->dtype != dt || b->dtype != dt)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "X and W must have type %s", apx_dtype_name(dt));
+  return APX_STATUS_OK;
+}
+
+APX_CUDA_ENTRY(apx_cuda_conv) {
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  ApxCuConv g;
+  ApxDType dt = outs[0].dtype;
+  if (apx_cu_conv_geom((const ApxAttrConv *)attrs, &ins[0], &ins[1], &outs[0], &g, ctx->err, sizeof ctx->err))
+    return APX_STATUS_BAD_INPUT;
+  APX_TRY(check_types(ctx, &ins[0], &ins[1], dt));
+  const ApxTensor *b = apx_cu_has(ins, n_in, 2) ? &ins[2] : NULL;
+  if (b && (apx_tensor_numel(b) != g.M || !apx_cu_is_float16(b->dtype)))
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "B must have M = %lld float elements", (long long)g.M);
+  int64_t ny = apx_tensor_numel(&outs[0]);
+  if (ny == 0) return APX_STATUS_OK;
+  cudnnHandle_t h;
+  APX_TRY(dnn_handle(ctx, &h));
+  ConvDescs d;
+  memset(&d, 0, sizeof d);
+  ApxStatus st = conv_descs(ctx, &g, dt, &d);
+  cudnnConvolutionFwdAlgoPerf_t perf[16];
+  int n = 0, pick = -1;
+  if (st == APX_STATUS_OK) {
+    cudnnStatus_t ds = cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, 16, &n, perf);
+    if (ds != CUDNN_STATUS_SUCCESS)
+      st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnGetConvolutionForwardAlgorithm_v7: %s",
+                         cudnnGetErrorString(ds));
+  }
+  for (int i = 0; st == APX_STATUS_OK && i < n && pick < 0; i++)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+        perf[i].memory <= MAX_CONV_WORKSPACE)
+      pick = i;
+  if (st == APX_STATUS_OK && pick < 0)
+    st = apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: no cuDNN forward algorithm");
+  void *ws = NULL;
+  if (st == APX_STATUS_OK && perf[pick].memory) st = apx_cuda_tmp(ctx, perf[pick].memory, &ws);
+  if (st == APX_STATUS_OK) {
+    float alpha = 1.0f, beta = 0.0f;
+    cudnnStatus_t ds = cudnnConvolutionForward(h, &alpha, d.x, ins[0].data, d.w, ins[1].data, d.conv,
+                                               perf[pick].algo, ws, perf[pick].memory, &beta, d.y,
+                                               outs[0].data);
+    if (ds != CUDNN_STATUS_SUCCESS)
+      st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnConvolutionForward: %s", cudnnGetErrorString(ds));
+  }
+  conv_destroy(&d);
+  if (st != APX_STATUS_OK) return st;
+  int relu = op == APX_OP_ConvBiasRelu;
+  if (b || relu) {
+    int block = apx_cu_block(ctx, 256);
+    APX_CU_FLOAT_SWITCH(ctx, dt, T, {
+      conv_bias_act_kernel<T><<<apx_cu_grid(ctx, ny, block), block, 0, apx_cu_stream(ctx)>>>(
+          (T *)outs[0].data, b ? b->data : NULL, b ? b->dtype : 0, g.M, g.OH * g.OW, ny, relu);
+    });
+    APX_CUDA_LAUNCHED(ctx);
+  }
+  return APX_STATUS_OK;
+}
+
+/* ConvGrad on gradient g (dY or dY * (Y > 0)); X, W from ins. */
+static ApxStatus conv_grad(ApxCudaCtx *ctx, const ApxAttrConv *a, const ApxTensor *dy, const void *gdata,
+                           const ApxTensor *x, const ApxTensor *w, ApxTensor *outs, int n_out) {
+  ApxCuConv g;
+  ApxDType dt = dy->dtype;
+  if (apx_cu_conv_geom(a, x, w, dy, &g, ctx->err, sizeof ctx->err)) return APX_STATUS_BAD_INPUT;
+  APX_TRY(check_types(ctx, x, w, dt));
+  ApxTensor *dx = apx_cu_has(outs, n_out, 0) ? &outs[0] : NULL;
+  ApxTensor *dw = apx_cu_has(outs, n_out, 1) ? &outs[1] : NULL;
+  ApxTensor *db = apx_cu_has(outs, n_out, 2) ? &outs[2] : NULL;
+  if ((dx && (!apx_cu_same_dims(dx, x) || dx->dtype != dt)) ||
+      (dw && (!apx_cu_same_dims(dw, w) || dw->dtype != dt)) ||
+      (db && (apx_tensor_numel(db) != g.M || !apx_cu_is_float16(db->dtype))))
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dX / dW / dB must match X / W / (M)");
+  if (db) {
+    ApxCuReduce p;
+    apx_cu_reduce_plan(&p, dy->dims, dy->rank, 0xdu); /* axes 0, 2, 3 */
+    APX_TRY(apx_cuda_reduce_sum(ctx, gdata, dt, &p, 1.0f, db->data, db->dtype));
+  }
+  if (!dx && !dw) return APX_STATUS_OK;
+  cudaStream_t s = apx_cu_stream(ctx);
+  if (apx_tensor_numel(dy) == 0 || apx_tensor_numel(x) == 0) {
+    if (dx) APX_CUDA_TRY(ctx, cudaMemsetAsync(dx->data, 0, apx_tensor_bytes(dx), s));
+    if (dw) APX_CUDA_TRY(ctx, cudaMemsetAsync(dw->data, 0, apx_tensor_bytes(dw), s));
+    return APX_STATUS_OK;
+  }
+  cudnnHandle_t h;
+  APX_TRY(dnn_handle(ctx, &h));
+  ConvDescs d;
+  memset(&d, 0, sizeof d);
+  ApxStatus st = conv_descs(ctx, &g, dt, &d);
+  float alpha = 1.0f, beta = 0.0f;
+  if (st == APX_STATUS_OK && dx) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[16];
+    int n = 0, pick = -1;
+    cudnnStatus_t ds = cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, 16, &n, perf);
+    if (ds != CUDNN_STATUS_SUCCESS)
+      st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnGetConvolutionBackwardDataAlgorithm_v7: %s",
+                         cudnnGetErrorString(ds));
+    for (int i = 0; st == APX_STATUS_OK && i < n && pick < 0; i++)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+          perf[i].memory <= MAX_CONV_WORKSPACE)
+        pick = i;
+    if (st == APX_STATUS_OK && pick < 0)
+      st = apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: no deterministic cuDNN backward-data algorithm");
+    void *ws = NULL;
+    if (st == APX_STATUS_OK && perf[pick].memory) st = apx_cuda_tmp(ctx, perf[pick].memory, &ws);
+    if (st == APX_STATUS_OK) {
+      ds = cudnnConvolutionBackwardData(h, &alpha, d.w, w->data, d.y, gdata, d.conv, perf[pick].algo, ws,
+                                        perf[pick].memory, &beta, d.x, dx->data);
+      if (ds != CUDNN_STATUS_SUCCESS)
+        st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnConvolutionBackwardData: %s", cudnnGetErrorString(ds));
+    }
+  }
+  if (st == APX_STATUS_OK && dw) {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
+    int n = 0, pick = -1;
+    cudnnStatus_t ds = cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, 16, &n, perf);
+    if (ds != CUDNN_STATUS_SUCCESS)
+      st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnGetConvolutionBackwardFilterAlgorithm_v7: %s",
+                         cudnnGetErrorString(ds));
+    for (int i = 0; st == APX_STATUS_OK && i < n && pick < 0; i++)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+          perf[i].memory <= MAX_CONV_WORKSPACE)
+        pick = i;
+    if (st == APX_STATUS_OK && pick < 0)
+      st = apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: no deterministic cuDNN backward-filter algorithm");
+    void *ws = NULL;
+    if (st == APX_STATUS_OK && perf[pick].memory) st = apx_cuda_tmp(ctx, perf[pick].memory, &ws);
+    if (st == APX_STATUS_OK) {
+      ds = cudnnConvolutionBackwardFilter(h, &alpha, d.x, x->data, d.y, gdata, d.conv, perf[pick].algo, ws,
+                                          perf[pick].memory, &beta, d.w, dw->data);
+      if (ds != CUDNN_STATUS_SUCCESS)
+        st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnConvolutionBackwardFilter: %s", cudnnGetErrorString(ds));
+    }
+  }
+  conv_destroy(&d);
+  return st;
+}
+
+APX_CUDA_ENTRY(apx_cuda_conv_grad) {
+  if (op == APX_OP_ConvBiasReluGrad) {
+    for (int i = 0; i < 4; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
+    if (!apx_cu_same_dims(&ins[0], &ins[1]) || ins[0].dtype != ins[1].dtype)
+      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY and Y must have one shape and type");
+    void *g = NULL;
+    APX_TRY(apx_cuda_relu_mask(ctx, &ins[0], &ins[1], &g));
+    return conv_grad(ctx, (const ApxAttrConv *)attrs, &ins[0], g, &ins[2], &ins[3], outs, n_out);
+  }
+  for (int i = 0; i < 3; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
+  return conv_grad(ctx, (const ApxAttrConv *)attrs, &ins[0], ins[0].data, &ins[1], &ins[2], outs, n_out);
+}

@@ -1,0 +1,358 @@
+/* elementwise.cu - unary ops (Neg Relu LeakyRelu Sigmoid Tanh Gelu Erf Sqrt Exp Log), their
+ * gradients XGrad(dY, T) -> dX, binary ops with numpy broadcasting (Add Sub Mul Div Pow),
+ * the variadic Sum, and PowGrad(dY, A, B) -> dA?, dB? (summed down to A's / B's shapes).
+ * fp32 / fp16 / bf16 tensors, math in fp32 with the formulas of kernels/ew_math.h (the CPU
+ * reference compiles the same functions), one RNE rounding on store. */
+#include "kernels/cuda/common.cuh"
+
+/* ---- per-element formulas --------------------------------------------------------------- */
+
+enum {
+  U_NEG, U_RELU, U_LEAKY, U_SIGMOID, U_TANH, U_GELU, U_GELU_TANH, U_ERF, U_SQRT, U_EXP, U_LOG
+};
+enum { G_RELU, G_LEAKY, G_SIGMOID, G_TANH, G_GELU, G_GELU_TANH, G_ERF, G_SQRT };
+enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW };
+
+template <int OP>
+static __device__ __forceinline__ float unary_f(float v, float a) {
+  if constexpr (OP == U_NEG) return -v;
+  if constexpr (OP == U_RELU) return apx_relu_f32(v);
+  if constexpr (OP == U_LEAKY) return apx_leaky_relu_f32(v, a);
+  if constexpr (OP == U_SIGMOID) return apx_sigmoid_f32(v);
+  if constexpr (OP == U_TANH) return tanhf(v);
+  if constexpr (OP == U_GELU) return apx_gelu_f32(v);
+  if constexpr (OP == U_GELU_TANH) return apx_gelu_tanh_f32(v);
+  if constexpr (OP == U_ERF) return erff(v);
+  if constexpr (OP == U_SQRT) return sqrtf(v);
+  if constexpr (OP == U_EXP) return expf(v);
+  if constexpr (OP == U_LOG) return logf(v);
+  return v;
+}
+
+template <int OP>
+static __device__ __forceinline__ float grad_f(float g, float v, float a) {
+  if constexpr (OP == G_RELU) return apx_relu_grad_f32(g, v);
+  if constexpr (OP == G_LEAKY) return apx_leaky_relu_grad_f32(g, v, a);
+  if constexpr (OP == G_SIGMOID) return apx_sigmoid_grad_f32(g, v);
+  if constexpr (OP == G_TANH) return apx_tanh_grad_f32(g, v);
+  if constexpr (OP == G_GELU) return apx_gelu_grad_f32(g, v);
+  if constexpr (OP == G_GELU_TANH) return apx_gelu_tanh_grad_f32(g, v);
+  if constexpr (OP == G_ERF) return apx_erf_grad_f32(g, v);
+  if constexpr (OP == G_SQRT) return apx_sqrt_grad_f32(g, v);
+  return g;
+}
+
+template <int OP>
+static __device__ __forceinline__ float binary_f(float x, float y) {
+  if constexpr (OP == B_ADD) return x + y;
+  if constexpr (OP == B_SUB) return x - y;
+  if constexpr (OP == B_MUL) return x * y;
+  if constexpr (OP == B_DIV) return x / y;
+  if constexpr (OP == B_POW) return powf(x, y);
+  return x;
+}
+
+/* Broadcast geometry of up to 3 inputs as a kernel argument (ApxCuBcast). */
+struct BcastArgs {
+  int32_t rank;
+  int64_t dims[APX_MAX_RANK];
+  int64_t st[3][APX_MAX_RANK];
+};
+
+static BcastArgs bcast_args(const ApxCuBcast *b) {
+  BcastArgs a;
+  a.rank = b->rank;
+  for (int d = 0; d < APX_MAX_RANK; d++) {
+    a.dims[d] = b->dims[d];
+    for (int k = 0; k < 3; k++) a.st[k][d] = k < b->n_in ? b->strides[k][d] : 0;
+  }
+  return a;
+}
+
+static __device__ __forceinline__ void bcast_off(const BcastArgs &g, int64_t i, int64_t *o0,
+                                                 int64_t *o1, int64_t *o2) {
+  int64_t a = 0, b = 0, c = 0;
+  for (int d = g.rank - 1; d >= 0; d--) {
+    int64_t id = i % g.dims[d];
+    i /= g.dims[d];
+    a += id * g.st[0][d];
+    b += id * g.st[1][d];
+    c += id * g.st[2][d];
+  }
+  *o0 = a;
+  *o1 = b;
+  if (o2) *o2 = c;
+}
+
+/* ---- kernels ---------------------------------------------------------------------------- */
+
+template <int OP, typename T>
+__global__ void unary_kernel(const T *x, T *y, int64_t n, float a) {
+  APX_CU_GRID_STRIDE(i, n) y[i] = st<T>(unary_f<OP>(ld(x[i]), a));
+}
+
+template <int OP, typename T>
+__global__ void unary_grad_kernel(const T *dy, const T *t, T *dx, int64_t n, float a) {
+  APX_CU_GRID_STRIDE(i, n) dx[i] = st<T>(grad_f<OP>(ld(dy[i]), ld(t[i]), a));
+}
+
+/* CONTIG: both inputs have the output's layout (no index arithmetic). */
+template <int OP, typename T, bool CONTIG>
+__global__ void binary_kernel(const T *a, const T *b, T *o, int64_t n, BcastArgs g) {
+  APX_CU_GRID_STRIDE(i, n) {
+    int64_t ia = i, ib = i;
+    if (!CONTIG) bcast_off(g, i, &ia, &ib, NULL);
+    o[i] = st<T>(binary_f<OP>(ld(a[ia]), ld(b[ib])));
+  }
+}
+
+/* Pow gradients at dY's full shape into fp32 buffers (either may be NULL):
+ * da = dy * b * a^(b-1) (0 where b == 0), db = dy * a^b * ln(a) (0 where a == 0, b >= 0). */
+template <typename T>
+__global__ void pow_grad_kernel(const T *dy, const T *a, const T *b, float *da, float *db, int64_t n,
+                                BcastArgs g) {
+  APX_CU_GRID_STRIDE(i, n) {
+    int64_t i0, ia, ib;
+    bcast_off(g, i, &i0, &ia, &ib);
+    float gv = ld(dy[i0]), x = ld(a[ia]), e = ld(b[ib]);
+    if (da) da[i] = e == 0.0f ? 0.0f : gv * e * powf(x, e - 1.0f);
+    if (db) db[i] = (x == 0.0f && e >= 0.0f) ? 0.0f : gv * powf(x, e) * logf(x);
+  }
+}
+
+/* ---- launchers -------------------------------------------------------------------------- */
+
+template <int OP, typename T>
+static void launch_unary(const T *x, T *y, int64_t n, float a, cudaStream_t s, int block,
+                         unsigned grid) {
+  unary_kernel<OP, T><<<grid, block, 0, s>>>(x, y, n, a);
+}
+
+template <int OP, typename T>
+static void launch_unary_grad(const T *dy, const T *t, T *dx, int64_t n, float a, cudaStream_t s,
+                              int block, unsigned grid) {
+  unary_grad_kernel<OP, T><<<grid, block, 0, s>>>(dy, t, dx, n, a);
+}
+
+template <int OP, typename T>
+static void launch_binary(const T *a, const T *b, T *o, int64_t n, const BcastArgs &g, int contig,
+                          cudaStream_t s, int block, unsigned grid) {
+  if (contig)
+    binary_kernel<OP, T, true><<<grid, block, 0, s>>>(a, b, o, n, g);
+  else
+    binary_kernel<OP, T, false><<<grid, block, 0, s>>>(a, b, o, n, g);
+}
+
+/* ---- entries ------------------------------------------------------------------------------ */
+
+static ApxStatus check_float(ApxCudaCtx *ctx, ApxDType dt) {
+  if (apx_cu_is_float16(dt)) return APX_STATUS_OK;
+  return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: type %s",
+                       apx_dtype_name(dt));
+}
+
+APX_CUDA_ENTRY(apx_cuda_unary) {
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  int64_t n = apx_tensor_numel(&ins[0]);
+  ApxDType dt = ins[0].dtype;
+  if (apx_tensor_numel(&outs[0]) != n || outs[0].dtype != dt)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output shape/dtype differs from input");
+  APX_TRY(check_float(ctx, dt));
+  if (n == 0) return APX_STATUS_OK;
+  int block = apx_cu_block(ctx, 256);
+  unsigned grid = apx_cu_grid(ctx, n, block);
+  cudaStream_t s = apx_cu_stream(ctx);
+  float a = 0.0f;
+  if (op == APX_OP_LeakyRelu) a = ((const ApxAttrLeakyRelu *)attrs)->alpha;
+  int gelu_tanh = op == APX_OP_Gelu && ((const ApxAttrGelu *)attrs)->approximate == APX_GELU_TANH;
+  APX_CU_FLOAT_SWITCH(ctx, dt, T, {
+    const T *x = (const T *)ins[0].data;
+    T *y = (T *)outs[0].data;
+    switch (op) {
+      case APX_OP_Neg: launch_unary<U_NEG, T>(x, y, n, a, s, block, grid); break;
+      case APX_OP_Relu: launch_unary<U_RELU, T>(x, y, n, a, s, block, grid); break;
+      case APX_OP_LeakyRelu: launch_unary<U_LEAKY, T>(x, y, n, a, s, block, grid); break;
+      case APX_OP_Sigmoid: launch_unary<U_SIGMOID, T>(x, y, n, a, s, block, grid); break;
+      case APX_OP_Tanh: launch_unary<U_TANH, T>(x, y, n, a, s, block, grid); break;
+      case APX_OP_Gelu:
+        if (gelu_tanh)
+          launch_unary<U_GELU_TANH, T>(x, y, n, a, s, block, grid);
+        else
+          launch_unary<U_GELU, T>(x, y, n, a, s, block, grid);
+        break;
+      case APX_OP_Erf: launch_unary<U_ERF, T>(x, y, n, a, s, block, grid); break;
+      case APX_OP_Sqrt: launch_unary<U_SQRT, T>(x, y, n, a, s, block, grid); break;
+      case APX_OP_Exp: launch_unary<U_EXP, T>(x, y, n, a, s, block, grid); break;
+      case APX_OP_Log: launch_unary<U_LOG, T>(x, y, n, a, s, block, grid); break;
+      default: return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not a unary op");
+    }
+  });
+  APX_CUDA_LAUNCHED(ctx);
+  return APX_STATUS_OK;
+}
+
+APX_CUDA_ENTRY(apx_cuda_unary_grad) {
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  int64_t n = apx_tensor_numel(&outs[0]);
+  ApxDType dt = outs[0].dtype;
+  if (apx_tensor_numel(&ins[0]) != n || apx_tensor_numel(&ins[1]) != n)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY, input 1 and dX must have one shape");
+  if (ins[0].dtype != dt || ins[1].dtype != dt)
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
+                         "not supported yet on cuda: mixed types %s, %s -> %s",
+                         apx_dtype_name(ins[0].dtype), apx_dtype_name(ins[1].dtype),
+                         apx_dtype_name(dt));
+  APX_TRY(check_float(ctx, dt));
+  if (n == 0) return APX_STATUS_OK;
+  int block = apx_cu_block(ctx, 256);
+  unsigned grid = apx_cu_grid(ctx, n, block);
+  cudaStream_t s = apx_cu_stream(ctx);
+  float a = 0.0f;
+  if (op == APX_OP_LeakyReluGrad) a = ((const ApxAttrLeakyRelu *)attrs)->alpha;
+  int gelu_tanh =
+      op == APX_OP_GeluGrad && ((const ApxAttrGelu *)attrs)->approximate == APX_GELU_TANH;
+  APX_CU_FLOAT_SWITCH(ctx, dt, T, {
+    const T *dy = (const T *)ins[0].data, *t = (const T *)ins[1].data;
+    T *dx = (T *)outs[0].data;
+    switch (op) {
+      case APX_OP_ReluGrad: launch_unary_grad<G_RELU, T>(dy, t, dx, n, a, s, block, grid); break;
+      case APX_OP_LeakyReluGrad:
+        launch_unary_grad<G_LEAKY, T>(dy, t, dx, n, a, s, block, grid);
+        break;
+      case APX_OP_SigmoidGrad:
+        launch_unary_grad<G_SIGMOID, T>(dy, t, dx, n, a, s, block, grid);
+        break;
+      case APX_OP_TanhGrad: launch_unary_grad<G_TANH, T>(dy, t, dx, n, a, s, block, grid); break;
+      case APX_OP_GeluGrad:
+        if (gelu_tanh)
+          launch_unary_grad<G_GELU_TANH, T>(dy, t, dx, n, a, s, block, grid);
+        else
+          launch_unary_grad<G_GELU, T>(dy, t, dx, n, a, s, block, grid);
+        break;
+      case APX_OP_ErfGrad: launch_unary_grad<G_ERF, T>(dy, t, dx, n, a, s, block, grid); break;
+      case APX_OP_SqrtGrad: launch_unary_grad<G_SQRT, T>(dy, t, dx, n, a, s, block, grid); break;
+      default: return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not a gradient op");
+    }
+  });
+  APX_CUDA_LAUNCHED(ctx);
+  return APX_STATUS_OK;
+}
+
+static ApxStatus bcast_setup(ApxCudaCtx *ctx, ApxCuBcast *bc, const ApxTensor *out,
+                             const ApxTensor *const *ins, int n) {
+  int bad = 0;
+  if (apx_cu_bcast_init_t(bc, out, ins, n, &bad) == 0) return APX_STATUS_OK;
+  char a[96], b[96];
+  return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "input %d shape %s does not broadcast to %s",
+                       bad, apx_cu_dims_str(ins[bad], a, sizeof a),
+                       apx_cu_dims_str(out, b, sizeof b));
+}
+
+/* o = a (op) b, broadcast (op: APX_OP_Add ... APX_OP_Pow); shared by Sum. */
+static ApxStatus run_binary(ApxCudaCtx *ctx, ApxOp op, const ApxTensor *a, const ApxTensor *b,
+                            ApxTensor *o) {
+  const ApxTensor *pair[2] = {a, b};
+  ApxCuBcast bc;
+  APX_TRY(bcast_setup(ctx, &bc, o, pair, 2));
+  ApxDType dt = o->dtype;
+  if (a->dtype != dt || b->dtype != dt)
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
+                         "not supported yet on cuda: types %s, %s -> %s",
+                         apx_dtype_name(a->dtype), apx_dtype_name(b->dtype), apx_dtype_name(dt));
+  APX_TRY(check_float(ctx, dt));
+  int64_t n = bc.numel;
+  if (n == 0) return APX_STATUS_OK;
+  BcastArgs g = bcast_args(&bc);
+  int contig = apx_cu_bcast_is_contig(&bc, 0) && apx_cu_bcast_is_contig(&bc, 1);
+  int block = apx_cu_block(ctx, 256);
+  unsigned grid = apx_cu_grid(ctx, n, block);
+  cudaStream_t s = apx_cu_stream(ctx);
+  APX_CU_FLOAT_SWITCH(ctx, dt, T, {
+    const T *pa = (const T *)a->data, *pb = (const T *)b->data;
+    T *po = (T *)o->data;
+    switch (op) {
+      case APX_OP_Add: launch_binary<B_ADD, T>(pa, pb, po, n, g, contig, s, block, grid); break;
+      case APX_OP_Sub: launch_binary<B_SUB, T>(pa, pb, po, n, g, contig, s, block, grid); break;
+      case APX_OP_Mul: launch_binary<B_MUL, T>(pa, pb, po, n, g, contig, s, block, grid); break;
+      case APX_OP_Div: launch_binary<B_DIV, T>(pa, pb, po, n, g, contig, s, block, grid); break;
+      case APX_OP_Pow: launch_binary<B_POW, T>(pa, pb, po, n, g, contig, s, block, grid); break;
+      default: return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not a binary op");
+    }
+  });
+  APX_CUDA_LAUNCHED(ctx);
+  return APX_STATUS_OK;
+}
+
+APX_CUDA_ENTRY(apx_cuda_binary) {
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  return run_binary(ctx, op, &ins[0], &ins[1], &outs[0]);
+}
+
+/* Sum(X1, ..., Xn) -> ((X1 + X2) + X3) + ... (the CPU's order) */
+APX_CUDA_ENTRY(apx_cuda_sum) {
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  if (n_in < 1) return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "no inputs");
+  ApxTensor *o = &outs[0];
+  for (int k = 0; k < n_in; k++) {
+    APX_TRY(apx_cu_need_in(ctx, ins, n_in, k));
+    if (ins[k].dtype != o->dtype)
+      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "input %d type %s, output %s", k,
+                           apx_dtype_name(ins[k].dtype), apx_dtype_name(o->dtype));
+  }
+  APX_TRY(check_float(ctx, o->dtype));
+  if (n_in == 1) return apx_cuda_broadcast_copy(ctx, &ins[0], o);
+  for (int k = 1; k < n_in; k++)
+    if (ins[k].data == o->data)
+      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "input %d aliases the output", k);
+  for (int k = 1; k < n_in; k++)
+    APX_TRY(run_binary(ctx, APX_OP_Add, k == 1 ? &ins[0] : o, &ins[k], o));
+  return APX_STATUS_OK;
+}
+
+APX_CUDA_ENTRY(apx_cuda_pow_grad) {
+  for (int i = 0; i < 3; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
+  const ApxTensor *dy = &ins[0];
+  ApxDType dt = dy->dtype;
+  if (ins[1].dtype != dt || ins[2].dtype != dt)
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
+                         "not supported yet on cuda: PowGrad with %s exponent",
+                         apx_dtype_name(ins[2].dtype));
+  APX_TRY(check_float(ctx, dt));
+  const ApxTensor *tri[3] = {dy, &ins[1], &ins[2]};
+  ApxCuBcast bc;
+  APX_TRY(bcast_setup(ctx, &bc, dy, tri, 3));
+  int64_t n = bc.numel;
+  float *full[2] = {NULL, NULL};
+  int64_t mask[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    if (!apx_cu_has(outs, n_out, k)) continue;
+    if (outs[k].dtype != dt)
+      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output %d has type %s", k,
+                           apx_dtype_name(outs[k].dtype));
+    mask[k] = apx_cu_sum_to_mask(dy, &outs[k]);
+    if (mask[k] < 0)
+      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output %d shape does not broadcast to dY", k);
+    APX_TRY(apx_cuda_tmp(ctx, (size_t)n * sizeof(float), (void **)&full[k]));
+  }
+  if (n == 0) return APX_STATUS_OK;
+  BcastArgs g = bcast_args(&bc);
+  int block = apx_cu_block(ctx, 256);
+  cudaStream_t s = apx_cu_stream(ctx);
+  APX_CU_FLOAT_SWITCH(ctx, dt, T, {
+    pow_grad_kernel<T><<<apx_cu_grid(ctx, n, block), block, 0, s>>>(
+        (const T *)dy->data, (const T *)ins[1].data, (const T *)ins[2].data, full[0], full[1], n, g);
+  });
+  APX_CUDA_LAUNCHED(ctx);
+  for (int k = 0; k < 2; k++) {
+    if (!full[k]) continue;
+    ApxCuReduce p;
+    apx_cu_reduce_plan(&p, dy->dims, dy->rank, (uint32_t)mask[k]);
+    APX_TRY(apx_cuda_reduce_sum(ctx, full[k], APX_DT_F32, &p, 1.0f, outs[k].data, dt));
+  }
+  return APX_STATUS_OK;
+}

@@ -1,0 +1,488 @@
+/* matmul.cu - matrix products through cuBLASLt with fp32 accumulation (CUBLAS_COMPUTE_32F,
+ * fp32 alpha / beta): Gemm(A, B, C?), MatMul (numpy: 1-D operands, broadcast batch dims),
+ * FusedMatMul (transposes, alpha, batches summed into a smaller output for gradients),
+ * FusedDense(X, W, B?) -> Y, Aux? and FusedDenseGrad(dY, X, W, T) -> dX?, dW?, dB?.
+ *
+ * Row-major products are issued as their column-major transposes: Y^T (N, M) = op(B)^T op(A)^T,
+ * so cuBLASLt's "A" is our B and its "B" our A. Batched products are strided-batched calls
+ * (stride 0 for a shared operand); a shared right operand folds the batches into one tall
+ * product; gradients summing batches stack them along K (one product) or accumulate in fp32.
+ *
+ * FusedDense uses cuBLASLt epilogues where they compute exactly the op: BIAS, RELU_BIAS, RELU
+ * (beta = 1), and GELU_AUX_BIAS / GELU_BIAS for the tanh GELU (cuBLASLt's GELU is the tanh
+ * approximation); otherwise (erf GELU, beta != 1, Aux of a ReLU, a bias of another type) the
+ * product goes to an fp32 temporary and one epilogue kernel adds the bias, applies the
+ * activation (ew_math.h) and rounds once - the CPU reference's arithmetic. FusedDenseGrad
+ * computes g = dY * act'(T) in fp32 for the bias gradient and stores g in dY's type for the
+ * two products (one rounding of g that the fp32 CPU path does not have; tolerances cover it). */
+#include <cublasLt.h>
+
+#include "kernels/cuda/reduce.cuh"
+
+#define APX_CUBLAS_TRY(ctx, call)                                                          \
+  do {                                                                                     \
+    cublasStatus_t apx_b_ = (call);                                                        \
+    if (apx_b_ != CUBLAS_STATUS_SUCCESS)                                                   \
+      return apx_cuda_fail((ctx), APX_STATUS_RUNTIME, "%s: %s (%s:%d)", #call,             \
+                           cublasLtGetStatusName(apx_b_), __FILE__, __LINE__);             \
+  } while (0)
+
+static cudaDataType lt_type(ApxDType dt) {
+  switch (dt) {
+    case APX_DT_F16: return CUDA_R_16F;
+    case APX_DT_BF16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
+
+/* One (strided-batched) row-major product D = alpha op(A) op(B) + beta C (C = D's layout). */
+typedef struct LtCall {
+  int ta, tb;
+  int64_t M, N, K;
+  cudaDataType ab, cd;
+  const void *A, *B, *C;
+  void *D;
+  int64_t batch, sa, sb, sd;
+  float alpha, beta;
+  cublasLtEpilogue_t epi;
+  const void *bias;
+  void *aux;
+  int64_t aux_ld;
+} LtCall;
+
+static LtCall lt_call(const void *A, const void *B, void *D, int64_t M, int64_t N, int64_t K, int ta,
+                      int tb, ApxDType ab, ApxDType cd, float alpha) {
+  LtCall c;
+  memset(&c, 0, sizeof c);
+  c.A = A;
+  c.B = B;
+  c.D = D;
+  c.C = D;
+  c.M = M;
+  c.N = N;
+  c.K = K;
+  c.ta = ta;
+  c.tb = tb;
+  c.ab = lt_type(ab);
+  c.cd = lt_type(cd);
+  c.alpha = alpha;
+  c.batch = 1;
+  c.epi = CUBLASLT_EPILOGUE_DEFAULT;
+  return c;
+}
+
+typedef struct LtDescs {
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t a, b, c, d;
+  cublasLtMatmulPreference_t pref;
+} LtDescs;
+
+static void lt_destroy(LtDescs *s) {
+  if (s->pref) cublasLtMatmulPreferenceDestroy(s->pref);
+  if (s->d) cublasLtMatrixLayoutDestroy(s->d);
+  if (s->c) cublasLtMatrixLayoutDestroy(s->c);
+  if (s->b) cublasLtMatrixLayoutDestroy(s->b);
+  if (s->a) cublasLtMatrixLayoutDestroy(s->a);
+  if (s->op) cublasLtMatmulDescDestroy(s->op);
+}
+
+static ApxStatus lt_layout(ApxCudaCtx *ctx, cublasLtMatrixLayout_t *l, cudaDataType t, int64_t rows,
+                           int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
+  APX_CUBLAS_TRY(ctx, cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld));
+  if (batch > 1) {
+    int32_t bc = (int32_t)batch;
+    APX_CUBLAS_TRY(ctx, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc));
+    APX_CUBLAS_TRY(ctx, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                         &stride, sizeof stride));
+  }
+  return APX_STATUS_OK;
+}
+
+/* Builds the descriptors and finds an algorithm; *found = 0 when cuBLASLt has none for this
+ * combination (callers fall back to a plainer path). */
+static ApxStatus lt_prepare(ApxCudaCtx *ctx, const LtCall *c, LtDescs *s,
+                            cublasLtMatmulHeuristicResult_t *h, int *found) {
+  *found = 0;
+  cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
+  cudaDataType st = CUDA_R_32F;
+  APX_CUBLAS_TRY(ctx, cublasLtMatmulDescCreate(&s->op, ct, st));
+  cublasOperation_t opa = c->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = c->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  APX_CUBLAS_TRY(ctx, cublasLtMatmulDescSetAttribute(s->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+  APX_CUBLAS_TRY(ctx, cublasLtMatmulDescSetAttribute(s->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+  if (c->epi != CUBLASLT_EPILOGUE_DEFAULT) {
+    APX_CUBLAS_TRY(ctx, cublasLtMatmulDescSetAttribute(s->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &c->epi, sizeof c->epi));
+    if (c->bias)
+      APX_CUBLAS_TRY(ctx, cublasLtMatmulDescSetAttribute(s->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c->bias,
+                                                         sizeof c->bias));
+    if (c->aux) {
+      APX_CUBLAS_TRY(ctx, cublasLtMatmulDescSetAttribute(s->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                         &c->aux, sizeof c->aux));
+      APX_CUBLAS_TRY(ctx, cublasLtMatmulDescSetAttribute(s->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                         &c->aux_ld, sizeof c->aux_ld));
+    }
+  }
+  /* cuBLASLt A = our B: (N, K) col-major when not transposed */
+  APX_TRY(lt_layout(ctx, &s->a, c->ab, c->tb ? c->K : c->N, c->tb ? c->N : c->K, c->tb ? c->K : c->N,
+                    c->batch, c->sb));
+  APX_TRY(lt_layout(ctx, &s->b, c->ab, c->ta ? c->M : c->K, c->ta ? c->K : c->M, c->ta ? c->M : c->K,
+                    c->batch, c->sa));
+  APX_TRY(lt_layout(ctx, &s->c, c->cd, c->N, c->M, c->N, c->batch, c->sd));
+  APX_TRY(lt_layout(ctx, &s->d, c->cd, c->N, c->M, c->N, c->batch, c->sd));
+  APX_CUBLAS_TRY(ctx, cublasLtMatmulPreferenceCreate(&s->pref));
+  uint64_t ws = ctx->lt_ws_bytes;
+  APX_CUBLAS_TRY(ctx, cublasLtMatmulPreferenceSetAttribute(s->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &ws, sizeof ws));
+  int n = 0;
+  cublasStatus_t bs = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)ctx->lt, s->op, s->a, s->b, s->c,
+                                                     s->d, s->pref, 1, h, &n);
+  if (bs == CUBLAS_STATUS_NOT_SUPPORTED || (bs == CUBLAS_STATUS_SUCCESS && n == 0)) return APX_STATUS_OK;
+  if (bs != CUBLAS_STATUS_SUCCESS)
+    return apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cublasLtMatmulAlgoGetHeuristic: %s (%s:%d)",
+                         cublasLtGetStatusName(bs), __FILE__, __LINE__);
+  *found = 1;
+  return APX_STATUS_OK;
+}
+
+/* Queues the product; *done = 0 (and nothing queued) when cuBLASLt has no algorithm. */
+static ApxStatus lt_try(ApxCudaCtx *ctx, const LtCall *c, int *done) {
+  LtDescs s;
+  memset(&s, 0, sizeof s);
+  cublasLtMatmulHeuristicResult_t h;
+  ApxStatus st = lt_prepare(ctx, c, &s, &h, done);
+  if (st == APX_STATUS_OK && *done) {
+    cublasStatus_t bs = cublasLtMatmul((cublasLtHandle_t)ctx->lt, s.op, &c->alpha, c->B, s.a, c->A, s.b,
+                                       &c->beta, c->C, s.c, c->D, s.d, &h.algo, ctx->lt_ws,
+                                       ctx->lt_ws_bytes, apx_cu_stream(ctx));
+    if (bs != CUBLAS_STATUS_SUCCESS)
+      st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cublasLtMatmul: %s (M %lld, N %lld, K %lld, batch %lld) (%s:%d)",
+                         cublasLtGetStatusName(bs), (long long)c->M, (long long)c->N, (long long)c->K,
+                         (long long)c->batch, __FILE__, __LINE__);
+  }
+  lt_destroy(&s);
+  return st;
+}
+
+static ApxStatus lt_run(ApxCudaCtx *ctx, const LtCall *c) {
+  int done = 0;
+  APX_TRY(lt_try(ctx, c, &done));
+  if (!done)
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
+                         "not supported yet on cuda: no cuBLASLt algorithm for M %lld, N %lld, K %lld",
+                         (long long)c->M, (long long)c->N, (long long)c->K);
+  return APX_STATUS_OK;
+}
+
+static ApxStatus same_float(ApxCudaCtx *ctx, const ApxTensor *t, ApxDType dt, const char *what) {
+  if (t->dtype != dt)
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: %s of type %s with %s",
+                         what, apx_dtype_name(t->dtype), apx_dtype_name(dt));
+  if (!apx_cu_is_float16(dt))
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: type %s (fp64: cpu only)",
+                         apx_dtype_name(dt));
+  return APX_STATUS_OK;
+}
+
+/* ---- Gemm ------------------------------------------------------------------------------------- */
+
+APX_CUDA_ENTRY(apx_cuda_gemm) {
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  const ApxAttrGemm *g = (const ApxAttrGemm *)attrs;
+  const ApxTensor *A = &ins[0], *B = &ins[1];
+  ApxTensor *Y = &outs[0];
+  ApxDType dt = Y->dtype;
+  APX_TRY(same_float(ctx, A, dt, "A"));
+  APX_TRY(same_float(ctx, B, dt, "B"));
+  if (A->rank != 2 || B->rank != 2 || Y->rank != 2)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "A, B and Y must be 2-D (ranks %d, %d, %d)",
+                         A->rank, B->rank, Y->rank);
+  int64_t M = g->trans_a ? A->dims[1] : A->dims[0], K = g->trans_a ? A->dims[0] : A->dims[1];
+  int64_t Kb = g->trans_b ? B->dims[1] : B->dims[0], N = g->trans_b ? B->dims[0] : B->dims[1];
+  if (K != Kb || Y->dims[0] != M || Y->dims[1] != N)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT,
+                         "shapes do not match: op(A) (%lld, %lld), op(B) (%lld, %lld), Y (%lld, %lld)",
+                         (long long)M, (long long)K, (long long)Kb, (long long)N,
+                         (long long)Y->dims[0], (long long)Y->dims[1]);
+  if (M == 0 || N == 0) return APX_STATUS_OK;
+  const ApxTensor *C = apx_cu_has(ins, n_in, 2) && g->beta != 0 ? &ins[2] : NULL;
+  if (C) APX_TRY(same_float(ctx, C, dt, "C"));
+  if (K == 0) {
+    if (C) return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: K = 0 with C");
+    APX_CUDA_TRY(ctx, cudaMemsetAsync(Y->data, 0, apx_tensor_bytes(Y), apx_cu_stream(ctx)));
+    return APX_STATUS_OK;
+  }
+  LtCall c = lt_call(A->data, B->data, Y->data, M, N, K, g->trans_a, g->trans_b, dt, dt, g->alpha);
+  if (C) {
+    /* a bias row (N) with beta 1: the BIAS epilogue; else C broadcast into Y, then beta */
+    int row = apx_tensor_numel(C) == N && (C->rank == 1 || (C->rank == 2 && C->dims[0] == 1));
+    if (row && g->beta == 1.0f && !ctx->no_epilogue) {
+      LtCall cb = c;
+      cb.epi = CUBLASLT_EPILOGUE_BIAS;
+      cb.bias = C->data;
+      int done = 0;
+      APX_TRY(lt_try(ctx, &cb, &done));
+      if (done) return APX_STATUS_OK;
+    }
+    APX_TRY(apx_cuda_broadcast_copy(ctx, C, Y));
+    c.beta = g->beta;
+  }
+  return lt_run(ctx, &c);
+}
+
+/* ---- MatMul, FusedMatMul -------------------------------------------------------------------------- */
+
+APX_CUDA_ENTRY(apx_cuda_matmul) {
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  ApxCuMatMul p;
+  memset(&p, 0, sizeof p);
+  float alpha = 1.0f;
+  if (op == APX_OP_FusedMatMul) {
+    const ApxAttrFusedMatMul *f = (const ApxAttrFusedMatMul *)attrs;
+    p.ta = f->trans_a;
+    p.tb = f->trans_b;
+    alpha = f->alpha;
+  }
+  const ApxTensor *A = &ins[0], *B = &ins[1];
+  ApxTensor *Y = &outs[0];
+  ApxDType dt = Y->dtype;
+  APX_TRY(same_float(ctx, A, dt, "A"));
+  APX_TRY(same_float(ctx, B, dt, "B"));
+  if (apx_cu_matmul_plan(&p, A, B, Y, ctx->err, sizeof ctx->err)) return APX_STATUS_BAD_INPUT;
+  int64_t ny = apx_tensor_numel(Y);
+  if (ny == 0) return APX_STATUS_OK;
+  cudaStream_t s = apx_cu_stream(ctx);
+  size_t es = apx_dtype_size(dt);
+  if (p.K == 0 || p.bc.numel == 0) {
+    APX_CUDA_TRY(ctx, cudaMemsetAsync(Y->data, 0, (size_t)ny * es, s));
+    return APX_STATUS_OK;
+  }
+  if (!p.reduce) {
+    int32_t folded = 0;
+    int64_t n_calls = apx_cu_matmul_n_calls(&p, &folded);
+    for (int64_t k = 0; k < n_calls; k++) {
+      ApxCuGemmCall gc;
+      apx_cu_matmul_call(&p, k, folded, &gc);
+      LtCall c = lt_call((const char *)A->data + gc.a_off * (int64_t)es, (const char *)B->data + gc.b_off * (int64_t)es,
+                         (char *)Y->data + gc.y_off * (int64_t)es, gc.M, p.N, p.K, p.ta, p.tb, dt, dt, alpha);
+      c.batch = gc.batch;
+      c.sa = gc.a_stride;
+      c.sb = gc.b_stride;
+      c.sd = gc.y_stride;
+      APX_TRY(lt_run(ctx, &c));
+    }
+    return APX_STATUS_OK;
+  }
+  ApxCuGemmCall gc;
+  if (apx_cu_matmul_stacked(&p, &gc)) {
+    LtCall c = lt_call(A->data, B->data, Y->data, gc.M, p.N, gc.K, p.ta, p.tb, dt, dt, alpha);
+    return lt_run(ctx, &c);
+  }
+  /* general reduction over batches: accumulate in fp32, round once */
+  float *acc = NULL;
+  APX_TRY(apx_cuda_tmp(ctx, (size_t)ny * sizeof(float), (void **)&acc));
+  APX_CUDA_TRY(ctx, cudaMemsetAsync(acc, 0, (size_t)ny * sizeof(float), s));
+  int64_t sA = p.M * p.K, sB = p.K * p.N, sY = p.M * p.N;
+  for (int64_t b = 0; b < p.bc.numel; b++) {
+    int64_t off[3];
+    apx_cu_bcast_offsets(&p.bc, b, off);
+    LtCall c = lt_call((const char *)A->data + off[0] * sA * (int64_t)es,
+                       (const char *)B->data + off[1] * sB * (int64_t)es, acc + off[2] * sY, p.M, p.N,
+                       p.K, p.ta, p.tb, dt, APX_DT_F32, alpha);
+    c.beta = 1.0f;
+    APX_TRY(lt_run(ctx, &c));
+  }
+  return apx_cuda_convert(ctx, acc, APX_DT_F32, ny, Y->data, dt, ny);
+}
+
+/* ---- FusedDense ---------------------------------------------------------------------------------- */
+
+/* pre (M, N) fp32 = alpha X op(W); v = pre + beta b[j]; aux = v; y = act(v) */
+template <typename T>
+__global__ void dense_epilogue_kernel(const float *pre, const void *b, int bdt, float beta, T *y,
+                                      T *aux, int64_t M, int64_t N, int act) {
+  APX_CU_GRID_STRIDE(i, M * N) {
+    float v = pre[i] + (b ? beta * ld_dt(b, bdt, i % N) : 0.0f);
+    if (aux) aux[i] = st<T>(v);
+    float r;
+    switch (act) {
+      case APX_ACT_RELU: r = apx_relu_f32(v); break;
+      case APX_ACT_GELU: r = apx_gelu_f32(v); break;
+      case APX_ACT_GELU_TANH: r = apx_gelu_tanh_f32(v); break;
+      default: r = v; break;
+    }
+    y[i] = st<T>(r);
+  }
+}
+
+static ApxStatus dense_shape(ApxCudaCtx *ctx, const ApxAttrFusedDense *a, const ApxTensor *x,
+                             const ApxTensor *w, const ApxTensor *y, int64_t *M, int64_t *N, int64_t *K) {
+  char sx[96], sw[96], sy[96];
+  int ok = x->rank >= 1 && w->rank == 2 && y->rank == x->rank;
+  if (ok) {
+    *K = x->dims[x->rank - 1];
+    *N = a->trans_w ? w->dims[0] : w->dims[1];
+    *M = apx_tensor_numel(x) / (*K ? *K : 1);
+    ok = (a->trans_w ? w->dims[1] : w->dims[0]) == *K && y->dims[y->rank - 1] == *N;
+    for (int d = 0; ok && d + 1 < x->rank; d++) ok = x->dims[d] == y->dims[d];
+  }
+  if (!ok)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "shapes do not match: X %s, W %s, Y %s",
+                         apx_cu_dims_str(x, sx, sizeof sx), apx_cu_dims_str(w, sw, sizeof sw),
+                         apx_cu_dims_str(y, sy, sizeof sy));
+  if (*M > 0x7fffffff || *N > 0x7fffffff || *K > 0x7fffffff)
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: dims beyond 2^31");
+  if (a->activation < APX_ACT_NONE || a->activation > APX_ACT_GELU_TANH)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "unknown activation %d", a->activation);
+  return APX_STATUS_OK;
+}
+
+APX_CUDA_ENTRY(apx_cuda_fused_dense) {
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  const ApxAttrFusedDense *a = (const ApxAttrFusedDense *)attrs;
+  int64_t M = 0, N = 0, K = 0;
+  APX_TRY(dense_shape(ctx, a, &ins[0], &ins[1], &outs[0], &M, &N, &K));
+  ApxDType dt = outs[0].dtype;
+  APX_TRY(same_float(ctx, &ins[0], dt, "X"));
+  APX_TRY(same_float(ctx, &ins[1], dt, "W"));
+  const ApxTensor *b = apx_cu_has(ins, n_in, 2) ? &ins[2] : NULL;
+  ApxTensor *aux = apx_cu_has(outs, n_out, 1) ? &outs[1] : NULL;
+  if ((b && (apx_tensor_numel(b) != N || !apx_cu_is_float16(b->dtype))) ||
+      (aux && (apx_tensor_numel(aux) != M * N || aux->dtype != dt)))
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "B must be (N) floats, Aux Y's shape and type");
+  if (M * N == 0) return APX_STATUS_OK;
+  if (K == 0) return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: K = 0");
+  LtCall c = lt_call(ins[0].data, ins[1].data, outs[0].data, M, N, K, 0, a->trans_w, dt, dt, a->alpha);
+  /* cuBLASLt epilogues that are exactly the op */
+  int bias_ok = !b || (a->beta == 1.0f && b->dtype == dt);
+  int epi_ok = bias_ok && !ctx->no_epilogue;
+  switch (a->activation) {
+    case APX_ACT_NONE: c.epi = b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT; epi_ok &= !aux; break;
+    case APX_ACT_RELU: c.epi = b ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU; epi_ok &= !aux; break;
+    case APX_ACT_GELU_TANH:
+      c.epi = aux ? (b ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                  : (b ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+      epi_ok &= !aux || N % 8 == 0;
+      break;
+    default: epi_ok = 0; break;
+  }
+  if (epi_ok) {
+    c.bias = b ? b->data : NULL;
+    if (aux) {
+      c.aux = aux->data;
+      c.aux_ld = N;
+    }
+    int done = 0;
+    APX_TRY(lt_try(ctx, &c, &done));
+    if (done) return APX_STATUS_OK;
+  }
+  /* fp32 product, then bias + activation + one rounding */
+  float *pre = NULL;
+  APX_TRY(apx_cuda_tmp(ctx, (size_t)(M * N) * sizeof(float), (void **)&pre));
+  LtCall p = lt_call(ins[0].data, ins[1].data, pre, M, N, K, 0, a->trans_w, dt, APX_DT_F32, a->alpha);
+  APX_TRY(lt_run(ctx, &p));
+  int block = apx_cu_block(ctx, 256);
+  APX_CU_FLOAT_SWITCH(ctx, dt, T, {
+    dense_epilogue_kernel<T><<<apx_cu_grid(ctx, M * N, block), block, 0, apx_cu_stream(ctx)>>>(
+        pre, b ? b->data : NULL, b ? b->dtype : 0, a->beta, (T *)outs[0].data,
+        aux ? (T *)aux->data : NULL, M, N, a->activation);
+  });
+  APX_CUDA_LAUNCHED(ctx);
+  return APX_STATUS_OK;
+}
+
+/* ---- FusedDenseGrad ------------------------------------------------------------------------------- */
+
+static __device__ __forceinline__ float act_grad(int act, float g, float t) {
+  switch (act) {
+    case APX_ACT_RELU: return apx_relu_grad_f32(g, t);
+    case APX_ACT_GELU: return apx_gelu_grad_f32(g, t);
+    case APX_ACT_GELU_TANH: return apx_gelu_tanh_grad_f32(g, t);
+    default: return g;
+  }
+}
+
+template <typename T>
+__global__ void dense_act_grad_kernel(const T *dy, const T *t, T *g, int64_t n, int act) {
+  APX_CU_GRID_STRIDE(i, n) g[i] = st<T>(act_grad(act, ld(dy[i]), ld(t[i])));
+}
+
+/* column j of g = dY * act'(T) in fp32 (row r) */
+template <typename T>
+struct DenseBiasTerm {
+  const T *dy, *t;
+  int64_t N;
+  int act;
+  __device__ float operator()(int64_t j, int64_t r) const {
+    int64_t i = r * N + j;
+    return t ? act_grad(act, ld(dy[i]), ld(t[i])) : ld(dy[i]);
+  }
+};
+
+struct StoreScaled {
+  void *out;
+  int32_t dt;
+  float k;
+  __device__ void operator()(int64_t o, float v) const { st_dt(out, dt, o, v * k); }
+};
+
+APX_CUDA_ENTRY(apx_cuda_fused_dense_grad) {
+  const ApxAttrFusedDense *a = (const ApxAttrFusedDense *)attrs;
+  for (int i = 0; i < 3; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
+  if (a->activation != APX_ACT_NONE) APX_TRY(apx_cu_need_in(ctx, ins, n_in, 3));
+  int64_t M = 0, N = 0, K = 0;
+  APX_TRY(dense_shape(ctx, a, &ins[1], &ins[2], &ins[0], &M, &N, &K));
+  ApxDType dt = ins[0].dtype;
+  APX_TRY(same_float(ctx, &ins[1], dt, "X"));
+  APX_TRY(same_float(ctx, &ins[2], dt, "W"));
+  const ApxTensor *T_ = a->activation != APX_ACT_NONE ? &ins[3] : NULL;
+  if (T_) APX_TRY(same_float(ctx, T_, dt, "T"));
+  ApxTensor *dx = apx_cu_has(outs, n_out, 0) ? &outs[0] : NULL;
+  ApxTensor *dw = apx_cu_has(outs, n_out, 1) ? &outs[1] : NULL;
+  ApxTensor *db = apx_cu_has(outs, n_out, 2) ? &outs[2] : NULL;
+  if ((dx && (apx_tensor_numel(dx) != M * K || dx->dtype != dt)) ||
+      (dw && (apx_tensor_numel(dw) != N * K || dw->dtype != dt)) ||
+      (db && (apx_tensor_numel(db) != N || !apx_cu_is_float16(db->dtype))) ||
+      (T_ && apx_tensor_numel(T_) != M * N))
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dX / dW / dB / T do not match X / W / (N) / Y");
+  cudaStream_t s = apx_cu_stream(ctx);
+  size_t es = apx_dtype_size(dt);
+  if (M == 0 || K == 0 || N == 0) {
+    if (dx) APX_CUDA_TRY(ctx, cudaMemsetAsync(dx->data, 0, apx_tensor_bytes(dx), s));
+    if (dw) APX_CUDA_TRY(ctx, cudaMemsetAsync(dw->data, 0, apx_tensor_bytes(dw), s));
+    if (db && M == 0) APX_CUDA_TRY(ctx, cudaMemsetAsync(db->data, 0, apx_tensor_bytes(db), s));
+    if (!db || M == 0) return APX_STATUS_OK;
+  }
+  const void *g = ins[0].data;
+  APX_CU_FLOAT_SWITCH(ctx, dt, T, {
+    if (db) {
+      DenseBiasTerm<T> f = {(const T *)ins[0].data, T_ ? (const T *)T_->data : NULL, N, a->activation};
+      StoreScaled o = {db->data, (int32_t)db->dtype, a->beta};
+      APX_TRY(apx_cu_reduce(ctx, f, o, N, M, 0));
+    }
+    if (T_ && (dx || dw) && M * N > 0) {
+      void *gt = NULL;
+      APX_TRY(apx_cuda_tmp(ctx, (size_t)(M * N) * es, &gt));
+      int block = apx_cu_block(ctx, 256);
+      dense_act_grad_kernel<T><<<apx_cu_grid(ctx, M * N, block), block, 0, s>>>(
+          (const T *)ins[0].data, (const T *)T_->data, (T *)gt, M * N, a->activation);
+      APX_CUDA_LAUNCHED(ctx);
+      g = gt;
+    }
+  });
+  if (M == 0 || K == 0 || N == 0) return APX_STATUS_OK;
+  if (dx) { /* trans_w: dX = g W (W (N, K)); else dX = g W^T (W (K, N)) */
+    LtCall c = lt_call(g, ins[2].data, dx->data, M, K, N, 0, a->trans_w ? 0 : 1, dt, dt, a->alpha);
+    APX_TRY(lt_run(ctx, &c));
+  }
+  if (dw) { /* trans_w: dW (N, K) = g^T X; else dW (K, N) = X^T g */
+    LtCall c = a->trans_w ? lt_call(g, ins[1].data, dw->data, N, K, M, 1, 0, dt, dt, a->alpha)
+                          : lt_call(ins[1].data, g, dw->data, K, N, M, 1, 0, dt, dt, a->alpha);
+    APX_TRY(lt_run(ctx, &c));
+  }
+  return APX_STATUS_OK;
+}

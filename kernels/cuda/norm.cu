@@ -1,0 +1,434 @@
+/* norm.cu - LayerNormalization(X, Scale, B?) -> Y, Mean?, InvStdDev?;
+ * LayerNormGrad(dY, X, Scale, Mean, InvStdDev) -> dX?, dScale?, dB?;
+ * BatchNormalization / BatchNormRelu(X, scale, B, mean, var) -> Y, running_mean?,
+ *   running_var?, saved_mean?, saved_inv_std? (training_mode: batch statistics);
+ * BatchNormGrad(dY, X, scale, stat1, stat2) -> dX?, dscale?, dB? and
+ * BatchNormReluGrad(dY, Y, X, ...) = BatchNormGrad of dY * (Y > 0).
+ * Own kernels (not cuDNN) so the math is the CPU reference's (norm_real.inc): statistics
+ * two-pass (mean, then mean squared deviation) in fp32, inverse std 1 / sqrt(var + eps).
+ * Per-row / per-channel vectors (scale, bias, statistics) may have any float type. */
+#include "kernels/cuda/reduce.cuh"
+
+/* ---- LayerNormalization ---------------------------------------------------------------- */
+
+/* One block per row (x, y: (rows, D)). */
+template <typename T>
+__global__ void layer_norm_kernel(const T *x, const void *scale, int sdt, const void *bias, int bdt,
+                                  T *y, void *mean, int mdt, void *istd, int idt, int64_t rows,
+                                  int64_t D, float eps) {
+  __shared__ float sh[33];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *px = x + r * D;
+    T *py = y + r * D;
+    float m = 0.0f;
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) m += ld(px[j]);
+    m = block_sum(m, sh) / (float)D;
+    float v = 0.0f;
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+      float d = ld(px[j]) - m;
+      v += d * d;
+    }
+    v = block_sum(v, sh) / (float)D;
+    float is = 1.0f / sqrtf(v + eps);
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
+      py[j] = st<T>((ld(px[j]) - m) * is * ld_dt(scale, sdt, j) + (bias ? ld_dt(bias, bdt, j) : 0.0f));
+    if (threadIdx.x == 0) {
+      if (mean) st_dt(mean, mdt, r, m);
+      if (istd) st_dt(istd, idt, r, is);
+    }
+  }
+}
+
+/* dX = is (g - mean(g) - xhat mean(g xhat)), g = dY scale; one block per row. */
+template <typename T>
+__global__ void layer_norm_dx_kernel(const T *dy, const T *x, const void *scale, int sdt,
+                                     const void *mean, int mdt, const void *istd, int idt, T *dx,
+                                     int64_t rows, int64_t D) {
+  __shared__ float sh[33];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *px = x + r * D, *pg = dy + r * D;
+    T *pd = dx + r * D;
+    float m = ld_dt(mean, mdt, r), is = ld_dt(istd, idt, r), sg = 0.0f, sgx = 0.0f;
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+      float g = ld(pg[j]) * ld_dt(scale, sdt, j);
+      sg += g;
+      sgx += g * (ld(px[j]) - m) * is;
+    }
+    sg = block_sum(sg, sh) / (float)D;
+    sgx = block_sum(sgx, sh) / (float)D;
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
+      pd[j] = st<T>(is * (ld(pg[j]) * ld_dt(scale, sdt, j) - sg - (ld(px[j]) - m) * is * sgx));
+  }
+}
+
+/* dScale[j] terms: dy (x - m) is at (row r, column j); dB terms: dy */
+template <typename T>
+struct LnScaleTerm {
+  const T *dy, *x;
+  const void *mean, *istd;
+  int32_t mdt, idt;
+  int64_t D;
+  __device__ float operator()(int64_t j, int64_t r) const {
+    int64_t i = r * D + j;
+    return ld(dy[i]) * (ld(x[i]) - ld_dt(mean, mdt, r)) * ld_dt(istd, idt, r);
+  }
+};
+
+template <typename T>
+struct ColTerm { /* x[r * D + j] */
+  const T *x;
+  int64_t D;
+  __device__ float operator()(int64_t j, int64_t r) const { return ld(x[r * D + j]); }
+};
+
+struct StoreDt {
+  void *out;
+  int32_t dt;
+  __device__ void operator()(int64_t o, float v) const { st_dt(out, dt, o, v); }
+};
+
+static ApxStatus need_numel(ApxCudaCtx *ctx, const ApxTensor *t, int64_t n, const char *what) {
+  if (!t || !t->data) return APX_STATUS_OK;
+  if (apx_tensor_numel(t) != n)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "%s has %lld elements, expected %lld", what,
+                         (long long)apx_tensor_numel(t), (long long)n);
+  if (!apx_cu_is_float16(t->dtype))
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: %s of type %s",
+                         what, apx_dtype_name(t->dtype));
+  return APX_STATUS_OK;
+}
+
+static const ApxTensor *opt(const ApxTensor *t, int n, int i) { return i < n && t[i].data ? &t[i] : NULL; }
+static void *data_of(const ApxTensor *t) { return t ? t->data : NULL; }
+static int dt_of(const ApxTensor *t) { return t ? (int)t->dtype : 0; }
+
+static unsigned row_grid(int64_t rows) { return (unsigned)(rows < 65535 * 16 ? rows : 65535 * 16); }
+
+APX_CUDA_ENTRY(apx_cuda_layer_norm) {
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  const ApxAttrLayerNorm *a = (const ApxAttrLayerNorm *)attrs;
+  const ApxTensor *x = &ins[0];
+  if (a->axis < 0 || a->axis >= x->rank)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
+                         (long long)a->axis, x->rank);
+  int64_t rows = apx_cu_prod(x->dims, 0, (int32_t)a->axis), D = apx_cu_prod(x->dims, (int32_t)a->axis, x->rank);
+  const ApxTensor *b = opt(ins, n_in, 2), *mean = opt(outs, n_out, 1), *istd = opt(outs, n_out, 2);
+  APX_TRY(need_numel(ctx, &ins[1], D, "Scale"));
+  APX_TRY(need_numel(ctx, b, D, "B"));
+  APX_TRY(need_numel(ctx, mean, rows, "Mean"));
+  APX_TRY(need_numel(ctx, istd, rows, "InvStdDev"));
+  if (apx_tensor_numel(&outs[0]) != rows * D || outs[0].dtype != x->dtype)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Y must have X's shape and type");
+  if (rows * D == 0) return APX_STATUS_OK;
+  int block = apx_cu_block(ctx, D >= 1024 ? 512 : 256);
+  APX_CU_FLOAT_SWITCH(ctx, x->dtype, T, {
+    layer_norm_kernel<T><<<row_grid(rows), block, 0, apx_cu_stream(ctx)>>>(
+        (const T *)x->data, ins[1].data, ins[1].dtype, data_of(b), dt_of(b), (T *)outs[0].data,
+        data_of(mean), dt_of(mean), data_of(istd), dt_of(istd), rows, D, a->epsilon);
+  });
+  APX_CUDA_LAUNCHED(ctx);
+  return APX_STATUS_OK;
+}
+
+APX_CUDA_ENTRY(apx_cuda_layer_norm_grad) {
+  for (int i = 0; i < 5; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
+  const ApxAttrLayerNorm *a = (const ApxAttrLayerNorm *)attrs;
+  const ApxTensor *x = &ins[1];
+  if (a->axis < 0 || a->axis >= x->rank)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
+                         (long long)a->axis, x->rank);
+  int64_t rows = apx_cu_prod(x->dims, 0, (int32_t)a->axis), D = apx_cu_prod(x->dims, (int32_t)a->axis, x->rank);
+  const ApxTensor *dx = opt(outs, n_out, 0), *dsc = opt(outs, n_out, 1), *db = opt(outs, n_out, 2);
+  if (apx_tensor_numel(&ins[0]) != rows * D || ins[0].dtype != x->dtype)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY must have X's shape and type");
+  if (dx && (apx_tensor_numel(dx) != rows * D || dx->dtype != x->dtype))
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dX must have X's shape and type");
+  APX_TRY(need_numel(ctx, &ins[2], D, "Scale"));
+  APX_TRY(need_numel(ctx, &ins[3], rows, "Mean"));
+  APX_TRY(need_numel(ctx, &ins[4], rows, "InvStdDev"));
+  APX_TRY(need_numel(ctx, dsc, D, "dScale"));
+  APX_TRY(need_numel(ctx, db, D, "dB"));
+  if (rows * D == 0) return APX_STATUS_OK;
+  cudaStream_t s = apx_cu_stream(ctx);
+  APX_CU_FLOAT_SWITCH(ctx, x->dtype, T, {
+    const T *pdy = (const T *)ins[0].data, *px = (const T *)x->data;
+    if (dx) {
+      int block = apx_cu_block(ctx, D >= 1024 ? 512 : 256);
+      layer_norm_dx_kernel<T><<<row_grid(rows), block, 0, s>>>(
+          pdy, px, ins[2].data, ins[2].dtype, ins[3].data, ins[3].dtype, ins[4].data,
+          ins[4].dtype, (T *)dx->data, rows, D);
+      APX_CUDA_LAUNCHED(ctx);
+    }
+    if (dsc) {
+      LnScaleTerm<T> f = {pdy, px, ins[3].data, ins[4].data, (int32_t)ins[3].dtype,
+                          (int32_t)ins[4].dtype, D};
+      StoreDt o = {dsc->data, (int32_t)dsc->dtype};
+      APX_TRY(apx_cu_reduce(ctx, f, o, D, rows, 0));
+    }
+    if (db) {
+      ColTerm<T> f = {pdy, D};
+      StoreDt o = {db->data, (int32_t)db->dtype};
+      APX_TRY(apx_cu_reduce(ctx, f, o, D, rows, 0));
+    }
+  });
+  return APX_STATUS_OK;
+}
+
+/* ---- BatchNormalization ----------------------------------------------------------------- */
+
+/* x (N, C, S): term of channel c, reduced index r = n * S + s. */
+template <typename T>
+struct BnTerm {
+  const T *x;
+  const float *center; /* NULL: x itself; else (x - center[c])^2 */
+  int64_t C, S;
+  __device__ float operator()(int64_t c, int64_t r) const {
+    float v = ld(x[((r / S) * C + c) * S + r % S]);
+    if (!center) return v;
+    float d = v - center[c];
+    return d * d;
+  }
+};
+
+/* dy and dy (x - m) is of channel c (BatchNormGrad) */
+template <typename T>
+struct BnGradTerm {
+  const T *dy, *x;
+  const float *m, *is; /* NULL m: the plain sum of dy */
+  int64_t C, S;
+  __device__ float operator()(int64_t c, int64_t r) const {
+    int64_t i = ((r / S) * C + c) * S + r % S;
+    float g = ld(dy[i]);
+    return m ? g * (ld(x[i]) - m[c]) * is[c] : g;
+  }
+};
+
+struct StoreDiv {
+  float *out;
+  float div;
+  __device__ void operator()(int64_t o, float v) const { out[o] = v / div; }
+};
+
+struct StoreF {
+  float *out;
+  __device__ void operator()(int64_t o, float v) const { out[o] = v; }
+};
+
+/* Per-channel statistics: m, is (fp32 scratch) and the optional outputs. */
+__global__ void bn_stats_kernel(const float *bm, const float *bv, const void *in_mean,
+                                const void *in_var, int vdt, float *m, float *is, void *run_mean,
+                                void *run_var, void *saved_mean, void *saved_istd, int odt,
+                                int64_t C, float eps, float mo, int training) {
+  APX_CU_GRID_STRIDE(c, C) {
+    float mc = training ? bm[c] : ld_dt(in_mean, vdt, c);
+    float vc = training ? bv[c] : ld_dt(in_var, vdt, c);
+    float isc = 1.0f / sqrtf(vc + eps);
+    m[c] = mc;
+    is[c] = isc;
+    if (training) {
+      if (run_mean) st_dt(run_mean, odt, c, ld_dt(in_mean, vdt, c) * mo + mc * (1.0f - mo));
+      if (run_var) st_dt(run_var, odt, c, ld_dt(in_var, vdt, c) * mo + vc * (1.0f - mo));
+    } else {
+      if (run_mean) st_dt(run_mean, odt, c, mc);
+      if (run_var) st_dt(run_var, odt, c, vc);
+    }
+    if (saved_mean) st_dt(saved_mean, odt, c, mc);
+    if (saved_istd) st_dt(saved_istd, odt, c, isc);
+  }
+}
+
+template <typename T>
+__global__ void bn_apply_kernel(const T *x, const float *m, const float *is, const void *scale,
+                                const void *bias, int pdt, T *y, int64_t C, int64_t S, int64_t n,
+                                int relu) {
+  APX_CU_GRID_STRIDE(i, n) {
+    int64_t c = (i / S) % C;
+    float sc = ld_dt(scale, pdt, c) * is[c];
+    float v = (ld(x[i]) - m[c]) * sc + ld_dt(bias, pdt, c);
+    y[i] = st<T>(relu ? apx_relu_f32(v) : v);
+  }
+}
+
+template <typename T>
+__global__ void bn_dx_kernel(const T *dy, const T *x, const float *m, const float *is,
+                             const float *sdy, const float *sdyx, const void *scale, int pdt, T *dx,
+                             int64_t C, int64_t S, int64_t n, float cnt, int training) {
+  APX_CU_GRID_STRIDE(i, n) {
+    int64_t c = (i / S) % C;
+    float k = ld_dt(scale, pdt, c) * is[c], g = ld(dy[i]);
+    dx[i] = st<T>(training ? k * (g - sdy[c] / cnt - (ld(x[i]) - m[c]) * is[c] * sdyx[c] / cnt)
+                           : k * g);
+  }
+}
+
+__global__ void bn_grad_out_kernel(const float *sdy, const float *sdyx, void *dscale, void *dbias,
+                                   int odt, int64_t C) {
+  APX_CU_GRID_STRIDE(c, C) {
+    if (dscale) st_dt(dscale, odt, c, sdyx[c]);
+    if (dbias) st_dt(dbias, odt, c, sdy[c]);
+  }
+}
+
+/* inference-mode statistics for the gradient: m = running mean, is = 1 / sqrt(var + eps);
+ * training: m, is = the saved ones */
+__global__ void bn_grad_stats_kernel(const void *s1, const void *s2, int dt, float *m, float *is,
+                                     int64_t C, float eps, int training) {
+  APX_CU_GRID_STRIDE(c, C) {
+    m[c] = ld_dt(s1, dt, c);
+    is[c] = training ? ld_dt(s2, dt, c) : 1.0f / sqrtf(ld_dt(s2, dt, c) + eps);
+  }
+}
+
+static ApxStatus bn_shape(ApxCudaCtx *ctx, const ApxTensor *x, int64_t *N, int64_t *C, int64_t *S) {
+  if (x->rank < 2)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "X must have rank >= 2, got %d", x->rank);
+  *N = x->dims[0];
+  *C = x->dims[1];
+  *S = apx_cu_prod(x->dims, 2, x->rank);
+  return APX_STATUS_OK;
+}
+
+APX_CUDA_ENTRY(apx_cuda_batch_norm) {
+  for (int i = 0; i < 5; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  const ApxAttrBatchNorm *a = (const ApxAttrBatchNorm *)attrs;
+  const ApxTensor *x = &ins[0];
+  int64_t N = 0, C = 0, S = 0;
+  APX_TRY(bn_shape(ctx, x, &N, &C, &S));
+  static const char *names[4] = {"scale", "B", "input_mean", "input_var"};
+  for (int i = 1; i < 5; i++) APX_TRY(need_numel(ctx, &ins[i], C, names[i - 1]));
+  if (ins[2].dtype != ins[1].dtype || ins[4].dtype != ins[3].dtype)
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mixed parameter types");
+  static const char *onames[4] = {"running_mean", "running_var", "saved_mean", "saved_inv_std"};
+  ApxDType odt = APX_DT_UNDEFINED;
+  for (int i = 1; i < 5; i++) {
+    const ApxTensor *o = opt(outs, n_out, i);
+    APX_TRY(need_numel(ctx, o, C, onames[i - 1]));
+    if (o && odt != APX_DT_UNDEFINED && o->dtype != odt)
+      return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mixed statistics types");
+    if (o) odt = o->dtype;
+  }
+  if (apx_tensor_numel(&outs[0]) != N * C * S || outs[0].dtype != x->dtype)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Y must have X's shape and type");
+  if (C == 0) return APX_STATUS_OK;
+  int training = a->training_mode != 0, relu = op == APX_OP_BatchNormRelu;
+  float *bm = NULL, *bv = NULL, *m = NULL, *is = NULL;
+  APX_TRY(apx_cuda_tmp(ctx, (size_t)C * 4 * sizeof(float), (void **)&bm));
+  bv = bm + C;
+  m = bv + C;
+  is = m + C;
+  cudaStream_t s = apx_cu_stream(ctx);
+  int64_t n = N * C * S;
+  APX_CU_FLOAT_SWITCH(ctx, x->dtype, T, {
+    const T *px = (const T *)x->data;
+    if (training) {
+      float cnt = (float)(N * S);
+      BnTerm<T> fm = {px, NULL, C, S};
+      StoreDiv sm = {bm, cnt};
+      APX_TRY(apx_cu_reduce(ctx, fm, sm, C, N * S, S > 1));
+      BnTerm<T> fv = {px, bm, C, S};
+      StoreDiv sv = {bv, cnt};
+      APX_TRY(apx_cu_reduce(ctx, fv, sv, C, N * S, S > 1));
+    }
+    int block = apx_cu_block(ctx, 256);
+    bn_stats_kernel<<<apx_cu_grid(ctx, C, block), block, 0, s>>>(
+        bm, bv, ins[3].data, ins[4].data, ins[3].dtype, m, is, data_of(opt(outs, n_out, 1)),
+        data_of(opt(outs, n_out, 2)), data_of(opt(outs, n_out, 3)), data_of(opt(outs, n_out, 4)),
+        odt, C, a->epsilon, a->momentum, training);
+    APX_CUDA_LAUNCHED(ctx);
+    if (n > 0) {
+      bn_apply_kernel<T><<<apx_cu_grid(ctx, n, block), block, 0, s>>>(
+          px, m, is, ins[1].data, ins[2].data, ins[1].dtype, (T *)outs[0].data, C, S, n, relu);
+      APX_CUDA_LAUNCHED(ctx);
+    }
+  });
+  return APX_STATUS_OK;
+}
+
+/* BatchNormGrad on g (dY or dY * (Y > 0)) */
+static ApxStatus bn_grad(ApxCudaCtx *ctx, const ApxAttrBatchNorm *a, const void *g,
+                         const ApxTensor *ins, int n_in, ApxTensor *outs, int n_out) {
+  const ApxTensor *x = &ins[1];
+  int64_t N = 0, C = 0, S = 0;
+  APX_TRY(bn_shape(ctx, x, &N, &C, &S));
+  int training = a->training_mode != 0;
+  const ApxTensor *dx = opt(outs, n_out, 0), *dsc = opt(outs, n_out, 1), *db = opt(outs, n_out, 2);
+  if (apx_tensor_numel(&ins[0]) != N * C * S || ins[0].dtype != x->dtype)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY must have X's shape and type");
+  if (dx && (apx_tensor_numel(dx) != N * C * S || dx->dtype != x->dtype))
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dX must have X's shape and type");
+  APX_TRY(need_numel(ctx, &ins[2], C, "scale"));
+  APX_TRY(need_numel(ctx, &ins[3], C, "mean"));
+  APX_TRY(need_numel(ctx, &ins[4], C, training ? "saved_inv_std" : "var"));
+  APX_TRY(need_numel(ctx, dsc, C, "dscale"));
+  APX_TRY(need_numel(ctx, db, C, "dB"));
+  if (ins[4].dtype != ins[3].dtype || (dsc && db && dsc->dtype != db->dtype))
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mixed statistics types");
+  if (C == 0) return APX_STATUS_OK;
+  float *m = NULL;
+  APX_TRY(apx_cuda_tmp(ctx, (size_t)C * 4 * sizeof(float), (void **)&m));
+  float *is = m + C, *sdy = is + C, *sdyx = sdy + C;
+  cudaStream_t s = apx_cu_stream(ctx);
+  int block = apx_cu_block(ctx, 256);
+  bn_grad_stats_kernel<<<apx_cu_grid(ctx, C, block), block, 0, s>>>(
+      ins[3].data, ins[4].data, ins[3].dtype, m, is, C, a->epsilon, training);
+  APX_CUDA_LAUNCHED(ctx);
+  int64_t n = N * C * S;
+  APX_CU_FLOAT_SWITCH(ctx, x->dtype, T, {
+    const T *pg = (const T *)g, *px = (const T *)x->data;
+    BnGradTerm<T> f1 = {pg, px, NULL, NULL, C, S};
+    StoreF s1 = {sdy};
+    APX_TRY(apx_cu_reduce(ctx, f1, s1, C, N * S, S > 1));
+    BnGradTerm<T> f2 = {pg, px, m, is, C, S};
+    StoreF s2 = {sdyx};
+    APX_TRY(apx_cu_reduce(ctx, f2, s2, C, N * S, S > 1));
+    if (dsc || db) {
+      bn_grad_out_kernel<<<apx_cu_grid(ctx, C, block), block, 0, s>>>(
+          sdy, sdyx, data_of(dsc), data_of(db), dsc ? dsc->dtype : dt_of(db), C);
+      APX_CUDA_LAUNCHED(ctx);
+    }
+    if (dx && n > 0) {
+      bn_dx_kernel<T><<<apx_cu_grid(ctx, n, block), block, 0, s>>>(
+          pg, px, m, is, sdy, sdyx, ins[2].data, ins[2].dtype, (T *)dx->data, C, S, n,
+          (float)(N * S), training);
+      APX_CUDA_LAUNCHED(ctx);
+    }
+  });
+  return APX_STATUS_OK;
+}
+
+APX_CUDA_ENTRY(apx_cuda_batch_norm_grad) {
+  if (op == APX_OP_BatchNormReluGrad) {
+    for (int i = 0; i < 6; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
+    if (!apx_cu_same_dims(&ins[0], &ins[1]) || ins[0].dtype != ins[1].dtype)
+      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY and Y must have one shape and type");
+    void *g = NULL;
+    APX_TRY(apx_cuda_relu_mask(ctx, &ins[0], &ins[1], &g));
+    ApxTensor rest[5] = {ins[0], ins[2], ins[3], ins[4], ins[5]};
+    return bn_grad(ctx, (const ApxAttrBatchNorm *)attrs, g, rest, 5, outs, n_out);
+  }
+  for (int i = 0; i < 5; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
+  return bn_grad(ctx, (const ApxAttrBatchNorm *)attrs, ins[0].data, ins, n_in, outs, n_out);
+}
+
+/* ---- shared: dY * (Y > 0) ---------------------------------------------------------------- */
+
+template <typename T>
+__global__ void relu_mask_kernel(const T *dy, const T *y, T *g, int64_t n) {
+  APX_CU_GRID_STRIDE(i, n) g[i] = st<T>(apx_relu_grad_f32(ld(dy[i]), ld(y[i])));
+}
+
+ApxStatus apx_cuda_relu_mask(ApxCudaCtx *ctx, const ApxTensor *dy, const ApxTensor *y, void **g) {
+  int64_t n = apx_tensor_numel(dy);
+  APX_TRY(apx_cuda_tmp(ctx, (size_t)n * apx_dtype_size(dy->dtype), g));
+  if (n == 0) return APX_STATUS_OK;
+  int block = apx_cu_block(ctx, 256);
+  APX_CU_FLOAT_SWITCH(ctx, dy->dtype, T, {
+    relu_mask_kernel<T><<<apx_cu_grid(ctx, n, block), block, 0, apx_cu_stream(ctx)>>>(
+        (const T *)dy->data, (const T *)y->data, (T *)*g, n);
+  });
+  APX_CUDA_LAUNCHED(ctx);
+  return APX_STATUS_OK;
+}

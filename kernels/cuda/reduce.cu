@@ -1,0 +1,78 @@
+/* reduce.cu - ReduceSum, ReduceMean (fp32 / fp16 / bf16, sums in fp32) and ReduceSumTo (a
+ * broadcast result summed down to an operand's shape, for gradients), over the
+ * deterministic reductions of reduce.cuh. Also apx_cuda_reduce_sum, shared by other
+ * families (PowGrad, FusedDenseGrad's bias gradient, GlobalAveragePool). */
+#include "kernels/cuda/reduce.cuh"
+
+/* x element (o, r) of a reduction plan, loaded to fp32. */
+template <typename T>
+struct SumLoad {
+  const T *x;
+  ApxCuRedArgs g;
+  __device__ float operator()(int64_t o, int64_t r) const {
+    return ld(x[apx_cu_goff(o, g.kd, g.ks, g.nk) + apx_cu_goff(r, g.rd, g.rs, g.nr)]);
+  }
+};
+
+/* out[o] = sum / div, stored in out's type. */
+struct SumStore {
+  void *out;
+  int32_t dt;
+  float div;
+  __device__ void operator()(int64_t o, float v) const { st_dt(out, dt, o, div == 1.0f ? v : v / div); }
+};
+
+template <typename T>
+static ApxStatus launch_reduce_sum(ApxCudaCtx *ctx, const T *x, const ApxCuReduce *p, float div,
+                                   void *out, ApxDType odt) {
+  SumLoad<T> f = {x, apx_cu_red_args(p)};
+  SumStore s = {out, (int32_t)odt, div};
+  return apx_cu_reduce(ctx, f, s, p->ny, p->empty ? 0 : p->nred, p->inner_reduced);
+}
+
+ApxStatus apx_cuda_reduce_sum(ApxCudaCtx *ctx, const void *x, ApxDType dt, const ApxCuReduce *p,
+                              float div, void *out, ApxDType odt) {
+  if (!apx_cu_is_float16(odt))
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: type %s",
+                         apx_dtype_name(odt));
+  APX_CU_FLOAT_SWITCH(ctx, dt, T, return launch_reduce_sum<T>(ctx, (const T *)x, p, div, out, odt));
+  return APX_STATUS_OK;
+}
+
+static ApxStatus run_sum(ApxCudaCtx *ctx, const ApxTensor *x, uint32_t mask, ApxTensor *y, int mean) {
+  ApxCuReduce p;
+  apx_cu_reduce_plan(&p, x->dims, x->rank, mask);
+  if (apx_tensor_numel(y) != p.ny)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output has %lld elements, expected %lld",
+                         (long long)apx_tensor_numel(y), (long long)p.ny);
+  if (y->dtype != x->dtype)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output type %s, input %s",
+                         apx_dtype_name(y->dtype), apx_dtype_name(x->dtype));
+  /* ReduceMean divides by the reduced count (0 elements: 0 / 0 = NaN, as the CPU) */
+  float div = mean ? (float)p.nred : 1.0f;
+  return apx_cuda_reduce_sum(ctx, x->data, x->dtype, &p, div, y->data, y->dtype);
+}
+
+APX_CUDA_ENTRY(apx_cuda_reduce) {
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  uint32_t mask = 0;
+  if (apx_cu_reduce_mask((const ApxAttrReduce *)attrs, ins[0].rank, &mask, ctx->err, sizeof ctx->err))
+    return APX_STATUS_BAD_INPUT;
+  return run_sum(ctx, &ins[0], mask, &outs[0], op == APX_OP_ReduceMean);
+}
+
+APX_CUDA_ENTRY(apx_cuda_reduce_sum_to) {
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  char a[96], b[96];
+  if (apx_cu_has(ins, n_in, 1) && !apx_cu_same_dims(&ins[1], &outs[0]) &&
+      apx_tensor_numel(&ins[1]) != apx_tensor_numel(&outs[0]))
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output shape %s differs from Like %s",
+                         apx_cu_dims_str(&outs[0], a, sizeof a), apx_cu_dims_str(&ins[1], b, sizeof b));
+  int64_t mask = apx_cu_sum_to_mask(&ins[0], &outs[0]);
+  if (mask < 0)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output shape %s does not broadcast to %s",
+                         apx_cu_dims_str(&outs[0], a, sizeof a), apx_cu_dims_str(&ins[0], b, sizeof b));
+  return run_sum(ctx, &ins[0], (uint32_t)mask, &outs[0], 0);
+}

@@ -1,0 +1,349 @@
+/* softmax.cu - Softmax and LogSoftmax along one axis, their gradients SoftmaxGrad(dY, Y) and
+ * LogSoftmaxGrad(dY, Y), FusedSoftmax(X, Mask?) = softmax(X * scale + Mask) along the last
+ * axis and FusedSoftmaxGrad(dY, Y) = scale * SoftmaxGrad. Math as the CPU reference
+ * (softmax_real.inc): max (NaN wins), sum of exp(x - max) in fp32;
+ *   softmax     y = exp(x - max) * (1 / sum)
+ *   log-softmax y = (x - max) - log(sum)
+ *   grads       dx = y (dy - sum(dy y));  dx = dy - exp(y) sum(dy)
+ * A tensor is (outer, L, inner) around the axis. inner == 1 (the last axis): a warp per row
+ * when L <= 1024, else a block per row; inner > 1: a thread per (outer, inner) line (threads
+ * of a warp read neighbouring elements). */
+#include "kernels/cuda/common.cuh"
+
+enum { SM_SOFTMAX = 0, SM_LOG = 1 };
+
+/* x[row * L + j] as fp32 */
+template <typename T>
+struct RowLoad {
+  const T *x;
+  __device__ float operator()(int64_t row, int64_t L, int64_t j) const { return ld(x[row * L + j]); }
+};
+
+/* x * scale + mask[broadcast offset] (FusedSoftmax) */
+template <typename T>
+struct MaskedLoad {
+  const T *x;
+  const void *mask;
+  int32_t mask_dt;
+  float scale;
+  int32_t rank;
+  int64_t dims[APX_MAX_RANK], mst[APX_MAX_RANK];
+  __device__ float operator()(int64_t row, int64_t L, int64_t j) const {
+    int64_t i = row * L + j;
+    float v = ld(x[i]) * scale;
+    if (mask) {
+      int64_t off = 0, q = i;
+      for (int d = rank - 1; d >= 0; d--) {
+        off += (q % dims[d]) * mst[d];
+        q /= dims[d];
+      }
+      v += ld_dt(mask, mask_dt, off);
+    }
+    return v;
+  }
+};
+
+static __device__ __forceinline__ float fmax_nan(float m, float v) {
+  return (v > m || isnan(v)) ? v : m;
+}
+
+/* ---- forward kernels -------------------------------------------------------------------- */
+
+template <int MODE, class LOAD, typename T>
+__global__ void softmax_rows_warp(LOAD f, T *y, int64_t rows, int64_t L) {
+  int lane = threadIdx.x & 31;
+  int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+  for (int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < rows;
+       row += warps) {
+    float m = -INFINITY;
+    for (int64_t j = lane; j < L; j += 32) m = fmax_nan(m, f(row, L, j));
+    m = warp_max(m);
+    float s = 0.0f;
+    for (int64_t j = lane; j < L; j += 32) s += expf(f(row, L, j) - m);
+    s = warp_sum(s);
+    T *py = y + row * L;
+    if (MODE == SM_LOG) {
+      float ls = logf(s);
+      for (int64_t j = lane; j < L; j += 32) py[j] = st<T>((f(row, L, j) - m) - ls);
+    } else {
+      float inv = 1.0f / s;
+      for (int64_t j = lane; j < L; j += 32) py[j] = st<T>(expf(f(row, L, j) - m) * inv);
+    }
+  }
+}
+
+template <int MODE, class LOAD, typename T>
+__global__ void softmax_rows_block(LOAD f, T *y, int64_t rows, int64_t L) {
+  __shared__ float sh[33];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < L; j += blockDim.x) m = fmax_nan(m, f(row, L, j));
+    m = block_max(m, sh);
+    float s = 0.0f;
+    for (int64_t j = threadIdx.x; j < L; j += blockDim.x) s += expf(f(row, L, j) - m);
+    s = block_sum(s, sh);
+    T *py = y + row * L;
+    if (MODE == SM_LOG) {
+      float ls = logf(s);
+      for (int64_t j = threadIdx.x; j < L; j += blockDim.x) py[j] = st<T>((f(row, L, j) - m) - ls);
+    } else {
+      float inv = 1.0f / s;
+      for (int64_t j = threadIdx.x; j < L; j += blockDim.x)
+        py[j] = st<T>(expf(f(row, L, j) - m) * inv);
+    }
+  }
+}
+
+template <int MODE, typename T>
+__global__ void softmax_lines(const T *x, T *y, int64_t outer, int64_t L, int64_t inner) {
+  APX_CU_GRID_STRIDE(l, outer * inner) {
+    int64_t base = (l / inner) * L * inner + l % inner;
+    const T *px = x + base;
+    T *py = y + base;
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t j = 0; j < L; j++) m = fmax_nan(m, ld(px[j * inner]));
+    for (int64_t j = 0; j < L; j++) s += expf(ld(px[j * inner]) - m);
+    if (MODE == SM_LOG) {
+      float ls = logf(s);
+      for (int64_t j = 0; j < L; j++) py[j * inner] = st<T>((ld(px[j * inner]) - m) - ls);
+    } else {
+      float inv = 1.0f / s;
+      for (int64_t j = 0; j < L; j++) py[j * inner] = st<T>(expf(ld(px[j * inner]) - m) * inv);
+    }
+  }
+}
+
+/* ---- gradient kernels (scale: FusedSoftmaxGrad's factor, 1 otherwise) ---------------------- */
+
+template <int MODE, typename T>
+static __device__ __forceinline__ float sm_grad_term(const T *dy, const T *y, int64_t i) {
+  return MODE == SM_LOG ? ld(dy[i]) : ld(dy[i]) * ld(y[i]);
+}
+
+template <int MODE, typename T>
+static __device__ __forceinline__ float sm_grad_out(float g, float yv, float s, float scale) {
+  float d = MODE == SM_LOG ? g - expf(yv) * s : yv * (g - s);
+  return scale == 1.0f ? d : d * scale;
+}
+
+template <int MODE, typename T>
+__global__ void softmax_grad_rows_warp(const T *dy, const T *y, T *dx, int64_t rows, int64_t L,
+                                       float scale) {
+  int lane = threadIdx.x & 31;
+  int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+  for (int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < rows;
+       row += warps) {
+    int64_t b = row * L;
+    float s = 0.0f;
+    for (int64_t j = lane; j < L; j += 32) s += sm_grad_term<MODE, T>(dy, y, b + j);
+    s = warp_sum(s);
+    for (int64_t j = lane; j < L; j += 32)
+      dx[b + j] = st<T>(sm_grad_out<MODE, T>(ld(dy[b + j]), ld(y[b + j]), s, scale));
+  }
+}
+
+template <int MODE, typename T>
+__global__ void softmax_grad_rows_block(const T *dy, const T *y, T *dx, int64_t rows, int64_t L,
+                                        float scale) {
+  __shared__ float sh[33];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    int64_t b = row * L;
+    float s = 0.0f;
+    for (int64_t j = threadIdx.x; j < L; j += blockDim.x) s += sm_grad_term<MODE, T>(dy, y, b + j);
+    s = block_sum(s, sh);
+    for (int64_t j = threadIdx.x; j < L; j += blockDim.x)
+      dx[b + j] = st<T>(sm_grad_out<MODE, T>(ld(dy[b + j]), ld(y[b + j]), s, scale));
+  }
+}
+
+template <int MODE, typename T>
+__global__ void softmax_grad_lines(const T *dy, const T *y, T *dx, int64_t outer, int64_t L,
+                                   int64_t inner) {
+  APX_CU_GRID_STRIDE(l, outer * inner) {
+    int64_t base = (l / inner) * L * inner + l % inner;
+    float s = 0.0f;
+    for (int64_t j = 0; j < L; j++) s += sm_grad_term<MODE, T>(dy, y, base + j * inner);
+    for (int64_t j = 0; j < L; j++) {
+      int64_t i = base + j * inner;
+      dx[i] = st<T>(sm_grad_out<MODE, T>(ld(dy[i]), ld(y[i]), s, 1.0f));
+    }
+  }
+}
+
+/* ---- launchers ------------------------------------------------------------------------------ */
+
+#define WARP_ROWS_MAX_L 1024
+
+template <int MODE, class LOAD, typename T>
+static void launch_softmax_rows(const ApxCudaCtx *ctx, LOAD f, T *y, int64_t rows, int64_t L,
+                                cudaStream_t s) {
+  if (L <= WARP_ROWS_MAX_L) {
+    int block = apx_cu_block(ctx, 256);
+    int64_t per = block / 32;
+    unsigned grid = apx_cu_grid(ctx, rows * 32, block);
+    (void)per;
+    softmax_rows_warp<MODE, LOAD, T><<<grid, block, 0, s>>>(f, y, rows, L);
+  } else {
+    int block = apx_cu_block(ctx, 512);
+    unsigned grid = (unsigned)(rows < 65535 * 16 ? rows : 65535 * 16);
+    softmax_rows_block<MODE, LOAD, T><<<grid, block, 0, s>>>(f, y, rows, L);
+  }
+}
+
+template <int MODE, typename T>
+static void launch_softmax_grad_rows(const ApxCudaCtx *ctx, const T *dy, const T *y, T *dx,
+                                     int64_t rows, int64_t L, float scale, cudaStream_t s) {
+  if (L <= WARP_ROWS_MAX_L) {
+    int block = apx_cu_block(ctx, 256);
+    softmax_grad_rows_warp<MODE, T><<<apx_cu_grid(ctx, rows * 32, block), block, 0, s>>>(
+        dy, y, dx, rows, L, scale);
+  } else {
+    int block = apx_cu_block(ctx, 512);
+    unsigned grid = (unsigned)(rows < 65535 * 16 ? rows : 65535 * 16);
+    softmax_grad_rows_block<MODE, T><<<grid, block, 0, s>>>(dy, y, dx, rows, L, scale);
+  }
+}
+
+/* ---- entries -------------------------------------------------------------------------------- */
+
+static ApxStatus split_axis(ApxCudaCtx *ctx, const ApxTensor *t, int64_t axis, int64_t *outer,
+                            int64_t *L, int64_t *inner) {
+  if (t->rank == 0) {
+    *outer = *L = *inner = 1;
+    return APX_STATUS_OK;
+  }
+  if (axis < 0 || axis >= t->rank)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
+                         (long long)axis, t->rank);
+  *outer = apx_cu_prod(t->dims, 0, (int32_t)axis);
+  *L = t->dims[axis];
+  *inner = apx_cu_prod(t->dims, (int32_t)axis + 1, t->rank);
+  return APX_STATUS_OK;
+}
+
+APX_CUDA_ENTRY(apx_cuda_softmax) {
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  const ApxTensor *x = &ins[0];
+  if (!apx_cu_same_dims(x, &outs[0]) || outs[0].dtype != x->dtype)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output shape/type differs from input");
+  int64_t outer = 0, L = 0, inner = 0;
+  APX_TRY(split_axis(ctx, x, ((const ApxAttrAxis *)attrs)->axis, &outer, &L, &inner));
+  if (outer * L * inner == 0) return APX_STATUS_OK;
+  int is_log = op == APX_OP_LogSoftmax;
+  cudaStream_t s = apx_cu_stream(ctx);
+  APX_CU_FLOAT_SWITCH(ctx, x->dtype, T, {
+    const T *px = (const T *)x->data;
+    T *py = (T *)outs[0].data;
+    if (inner == 1) {
+      RowLoad<T> f = {px};
+      if (is_log)
+        launch_softmax_rows<SM_LOG>(ctx, f, py, outer, L, s);
+      else
+        launch_softmax_rows<SM_SOFTMAX>(ctx, f, py, outer, L, s);
+    } else {
+      int block = apx_cu_block(ctx, 256);
+      unsigned grid = apx_cu_grid(ctx, outer * inner, block);
+      if (is_log)
+        softmax_lines<SM_LOG, T><<<grid, block, 0, s>>>(px, py, outer, L, inner);
+      else
+        softmax_lines<SM_SOFTMAX, T><<<grid, block, 0, s>>>(px, py, outer, L, inner);
+    }
+  });
+  APX_CUDA_LAUNCHED(ctx);
+  return APX_STATUS_OK;
+}
+
+APX_CUDA_ENTRY(apx_cuda_softmax_grad) {
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  if (!apx_cu_same_dims(&ins[0], &ins[1]) || !apx_cu_same_dims(&ins[0], &outs[0]))
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY, Y and dX must have one shape");
+  ApxDType dt = outs[0].dtype;
+  if (ins[0].dtype != dt || ins[1].dtype != dt)
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mixed types");
+  int64_t outer = 0, L = 0, inner = 0;
+  APX_TRY(split_axis(ctx, &ins[0], ((const ApxAttrAxis *)attrs)->axis, &outer, &L, &inner));
+  if (outer * L * inner == 0) return APX_STATUS_OK;
+  int is_log = op == APX_OP_LogSoftmaxGrad;
+  cudaStream_t s = apx_cu_stream(ctx);
+  APX_CU_FLOAT_SWITCH(ctx, dt, T, {
+    const T *dy = (const T *)ins[0].data, *y = (const T *)ins[1].data;
+    T *dx = (T *)outs[0].data;
+    if (inner == 1) {
+      if (is_log)
+        launch_softmax_grad_rows<SM_LOG, T>(ctx, dy, y, dx, outer, L, 1.0f, s);
+      else
+        launch_softmax_grad_rows<SM_SOFTMAX, T>(ctx, dy, y, dx, outer, L, 1.0f, s);
+    } else {
+      int block = apx_cu_block(ctx, 256);
+      unsigned grid = apx_cu_grid(ctx, outer * inner, block);
+      if (is_log)
+        softmax_grad_lines<SM_LOG, T><<<grid, block, 0, s>>>(dy, y, dx, outer, L, inner);
+      else
+        softmax_grad_lines<SM_SOFTMAX, T><<<grid, block, 0, s>>>(dy, y, dx, outer, L, inner);
+    }
+  });
+  APX_CUDA_LAUNCHED(ctx);
+  return APX_STATUS_OK;
+}
+
+APX_CUDA_ENTRY(apx_cuda_fused_softmax) {
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  const ApxAttrFusedSoftmax *a = (const ApxAttrFusedSoftmax *)attrs;
+  const ApxTensor *x = &ins[0];
+  const ApxTensor *mask = a->has_mask && apx_cu_has(ins, n_in, 1) ? &ins[1] : NULL;
+  if (a->has_mask && !mask)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "input 1 (Mask) missing");
+  if (!apx_cu_same_dims(x, &outs[0]) || x->rank < 1 || outs[0].dtype != x->dtype)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Y must have X's shape and type (rank >= 1)");
+  if (mask && !apx_cu_is_float16(mask->dtype))
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mask of type %s",
+                         apx_dtype_name(mask->dtype));
+  ApxCuBcast bc;
+  const ApxTensor *pair[2] = {x, mask};
+  if (apx_cu_bcast_init_t(&bc, &outs[0], pair, mask ? 2 : 1, NULL))
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Mask does not broadcast to X");
+  int64_t L = x->dims[x->rank - 1], n = apx_tensor_numel(x), rows = n / (L ? L : 1);
+  if (n == 0) return APX_STATUS_OK;
+  cudaStream_t s = apx_cu_stream(ctx);
+  APX_CU_FLOAT_SWITCH(ctx, x->dtype, T, {
+    MaskedLoad<T> f;
+    f.x = (const T *)x->data;
+    f.mask = mask ? mask->data : NULL;
+    f.mask_dt = mask ? (int32_t)mask->dtype : 0;
+    f.scale = a->scale;
+    f.rank = bc.rank;
+    for (int d = 0; d < APX_MAX_RANK; d++) {
+      f.dims[d] = bc.dims[d];
+      f.mst[d] = mask ? bc.strides[1][d] : 0;
+    }
+    launch_softmax_rows<SM_SOFTMAX>(ctx, f, (T *)outs[0].data, rows, L, s);
+  });
+  APX_CUDA_LAUNCHED(ctx);
+  return APX_STATUS_OK;
+}
+
+APX_CUDA_ENTRY(apx_cuda_fused_softmax_grad) {
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
+  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  const ApxAttrFusedSoftmax *a = (const ApxAttrFusedSoftmax *)attrs;
+  if (!apx_cu_same_dims(&ins[0], &ins[1]) || !apx_cu_same_dims(&ins[0], &outs[0]) ||
+      ins[0].rank < 1)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY, Y and dX must have one shape");
+  ApxDType dt = outs[0].dtype;
+  if (ins[0].dtype != dt || ins[1].dtype != dt)
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mixed types");
+  int64_t L = ins[0].dims[ins[0].rank - 1], n = apx_tensor_numel(&ins[0]), rows = n / (L ? L : 1);
+  if (n == 0) return APX_STATUS_OK;
+  cudaStream_t s = apx_cu_stream(ctx);
+  APX_CU_FLOAT_SWITCH(ctx, dt, T, {
+    launch_softmax_grad_rows<SM_SOFTMAX, T>(ctx, (const T *)ins[0].data, (const T *)ins[1].data,
+                                            (T *)outs[0].data, rows, L, a->scale, s);
+  });
+  APX_CUDA_LAUNCHED(ctx);
+  return APX_STATUS_OK;
+}
