@@ -8,15 +8,28 @@
 
 typedef ApxStatus (*CreateFn)(const ApxBackendConfig *cfg, ApxBackend **out);
 
+/* The CUDA backend (runtime/backend_cuda.c, target //runtime:backend_cuda) is linked only
+ * into binaries built with CUDA; a weak reference keeps every other binary linkable. */
+ApxStatus apx_backend_cuda_create(const ApxBackendConfig *cfg, ApxBackend **out)
+    __attribute__((weak));
+
+/* "cuda" in a binary without the CUDA backend: a backend shell carrying the reason. */
+static ApxStatus cuda_create(const ApxBackendConfig *cfg, ApxBackend **out) {
+  if (apx_backend_cuda_create) return apx_backend_cuda_create(cfg, out);
+  *out = calloc(1, sizeof **out);
+  if (*out) snprintf((*out)->err, sizeof (*out)->err, "this apexrun was built without CUDA");
+  return APX_STATUS_BAD_INPUT;
+}
+
 static const struct {
   const char *name;
   CreateFn create;
 } registry[] = {
     {"cpu", apx_backend_cpu_create},
-    /* "cuda" registers here when the CUDA backend is built */
+    {"cuda", cuda_create},
 };
 
-const char *apx_backend_names(void) { return "cpu"; }
+const char *apx_backend_names(void) { return apx_backend_cuda_create ? "cpu,cuda" : "cpu"; }
 
 ApxStatus apx_backend_create(const char *name, const ApxBackendConfig *cfg, ApxBackend **out,
                              char *err, size_t cap) {

@@ -39,6 +39,41 @@ int apx_exec_reset_persistent(ApxExec *ex, ApxDiag *d) {
   return st == APX_STATUS_OK ? 0 : be_error(ex, d, st, "uploading initial data");
 }
 
+/* The type a kernel runs in, for the backend's supports query: its first present output's
+ * dtype, else its first present input's (as apx_cpu_supports / apx_cuda_supports define T). */
+static ApxDType kernel_type(const ApxPlan *p, const ApxPlanKernel *kn) {
+  for (int32_t i = 0; i < kn->n_out; i++)
+    if (kn->out[i] >= 0) return p->bufs[kn->out[i]].dtype;
+  for (int32_t i = 0; i < kn->n_in; i++)
+    if (kn->in[i] >= 0) return p->bufs[kn->in[i]].dtype;
+  return APX_DT_UNDEFINED;
+}
+
+/* Refuses, before any allocation, a plan with kernels the backend cannot run, naming each
+ * missing op once ("Conv, Add (int64)"). Allreduce kernels belong to the collective layer. */
+static int check_supported(const ApxPlan *p, ApxBackend *be, ApxDiag *d) {
+  if (!be->iface.supports) return 0;
+  char list[1024] = "";
+  size_t k = 0;
+  uint8_t seen[APX_OP_COUNT] = {0};
+  int missing = 0;
+  for (int32_t i = 0; i < p->n_kernels; i++) {
+    const ApxPlanKernel *kn = &p->kernels[i];
+    if (kn->op == APX_OP_Allreduce || (int)kn->op <= 0 || kn->op >= APX_OP_COUNT) continue;
+    ApxDType t = kernel_type(p, kn);
+    if (t == APX_DT_UNDEFINED || be->iface.supports(be, kn->op, t) || seen[kn->op]) continue;
+    seen[kn->op] = 1;
+    missing++;
+    int typed = be->iface.supports(be, kn->op, APX_DT_F32);
+    if (k < sizeof list)
+      k += (size_t)snprintf(list + k, sizeof list - k, typed ? "%s%s (%s)" : "%s%s", k ? ", " : "",
+                            apx_op_name(kn->op), apx_dtype_short(t));
+  }
+  if (!missing) return 0;
+  return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not supported yet on %s: %s", p->path,
+                        be->iface.name, list);
+}
+
 int apx_exec_init(ApxExec *ex, const ApxPlan *plan, const ApxExecConfig *cfg, ApxDiag *d) {
   memset(ex, 0, sizeof *ex);
   ex->plan = plan;
@@ -54,6 +89,10 @@ int apx_exec_init(ApxExec *ex, const ApxPlan *plan, const ApxExecConfig *cfg, Ap
     return apx_diag_error(d, st == APX_STATUS_BAD_INPUT ? APX_EXIT_BAD_INPUT : APX_EXIT_RUNTIME,
                           "%s: %s", plan->path, err);
   ApxBackend *be = ex->be;
+  if (check_supported(plan, be, d)) {
+    apx_exec_free(ex);
+    return -1;
+  }
   if ((st = be->iface.queue_create(be, &ex->q)) != APX_STATUS_OK) {
     int rc = be_error(ex, d, st, "creating a queue");
     apx_exec_free(ex);
