@@ -1,0 +1,59 @@
+// conv_lab.cc - cuDNN convolutions on CUDA against the CPU reference (im2col + sgemm):
+// Conv with bias, groups, strides, dilations and symmetric pads, ConvBiasRelu, ConvGrad (dX,
+// dW, dB) and ConvBiasReluGrad.
+#include "kernels/cuda/lab/lab.h"
+
+using lab::LabCase;
+
+namespace {
+
+ApxAttrConv Conv(int64_t k, int64_t stride, int64_t pad, int64_t dil, int64_t group) {
+  ApxAttrConv a;
+  memset(&a, 0, sizeof a);
+  a.kernel[0] = a.kernel[1] = k;
+  a.strides[0] = a.strides[1] = stride;
+  a.pads[0] = a.pads[1] = a.pads[2] = a.pads[3] = pad;
+  a.dilations[0] = a.dilations[1] = dil;
+  a.group = group;
+  return a;
+}
+
+std::vector<LabCase> Cases() {
+  std::vector<LabCase> v;
+  for (ApxDType dt : lab::FloatTypes()) {
+    std::string s = "_" + lab::Short(dt);
+    v.push_back(LabCase("Conv3x3_pad1_bias" + s, APX_OP_Conv).Attrs(Conv(3, 1, 1, 1, 1))
+                    .In(dt, {2, 8, 13, 11}).In(dt, {16, 8, 3, 3}).In(dt, {16}).Out(dt, {2, 16, 13, 11}).Reduce(72));
+    v.push_back(LabCase("Conv3x3_s2_d2_g2" + s, APX_OP_Conv).Attrs(Conv(3, 2, 2, 2, 2))
+                    .In(dt, {2, 8, 15, 15}).In(dt, {12, 4, 3, 3}).Absent().Out(dt, {2, 12, 8, 8}).Reduce(36));
+    v.push_back(LabCase("ConvBiasRelu_1x1" + s, APX_OP_ConvBiasRelu).Attrs(Conv(1, 1, 0, 1, 1))
+                    .In(dt, {4, 16, 7, 7}).In(dt, {32, 16, 1, 1}).In(dt, {32}).Out(dt, {4, 32, 7, 7}).Reduce(16));
+    v.push_back(LabCase("ConvGrad_3x3" + s, APX_OP_ConvGrad).Attrs(Conv(3, 1, 1, 1, 1))
+                    .In(dt, {2, 16, 13, 11}).In(dt, {2, 8, 13, 11}).In(dt, {16, 8, 3, 3})
+                    .Out(dt, {2, 8, 13, 11}).Out(dt, {16, 8, 3, 3}).Out(dt, {16}).Reduce(2 * 13 * 11));
+    v.push_back(LabCase("ConvGrad_s2_g2" + s, APX_OP_ConvGrad).Attrs(Conv(3, 2, 2, 2, 2))
+                    .In(dt, {2, 12, 8, 8}).In(dt, {2, 8, 15, 15}).In(dt, {12, 4, 3, 3})
+                    .Out(dt, {2, 8, 15, 15}).Out(dt, {12, 4, 3, 3}).Absent(true).Reduce(2 * 64));
+    v.push_back(LabCase("ConvBiasReluGrad" + s, APX_OP_ConvBiasReluGrad).Attrs(Conv(3, 1, 1, 1, 1))
+                    .In(dt, {2, 16, 9, 9}).In(dt, {2, 16, 9, 9}).In(dt, {2, 8, 9, 9}).In(dt, {16, 8, 3, 3})
+                    .Out(dt, {2, 8, 9, 9}).Out(dt, {16, 8, 3, 3}).Out(dt, {16}).Reduce(2 * 81));
+  }
+  return v;
+}
+
+std::vector<LabCase> BenchCases() {
+  std::vector<LabCase> v;
+  for (ApxDType dt : {APX_DT_F32, APX_DT_F16}) {
+    std::string s = "_" + lab::Short(dt);
+    v.push_back(LabCase("Conv3x3_64x128x56x56" + s, APX_OP_ConvBiasRelu).Attrs(Conv(3, 1, 1, 1, 1))
+                    .In(dt, {64, 128, 56, 56}).In(dt, {128, 128, 3, 3}).In(dt, {128}).Out(dt, {64, 128, 56, 56}));
+    v.push_back(LabCase("ConvGrad3x3_64x128x56x56" + s, APX_OP_ConvGrad).Attrs(Conv(3, 1, 1, 1, 1))
+                    .In(dt, {64, 128, 56, 56}).In(dt, {64, 128, 56, 56}).In(dt, {128, 128, 3, 3})
+                    .Out(dt, {64, 128, 56, 56}).Out(dt, {128, 128, 3, 3}).Out(dt, {128}));
+  }
+  return v;
+}
+
+}  // namespace
+
+LAB_FAMILY(LabConv, Cases, BenchCases)
