@@ -27,6 +27,7 @@
 #include "compiler/onnx_load.h"
 #include "compiler/options.h"
 #include "compiler/pipeline.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "passes/memplan.h"
 #include "runtime/backend.h"
 #include "runtime/collective.h"
@@ -436,6 +437,9 @@ int main(int argc, char **argv) {
            APX_PLAN_FORMAT_VERSION, APX_ATTRS_ABI, apx_backend_names());
     return APX_EXIT_OK;
   }
+  /* Debian's OpenBLAS does not know newer CPUs and falls back to SSE3 kernels unless
+   * OPENBLAS_CORETYPE is set before it loads: set it and re-exec once (docs/runtime.md) */
+  apx_cpu_reexec_tuned(argv);
   if (!strcmp(cmd, "infer")) {
     for (int i = 2; i < argc; i++)
       if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {

@@ -5,6 +5,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kernels/cpu/cpu_internal.h"
 
@@ -48,6 +50,39 @@ const char *apx_cpu_blas_coretype_hint(void) {
   if (__builtin_cpu_supports("avx512f")) return "SkylakeX";
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
   return NULL;
+}
+
+/* Marks the re-executed process (set just before the exec, removed on entry). */
+#define REEXEC_MARK "APX_CPU_REEXEC"
+
+/* 1 when /proc/self/exe is the file argv0 names (not valgrind, qemu or an explicit ld.so
+ * running the program): same inode, or, for a bare name found through PATH, same base name. */
+static int self_is_argv0(const char *argv0) {
+  struct stat se, sa;
+  if (!argv0 || !*argv0 || stat("/proc/self/exe", &se) != 0) return 0;
+  if (strchr(argv0, '/'))
+    return stat(argv0, &sa) == 0 && sa.st_dev == se.st_dev && sa.st_ino == se.st_ino;
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char *base = strrchr(buf, '/');
+  return strcmp(base ? base + 1 : buf, argv0) == 0;
+}
+
+void apx_cpu_reexec_tuned(char **argv) {
+  if (getenv(REEXEC_MARK)) { /* this is the re-executed process: never loop */
+    unsetenv(REEXEC_MARK);
+    return;
+  }
+  if (getenv("APX_NO_REEXEC") || !argv) return;
+  const char *core = apx_cpu_blas_coretype_hint(); /* NULL when the user set one */
+  if (!core || !self_is_argv0(argv[0])) return;
+  if (setenv("OPENBLAS_CORETYPE", core, 1) || setenv(REEXEC_MARK, "1", 1)) return;
+  execv("/proc/self/exe", argv);
+  /* exec failed: carry on with the loaded (slow) kernels, environment as it was */
+  unsetenv(REEXEC_MARK);
+  unsetenv("OPENBLAS_CORETYPE");
 }
 
 int64_t apx_cpu_prod(const int64_t *dims, int from, int to) {

@@ -70,6 +70,17 @@ int apx_cpu_supports(ApxOp op, ApxDType dt);
  * uses a fitting core or OPENBLAS_CORETYPE is set. */
 const char *apx_cpu_blas_coretype_hint(void);
 
+/* Call first thing in main() of a program that runs these kernels (apexrun, benchmarks):
+ * when apx_cpu_blas_coretype_hint() names a core type, sets OPENBLAS_CORETYPE to it and
+ * re-executes the program (execv of /proc/self/exe with the same argv; the pid, arguments and
+ * the rest of the environment stay), so that OpenBLAS loads with the fast kernels. Returns
+ * (doing nothing) when OPENBLAS_CORETYPE or APX_NO_REEXEC is set, in the re-executed process
+ * (marked by APX_CPU_REEXEC in the environment, which it removes: no loops), when
+ * /proc/self/exe is not the file argv[0] names (valgrind, qemu, ld.so PROGRAM), or when the
+ * exec fails (the program then runs with the slow kernels). Not thread-safe: call before
+ * any thread starts. */
+void apx_cpu_reexec_tuned(char **argv);
+
 /* Bulk conversions (F16C where the CPU has it, portable fallback otherwise); bit-identical
  * to the scalar functions in half.h on every input, NaNs included. */
 void apx_cpu_f16_to_f32(const uint16_t *src, float *dst, int64_t n);

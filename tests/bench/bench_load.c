@@ -17,6 +17,7 @@
 #include "compiler/ir.h"
 #include "compiler/onnx_load.h"
 #include "compiler/options.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "passes/fold_constants.h"
 #include "passes/infer_shapes.h"
 
@@ -46,6 +47,7 @@ static int run_pass(ApxGraph *g, int rc, ApxDiag *d) {
 }
 
 int main(int argc, char **argv) {
+  apx_cpu_reexec_tuned(argv); /* constant folding runs CPU kernels: OpenBLAS's fast core */
   if (argc < 2 || argc > 3) {
     fprintf(stderr, "usage: bench_load MODEL.onnx [RUNS]\n");
     return 2;
