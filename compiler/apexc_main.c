@@ -98,14 +98,26 @@ static int dump_plan(const char *path) {
   return rc ? (d.code ? d.code : APX_EXIT_BAD_INPUT) : 0;
 }
 
+static int run(const ApxOptions *opts, const ApxCliArgs *args);
+
 int main(int argc, char **argv) {
   ApxOptions o;
   ApxCliArgs a;
   char err[1024];
+  int code;
   if (apx_cli_parse(argc, argv, &o, &a, err, sizeof err)) {
     fprintf(stderr, "%s\n", err);
-    return APX_EXIT_BAD_INPUT;
+    code = APX_EXIT_BAD_INPUT;
+  } else {
+    code = run(&o, &a);
   }
+  apx_cli_args_free(&a);
+  return code;
+}
+
+static int run(const ApxOptions *opts, const ApxCliArgs *args) {
+  ApxOptions o = *opts;
+  const ApxCliArgs a = *args;
   switch (a.action) {
     case APX_CLI_HELP: fputs(apx_cli_usage(), stdout); return 0;
     case APX_CLI_VERSION: printf("apexc %s\n", APX_VERSION); return 0;

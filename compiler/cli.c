@@ -70,11 +70,14 @@ static const char usage_text[] =
 
 const char *apx_cli_usage(void) { return usage_text; }
 
+void apx_cli_args_free(ApxCliArgs *a) { apx_arena_free(&a->strings); }
+
 typedef struct Parser {
   int argc, i;
   char **argv;
   char *err;
   size_t cap;
+  ApxArena *strings;
 } Parser;
 
 static int fail(Parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -156,7 +159,7 @@ static int parse_bool(Parser *p, const char *flag, const char *s, ApxTri *out) {
 
 /* Appends comma-separated items of s to list (s is copied so items can be split). */
 static int add_list(Parser *p, const char *flag, const char *s, ApxNameList *list) {
-  char *copy = strdup(s); /* lives as long as the process: options point into it */
+  char *copy = apx_arena_strdup(p->strings, s); /* options point into it */
   if (!copy) return fail(p, "out of memory");
   for (char *tok = strtok(copy, ","); tok; tok = strtok(NULL, ",")) {
     if (!*tok) continue;
@@ -167,9 +170,10 @@ static int add_list(Parser *p, const char *flag, const char *s, ApxNameList *lis
 }
 
 int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err, size_t cap) {
-  Parser p = {argc, 1, argv, err, cap};
-  apx_options_init(o);
   memset(a, 0, sizeof *a);
+  apx_arena_init(&a->strings);
+  Parser p = {argc, 1, argv, err, cap, &a->strings};
+  apx_options_init(o);
   err[0] = '\0';
   int explicit_level = 0, inspect = 0;
   for (; p.i < argc; p.i++) {
@@ -267,7 +271,8 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
       if (!eq || eq == s) return fail(&p, "--dim: expected NAME=VALUE, got '%s'", s);
       if (o->n_dims >= APX_MAX_DIMS_BOUND) return fail(&p, "--dim: more than %d bindings", APX_MAX_DIMS_BOUND);
       if (parse_int(&p, "--dim", eq + 1, 1, (long long)1 << 40, &iv)) return -1;
-      o->dim_names[o->n_dims] = strndup(s, (size_t)(eq - s));
+      if (!(o->dim_names[o->n_dims] = apx_arena_strndup(p.strings, s, (size_t)(eq - s))))
+        return fail(&p, "out of memory");
       o->dim_values[o->n_dims++] = iv;
     } else if (flag_is(arg, "--loss", &v)) {
       if (!(o->loss_name = need_value(&p, "--loss", v))) return -1;

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 
+#include "compiler/arena.h"
 #include "compiler/options.h"
 
 #ifdef __cplusplus
@@ -24,6 +25,7 @@ typedef struct ApxCliArgs {
   const char *dump_plan_path;
   int write_plan;      /* -o given, or no inspection flag: write the plan */
   int summary;         /* print the model summary (default when nothing else prints) */
+  ApxArena strings;    /* copies of split list items and --dim names that o points into */
   int bucket_report;   /* --bucket-report[=text|json]: 1 text, 2 JSON (passes/bucketing.h) */
 } ApxCliArgs;
 
@@ -31,8 +33,10 @@ typedef struct ApxCliArgs {
 
 /* Parses argv into o (initialized here with apx_options_init) and a. Returns 0, or -1 with a
  * one-line message in err ("apexc: ..."), which the CLI prints with exit code 2. Strings in
- * o point into argv. */
+ * o point into argv or into a->strings: call apx_cli_args_free(a) (on success and failure)
+ * once o is no longer used. */
 int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err, size_t cap);
+void apx_cli_args_free(ApxCliArgs *a);
 /* The --help text. */
 const char *apx_cli_usage(void);
 

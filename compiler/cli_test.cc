@@ -2,6 +2,7 @@
 // combinations, and usage errors.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,13 @@ struct Parsed {
   ApxCliArgs a;
   char err[1024];
   int rc;
+  Parsed() { memset(&a, 0, sizeof a); }
+  Parsed(Parsed &&other) : o(other.o), a(other.a), rc(other.rc) {
+    memcpy(err, other.err, sizeof err);
+    memset(&other.a, 0, sizeof other.a);  // the strings arena moves with it
+  }
+  Parsed(const Parsed &) = delete;
+  ~Parsed() { apx_cli_args_free(&a); }
 };
 
 Parsed parse(std::vector<const char *> args) {
