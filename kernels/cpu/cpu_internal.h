@@ -29,8 +29,12 @@ int apx_cpu_threads(const ApxCpuCtx *ctx);
 /* Sets OpenBLAS's thread count (only when it changes). */
 void apx_cpu_blas_threads(int nt);
 
-/* Elements per OpenMP work chunk for elementwise loops; loops under this size stay serial. */
+/* Elements per OpenMP work chunk for elementwise loops (and the fixed chunk of chunked sums). */
 #define APX_CPU_CHUNK 16384
+/* Least work (elements a loop reads and writes, roughly) for which a loop runs as an OpenMP
+ * parallel region: below it the fork and join (microseconds; on a loaded machine a team
+ * thread that is not running costs up to a scheduler time slice) outweigh the work. */
+#define APX_CPU_PAR_WORK 65536
 
 #define APX_PRAGMA(x) _Pragma(#x)
 /* Parallel-for over an independent loop; `nt` must be an int variable in scope. Each

@@ -2,6 +2,7 @@
  * Define APX_REAL_F64 as 0 (float: fp32/fp16/bf16 tensors) or 1 (double: fp64 tensors),
  * include this, include the template, then include real_end.h. Templates write
  *   real_t            the math type
+ *   acc_t             the type sums accumulate in (double for both; sum_real.inc)
  *   RF(name)          name##_f32 / name##_f64 (functions of this instance)
  *   R_EXP(x) ...      libm functions of the type
  *   RC(x)             a constant of the type
@@ -15,6 +16,7 @@
 
 #if APX_REAL_F64
 #define real_t double
+#define acc_t double
 #define RF(name) name##_f64
 #define RC(x) ((double)(x))
 #define R_EXP exp
@@ -30,6 +32,7 @@
 #define R_GEMM cblas_dgemm
 #else
 #define real_t float
+#define acc_t double
 #define RF(name) name##_f32
 #define RC(x) ((float)(x))
 #define R_EXP expf

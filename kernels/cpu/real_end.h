@@ -1,5 +1,6 @@
 /* real_end.h - closes an instantiation opened by real_begin.h. */
 #undef real_t
+#undef acc_t
 #undef RF
 #undef RC
 #undef R_EXP
