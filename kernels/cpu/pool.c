@@ -17,10 +17,12 @@ typedef struct PoolGeom {
 
 #define APX_REAL_F64 0
 #include "kernels/cpu/real_begin.h"
+#include "kernels/cpu/sum_real.inc"
 #include "kernels/cpu/pool_real.inc"
 #include "kernels/cpu/real_end.h"
 #define APX_REAL_F64 1
 #include "kernels/cpu/real_begin.h"
+#include "kernels/cpu/sum_real.inc"
 #include "kernels/cpu/pool_real.inc"
 #include "kernels/cpu/real_end.h"
 

@@ -4,19 +4,24 @@
 
 #define APX_REAL_F64 0
 #include "kernels/cpu/real_begin.h"
+#include "kernels/cpu/sum_real.inc"
 #include "kernels/cpu/reduce_real.inc"
 #include "kernels/cpu/real_end.h"
 #define APX_REAL_F64 1
 #include "kernels/cpu/real_begin.h"
+#include "kernels/cpu/sum_real.inc"
 #include "kernels/cpu/reduce_real.inc"
 #include "kernels/cpu/real_end.h"
 /* int64 instance (sums wrap on overflow in practice; shape arithmetic stays far below) */
 #define real_t int64_t
+#define acc_t int64_t
 #define RF(name) name##_i64
 void apx_cpu_reduce_sum_i64(const int64_t *x, const int64_t *dims, int rank, uint32_t mask,
                             int64_t *y, int nt);
+#include "kernels/cpu/sum_real.inc"
 #include "kernels/cpu/reduce_real.inc"
 #undef real_t
+#undef acc_t
 #undef RF
 
 int64_t apx_cpu_sum_to_mask(const ApxTensor *from, const ApxTensor *to) {

@@ -4,10 +4,12 @@
 
 #define APX_REAL_F64 0
 #include "kernels/cpu/real_begin.h"
+#include "kernels/cpu/sum_real.inc"
 #include "kernels/cpu/softmax_real.inc"
 #include "kernels/cpu/real_end.h"
 #define APX_REAL_F64 1
 #include "kernels/cpu/real_begin.h"
+#include "kernels/cpu/sum_real.inc"
 #include "kernels/cpu/softmax_real.inc"
 #include "kernels/cpu/real_end.h"
 
