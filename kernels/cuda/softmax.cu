@@ -179,9 +179,7 @@ static void launch_softmax_rows(const ApxCudaCtx *ctx, LOAD f, T *y, int64_t row
                                 cudaStream_t s) {
   if (L <= WARP_ROWS_MAX_L) {
     int block = apx_cu_block(ctx, 256);
-    int64_t per = block / 32;
     unsigned grid = apx_cu_grid(ctx, rows * 32, block);
-    (void)per;
     softmax_rows_warp<MODE, LOAD, T><<<grid, block, 0, s>>>(f, y, rows, L);
   } else {
     int block = apx_cu_block(ctx, 512);
