@@ -48,6 +48,17 @@ const char *apx_cpu_dims_str(const ApxTensor *t, char *buf, size_t n);
 /* Contiguous row-major element strides of dims[rank]. */
 void apx_cpu_strides(const int64_t *dims, int rank, int64_t *strides);
 
+/* [*lo, *hi): the o in [0, n) with o * s + off in [0, len) (s >= 1; lo == hi when none).
+ * Convolution and pooling split output rows into these (no bounds checks) and the border. */
+static inline void apx_cpu_inside(int64_t len, int64_t n, int64_t s, int64_t off, int64_t *lo,
+                                  int64_t *hi) {
+  int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
+  int64_t b = len - 1 - off >= 0 ? (len - 1 - off) / s + 1 : 0;
+  if (b > n) b = n;
+  *lo = a < b ? a : b;
+  *hi = b;
+}
+
 /* Present (data != NULL) input/output i. */
 static inline int apx_cpu_has(const ApxTensor *t, int n, int i) {
   return i < n && t[i].data != NULL;

@@ -165,3 +165,91 @@ TEST(Pool, ThreadCountDoesNotChangeBits) {
     expect_same_bits(y1, y2, apx_op_name(op));
   }
 }
+
+namespace {
+
+// Inputs full of ties, signed zeros, infinities and NaNs: the first maximum of a window's
+// row-major scan wins, a NaN wins over numbers and then stays.
+Tensor special_input(ApxDType dt, std::vector<int64_t> dims, uint64_t seed) {
+  const double vals[] = {-INFINITY, -1, -0.0, 0.0, 1, 1, 2, 2, NAN, INFINITY, 0.5, -0.5};
+  Tensor x(dt, dims);
+  uint64_t s = seed;
+  for (int64_t i = 0; i < x.numel(); i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x.set(i, vals[(s >> 33) % 12]);
+  }
+  return x;
+}
+
+// The scan the kernels define: flat argmax per output (-1 if the window is all padding).
+std::vector<int64_t> argmax_scan(const PoolCase &c, const Tensor &x, int64_t OH, int64_t OW) {
+  std::vector<double> xv = x.values();
+  std::vector<int64_t> arg;
+  for (int64_t p = 0; p < c.N * c.C; p++)
+    for (int64_t oh = 0; oh < OH; oh++)
+      for (int64_t ow = 0; ow < OW; ow++) {
+        double best = -INFINITY;
+        int64_t bi = -1;
+        for (int64_t i = 0; i < c.kh; i++)
+          for (int64_t j = 0; j < c.kw; j++) {
+            int64_t h = oh * c.sh - c.pt + i * c.dh, w = ow * c.sw - c.pl + j * c.dw;
+            if (h < 0 || h >= c.H || w < 0 || w >= c.W) continue;
+            double v = xv[(p * c.H + h) * c.W + w];
+            if (bi < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+              best = v;
+              bi = (p * c.H + h) * c.W + w;
+            }
+          }
+        arg.push_back(bi);
+      }
+  return arg;
+}
+
+std::vector<PoolCase> special_cases() {
+  std::vector<PoolCase> cs = kCases;
+  cs.push_back({1, 2, 5, 300, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0});  // rows wider than a block
+  cs.push_back({1, 1, 4, 9, 2, 3, 1, 2, 1, 2, 0, 3, 0, 3, 0});    // pads wider than the window
+  return cs;
+}
+
+}  // namespace
+
+// MaxPool without Indices takes its own (vectorized) path: same values, signed zeros and
+// NaNs included, as the scan.
+TEST(MaxPool, ValuesWithoutIndicesFollowTheScan) {
+  for (const PoolCase &c : special_cases())
+    for (ApxDType dt : kFloatTypes) {
+      int64_t OH = out_dim(c.H, c.kh, c.sh, c.dh, c.pt, c.pb, c.ceil_mode);
+      int64_t OW = out_dim(c.W, c.kw, c.sw, c.dw, c.pl, c.pr, c.ceil_mode);
+      Tensor x = special_input(dt, {c.N, c.C, c.H, c.W}, 7), y(dt, {c.N, c.C, OH, OW});
+      Tensor y2(dt, y.dims), idx(APX_DT_I64, y.dims);
+      ApxAttrPool a = attrs_of(c, 0, 0);
+      run_ok(APX_OP_MaxPool, &a, {&x}, {&y});
+      run_ok(APX_OP_MaxPool, &a, {&x}, {&y2, &idx});
+      std::vector<int64_t> arg = argmax_scan(c, x, OH, OW);
+      Tensor want(dt, y.dims);
+      for (int64_t o = 0; o < want.numel(); o++)
+        want.set(o, arg[o] < 0 ? -INFINITY : x.get(arg[o]));
+      expect_same_bits(y, want, "MaxPool values");
+      expect_same_bits(y2, want, "MaxPool values with Indices");
+    }
+}
+
+// MaxPoolGrad adds dY at each window's argmax in output order (small integers: exact sums).
+TEST(MaxPoolGrad, RoutesToTheScansArgmax) {
+  for (const PoolCase &c : special_cases())
+    for (ApxDType dt : kFloatTypes) {
+      int64_t OH = out_dim(c.H, c.kh, c.sh, c.dh, c.pt, c.pb, c.ceil_mode);
+      int64_t OW = out_dim(c.W, c.kw, c.sw, c.dw, c.pl, c.pr, c.ceil_mode);
+      Tensor x = special_input(dt, {c.N, c.C, c.H, c.W}, 9), dy(dt, {c.N, c.C, OH, OW});
+      for (int64_t o = 0; o < dy.numel(); o++) dy.set(o, (double)(o % 7) - 3);
+      Tensor dx(dt, x.dims);
+      ApxAttrPool a = attrs_of(c, 0, 0);
+      run_ok(APX_OP_MaxPoolGrad, &a, {&dy, &x}, {&dx});
+      std::vector<int64_t> arg = argmax_scan(c, x, OH, OW);
+      std::vector<double> want(x.numel(), 0.0);
+      for (int64_t o = 0; o < dy.numel(); o++)
+        if (arg[o] >= 0) want[arg[o]] += dy.get(o);
+      expect_close(dx, want, 0, nullptr, "MaxPoolGrad");
+    }
+}
