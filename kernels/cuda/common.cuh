@@ -279,10 +279,13 @@ APX_CUDA_ENTRY(apx_cuda_global_avg_pool_grad);
 /* dst (n elements of dtype dt) = src converted from sdt; n_src == 1 fills (AssignState). */
 ApxStatus apx_cuda_convert(ApxCudaCtx *ctx, const void *src, ApxDType sdt, int64_t n_src,
                            void *dst, ApxDType ddt, int64_t n);
-/* out (reduced shape of plan) = sum of x (dtype dt) over the plan's groups, times scale;
- * out dtype odt (convert.cu-independent, reduce.cu). */
+/* out (reduced shape of plan) = sum of x (dtype dt) over the plan's groups, accumulated in
+ * fp64 (reduce.cuh), divided by div per mode (APX_CU_SUM: not; APX_CU_MEAN_FP32: the fp32 sum
+ * by div in fp32, as ReduceMean; APX_CU_MEAN_FP64: in fp64, as GlobalAveragePool), stored in
+ * odt (reduce.cu). */
+enum { APX_CU_SUM = 0, APX_CU_MEAN_FP32 = 1, APX_CU_MEAN_FP64 = 2 };
 ApxStatus apx_cuda_reduce_sum(ApxCudaCtx *ctx, const void *x, ApxDType dt, const ApxCuReduce *p,
-                              float scale, void *out, ApxDType odt);
+                              float div, int mode, void *out, ApxDType odt);
 /* Broadcast copy src -> dst of the same element size (Expand, Gemm's C). */
 ApxStatus apx_cuda_broadcast_copy(ApxCudaCtx *ctx, const ApxTensor *src, ApxTensor *dst);
 /* g = dY * (Y > 0) into a temporary of dY's type (fused Relu gradients). */

@@ -174,7 +174,7 @@ static ApxStatus conv_grad(ApxCudaCtx *ctx, const ApxAttrConv *a, const ApxTenso
   if (db) {
     ApxCuReduce p;
     apx_cu_reduce_plan(&p, dy->dims, dy->rank, 0xdu); /* axes 0, 2, 3 */
-    APX_TRY(apx_cuda_reduce_sum(ctx, gdata, dt, &p, 1.0f, db->data, db->dtype));
+    APX_TRY(apx_cuda_reduce_sum(ctx, gdata, dt, &p, 1.0f, APX_CU_SUM, db->data, db->dtype));
   }
   if (!dx && !dw) return APX_STATUS_OK;
   cudaStream_t s = apx_cu_stream(ctx);

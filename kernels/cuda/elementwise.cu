@@ -352,7 +352,7 @@ APX_CUDA_ENTRY(apx_cuda_pow_grad) {
     if (!full[k]) continue;
     ApxCuReduce p;
     apx_cu_reduce_plan(&p, dy->dims, dy->rank, (uint32_t)mask[k]);
-    APX_TRY(apx_cuda_reduce_sum(ctx, full[k], APX_DT_F32, &p, 1.0f, outs[k].data, dt));
+    APX_TRY(apx_cuda_reduce_sum(ctx, full[k], APX_DT_F32, &p, 1.0f, APX_CU_SUM, outs[k].data, dt));
   }
   return APX_STATUS_OK;
 }

@@ -14,30 +14,34 @@
 struct TeamThread {
   __device__ int lane() const { return 0; }
   __device__ int size() const { return 1; }
-  __device__ float sum(float v) const { return v; }
+  __device__ double sum(double v) const { return v; }
   __device__ float max(float v) const { return v; }
   __device__ int64_t first() const { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
   __device__ int64_t stride() const { return (int64_t)gridDim.x * blockDim.x; }
-  __device__ void bind(float *) {}
+  __device__ void bind(float *, double *) {}
 };
 struct TeamWarp {
   __device__ int lane() const { return threadIdx.x & 31; }
   __device__ int size() const { return 32; }
-  __device__ float sum(float v) const { return warp_sum(v); }
+  __device__ double sum(double v) const { return warp_sum(v); }
   __device__ float max(float v) const { return warp_max(v); }
   __device__ int64_t first() const { return (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); }
   __device__ int64_t stride() const { return (int64_t)gridDim.x * (blockDim.x >> 5); }
-  __device__ void bind(float *) {}
+  __device__ void bind(float *, double *) {}
 };
 struct TeamBlock {
   float *sh;
+  double *shd;
   __device__ int lane() const { return threadIdx.x; }
   __device__ int size() const { return blockDim.x; }
-  __device__ float sum(float v) const { return block_sum(v, sh); }
+  __device__ double sum(double v) const { return block_sum(v, shd); }
   __device__ float max(float v) const { return block_max(v, sh); }
   __device__ int64_t first() const { return blockIdx.x; }
   __device__ int64_t stride() const { return gridDim.x; }
-  __device__ void bind(float *s) { sh = s; }
+  __device__ void bind(float *s, double *d) {
+    sh = s;
+    shd = d;
+  }
 };
 
 template <typename T>
@@ -66,7 +70,8 @@ template <class TM, typename T>
 __global__ void loss_lines_kernel(TM tm, LossArgs<T> a, float *loss, float *wl, T *log_prob,
                                   void *lse_out, int lse_dt) {
   __shared__ float sh[33];
-  tm.bind(sh);
+  __shared__ double shd[33];
+  tm.bind(sh, shd);
   int64_t nl = a.N * a.inner, C = a.C, inner = a.inner;
   for (int64_t l = tm.first(); l < nl; l += tm.stride()) {
     int64_t n = l / inner, d = l % inner;
@@ -77,10 +82,9 @@ __global__ void loss_lines_kernel(TM tm, LossArgs<T> a, float *loss, float *wl, 
       m = -INFINITY;
       for (int64_t c = tm.lane(); c < C; c += tm.size()) m = fmax_nan(m, ld(px[c * inner]));
       m = tm.max(m);
-      float s = 0.0f;
-      for (int64_t c = tm.lane(); c < C; c += tm.size()) s += expf(ld(px[c * inner]) - m);
-      s = tm.sum(s);
-      ls = logf(s);
+      double s = 0.0;
+      for (int64_t c = tm.lane(); c < C; c += tm.size()) s += (double)expf(ld(px[c * inner]) - m);
+      ls = logf((float)tm.sum(s));
       if (log_prob) {
         T *pl = log_prob + n * C * inner + d;
         for (int64_t c = tm.lane(); c < C; c += tm.size())
@@ -106,7 +110,7 @@ __global__ void loss_lines_kernel(TM tm, LossArgs<T> a, float *loss, float *wl, 
 /* gradient: dx (N, C, inner) per line; g from dloss (denom: summed weights for mean) */
 template <class TM, typename T>
 __global__ void loss_grad_kernel(TM tm, LossArgs<T> a, const void *dloss, int ddt, int reduction,
-                                 const float *denom, T *dx) {
+                                 const double *denom, T *dx) {
   int64_t nl = a.N * a.inner, C = a.C, inner = a.inner;
   for (int64_t l = tm.first(); l < nl; l += tm.stride()) {
     int64_t n = l / inner, d = l % inner;
@@ -120,7 +124,7 @@ __global__ void loss_grad_kernel(TM tm, LossArgs<T> a, const void *dloss, int dd
       continue;
     }
     float g = ld_dt(dloss, ddt, reduction == APX_RED_NONE ? l : 0);
-    if (reduction == APX_RED_MEAN) g /= denom[0];
+    if (reduction == APX_RED_MEAN) g /= (float)denom[0]; /* the CPU's (real_t) denominator */
     float k = (a.w ? ld_dt(a.w, a.wdt, t) : 1.0f) * g;
     if (a.sce) {
       float shift = a.lse ? ld_dt(a.lse, a.lsedt, l) : 0.0f;
@@ -134,30 +138,31 @@ __global__ void loss_grad_kernel(TM tm, LossArgs<T> a, const void *dloss, int dd
   }
 }
 
-/* sums of per-line values (loss or weight) */
+/* sums of per-line values (loss or weight), in fp64 */
 struct LineTerm {
   const float *v;
-  __device__ float operator()(int64_t o, int64_t r) const { return v[r]; }
+  __device__ double operator()(int64_t o, int64_t r) const { return (double)v[r]; }
 };
 struct StoreAt {
-  float *out;
-  __device__ void operator()(int64_t o, float v) const { out[o] = v; }
+  double *out;
+  __device__ void operator()(int64_t o, double v) const { out[o] = v; }
 };
 
 /* weight of line l when it counts for the mean (valid, not ignored), else 0 */
 template <typename T>
 struct WeightTerm {
   LossArgs<T> a;
-  __device__ float operator()(int64_t o, int64_t l) const {
+  __device__ double operator()(int64_t o, int64_t l) const {
     int64_t t = ld_index(a.labels, a.ldt, l);
-    if ((a.has_ignore && t == a.ignore) || t < 0 || t >= a.C) return 0.0f;
-    return a.w ? ld_dt(a.w, a.wdt, t) : 1.0f;
+    if ((a.has_ignore && t == a.ignore) || t < 0 || t >= a.C) return 0.0;
+    return a.w ? (double)ld_dt(a.w, a.wdt, t) : 1.0;
   }
 };
 
-__global__ void loss_finish_kernel(const float *sums, void *out, int odt, int reduction) {
+/* sum: (float)s; mean: (float)(s / sum of weights), in fp64 as the CPU */
+__global__ void loss_finish_kernel(const double *sums, void *out, int odt, int reduction) {
   if (blockIdx.x == 0 && threadIdx.x == 0)
-    st_dt(out, odt, 0, reduction == APX_RED_SUM ? sums[0] : sums[0] / sums[1]);
+    st_dt(out, odt, 0, reduction == APX_RED_SUM ? (float)sums[0] : (float)(sums[0] / sums[1]));
 }
 
 __global__ void loss_none_kernel(const float *loss, void *out, int odt, int64_t n) {
@@ -171,7 +176,7 @@ static void launch_loss_lines(const ApxCudaCtx *ctx, const LossArgs<T> &a, float
                               T *log_prob, void *lse, int lse_dt, cudaStream_t s) {
   int64_t nl = a.N * a.inner;
   if (a.inner == 1 && a.sce && a.C > 1024) {
-    TeamBlock tm = {NULL};
+    TeamBlock tm = {NULL, NULL};
     int block = apx_cu_block(ctx, 512);
     loss_lines_kernel<TeamBlock, T><<<(unsigned)(nl < 65535 * 16 ? nl : 65535 * 16), block, 0, s>>>(
         tm, a, loss, wl, log_prob, lse, lse_dt);
@@ -188,7 +193,7 @@ static void launch_loss_lines(const ApxCudaCtx *ctx, const LossArgs<T> &a, float
 
 template <typename T>
 static void launch_loss_grad(const ApxCudaCtx *ctx, const LossArgs<T> &a, const void *dloss,
-                             int ddt, int reduction, const float *denom, T *dx, cudaStream_t s) {
+                             int ddt, int reduction, const double *denom, T *dx, cudaStream_t s) {
   int64_t nl = a.N * a.inner;
   if (a.inner == 1) {
     int block = apx_cu_block(ctx, 256);
@@ -277,9 +282,9 @@ APX_CUDA_ENTRY(apx_cuda_loss) {
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "loss output shape/type does not match");
   if (lp && (!apx_cu_same_dims(lp, x) || lp->dtype != x->dtype))
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "log_prob must have the scores' shape");
-  float *buf = NULL;
-  APX_TRY(apx_cuda_tmp(ctx, (size_t)(2 * nl + 2) * sizeof(float), (void **)&buf));
-  float *loss = buf, *wl = buf + nl, *sums = buf + 2 * nl;
+  double *sums = NULL;
+  APX_TRY(apx_cuda_tmp(ctx, 2 * sizeof(double) + (size_t)(2 * nl) * sizeof(float), (void **)&sums));
+  float *loss = (float *)(sums + 2), *wl = loss + nl;
   cudaStream_t s = apx_cu_stream(ctx);
   APX_CU_FLOAT_SWITCH(ctx, x->dtype, T, {
     LossArgs<T> a = loss_args<T>(ctx, op, at, (const T *)x->data, &ins[1], w, sh, sce);
@@ -326,7 +331,7 @@ APX_CUDA_ENTRY(apx_cuda_loss_grad) {
       !apx_cu_is_float16(ins[0].dtype))
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dLoss shape/type does not match");
   if (nl == 0) return APX_STATUS_OK;
-  float *denom = NULL;
+  double *denom = NULL;
   cudaStream_t s = apx_cu_stream(ctx);
   APX_CU_FLOAT_SWITCH(ctx, dx->dtype, T, {
     LossArgs<T> a = loss_args<T>(ctx, op, at, sce ? (const T *)ins[1].data : NULL, &ins[li], w, sh, sce);
@@ -335,7 +340,7 @@ APX_CUDA_ENTRY(apx_cuda_loss_grad) {
       a.lsedt = ins[3].dtype;
     }
     if (at->reduction == APX_RED_MEAN) {
-      APX_TRY(apx_cuda_tmp(ctx, sizeof(float), (void **)&denom));
+      APX_TRY(apx_cuda_tmp(ctx, sizeof(double), (void **)&denom));
       APX_TRY(apx_cu_reduce(ctx, WeightTerm<T>{a}, StoreAt{denom}, 1, nl, 1));
     }
     launch_loss_grad<T>(ctx, a, ins[0].data, ins[0].dtype, at->reduction, denom, (T *)dx->data, s);

@@ -417,17 +417,18 @@ struct DenseBiasTerm {
   const T *dy, *t;
   int64_t N;
   int act;
-  __device__ float operator()(int64_t j, int64_t r) const {
+  __device__ double operator()(int64_t j, int64_t r) const {
     int64_t i = r * N + j;
-    return t ? act_grad(act, ld(dy[i]), ld(t[i])) : ld(dy[i]);
+    return (double)(t ? act_grad(act, ld(dy[i]), ld(t[i])) : ld(dy[i]));
   }
 };
 
+/* (float)sum * k: the CPU's column sum rounded to fp32, then times beta */
 struct StoreScaled {
   void *out;
   int32_t dt;
   float k;
-  __device__ void operator()(int64_t o, float v) const { st_dt(out, dt, o, v * k); }
+  __device__ void operator()(int64_t o, double v) const { st_dt(out, dt, o, (float)v * k); }
 };
 
 APX_CUDA_ENTRY(apx_cuda_fused_dense_grad) {

@@ -11,27 +11,30 @@
 
 /* ---- LayerNormalization ---------------------------------------------------------------- */
 
-/* One block per row (x, y: (rows, D)). */
+/* One block per row (x, y: (rows, D)); statistics in fp64 like the CPU's double lanes:
+ * md = sum x / D, vd = sum (x - md)^2 / D, m = (float)md, is = (float)(1 / sqrt(vd + eps)). */
 template <typename T>
 __global__ void layer_norm_kernel(const T *x, const void *scale, int sdt, const void *bias, int bdt,
                                   T *y, void *mean, int mdt, void *istd, int idt, int64_t rows,
                                   int64_t D, float eps) {
-  __shared__ float sh[33];
+  __shared__ double sh[33];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T *px = x + r * D;
     T *py = y + r * D;
-    float m = 0.0f;
-    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) m += ld(px[j]);
-    m = block_sum(m, sh) / (float)D;
-    float v = 0.0f;
+    double md = 0.0;
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) md += (double)ld(px[j]);
+    md = block_sum(md, sh) / (double)D;
+    double vd = 0.0;
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
-      float d = ld(px[j]) - m;
-      v += d * d;
+      double d = (double)ld(px[j]) - md;
+      vd += d * d;
     }
-    v = block_sum(v, sh) / (float)D;
-    float is = 1.0f / sqrtf(v + eps);
-    for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
-      py[j] = st<T>((ld(px[j]) - m) * is * ld_dt(scale, sdt, j) + (bias ? ld_dt(bias, bdt, j) : 0.0f));
+    vd = block_sum(vd, sh) / (double)D;
+    float m = (float)md, is = (float)(1.0 / sqrt(vd + (double)eps));
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+      float v = (ld(px[j]) - m) * is * ld_dt(scale, sdt, j);
+      py[j] = st<T>(bias ? v + ld_dt(bias, bdt, j) : v);
+    }
     if (threadIdx.x == 0) {
       if (mean) st_dt(mean, mdt, r, m);
       if (istd) st_dt(istd, idt, r, is);
@@ -39,38 +42,42 @@ __global__ void layer_norm_kernel(const T *x, const void *scale, int sdt, const 
   }
 }
 
-/* dX = is (g - mean(g) - xhat mean(g xhat)), g = dY scale; one block per row. */
+/* dX = is (g - mean(g) - (x - m) is k), g = dY scale, k = mean(g (x - m)) is; sums in fp64
+ * (the CPU's formula); one block per row. */
 template <typename T>
 __global__ void layer_norm_dx_kernel(const T *dy, const T *x, const void *scale, int sdt,
                                      const void *mean, int mdt, const void *istd, int idt, T *dx,
                                      int64_t rows, int64_t D) {
-  __shared__ float sh[33];
+  __shared__ double sh[33];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T *px = x + r * D, *pg = dy + r * D;
     T *pd = dx + r * D;
-    float m = ld_dt(mean, mdt, r), is = ld_dt(istd, idt, r), sg = 0.0f, sgx = 0.0f;
+    float m = ld_dt(mean, mdt, r), is = ld_dt(istd, idt, r);
+    double sg = 0.0, sgx = 0.0;
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
-      float g = ld(pg[j]) * ld_dt(scale, sdt, j);
+      double g = (double)ld(pg[j]) * (double)ld_dt(scale, sdt, j);
       sg += g;
-      sgx += g * (ld(px[j]) - m) * is;
+      sgx += g * ((double)ld(px[j]) - (double)m);
     }
-    sg = block_sum(sg, sh) / (float)D;
-    sgx = block_sum(sgx, sh) / (float)D;
+    sg = block_sum(sg, sh);
+    sgx = block_sum(sgx, sh);
+    float mg = (float)(sg / (double)D), k = (float)(sgx * (double)is / (double)D);
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
-      pd[j] = st<T>(is * (ld(pg[j]) * ld_dt(scale, sdt, j) - sg - (ld(px[j]) - m) * is * sgx));
+      pd[j] = st<T>(is * (ld(pg[j]) * ld_dt(scale, sdt, j) - mg - (ld(px[j]) - m) * is * k));
   }
 }
 
-/* dScale[j] terms: dy (x - m) is at (row r, column j); dB terms: dy */
+/* dScale[j] terms: dy ((x - m) is) at (row r, column j), in fp64; dB terms: dy */
 template <typename T>
 struct LnScaleTerm {
   const T *dy, *x;
   const void *mean, *istd;
   int32_t mdt, idt;
   int64_t D;
-  __device__ float operator()(int64_t j, int64_t r) const {
+  __device__ double operator()(int64_t j, int64_t r) const {
     int64_t i = r * D + j;
-    return ld(dy[i]) * (ld(x[i]) - ld_dt(mean, mdt, r)) * ld_dt(istd, idt, r);
+    double m = (double)ld_dt(mean, mdt, r), is = (double)ld_dt(istd, idt, r);
+    return (double)ld(dy[i]) * (((double)ld(x[i]) - m) * is);
   }
 };
 
@@ -78,13 +85,13 @@ template <typename T>
 struct ColTerm { /* x[r * D + j] */
   const T *x;
   int64_t D;
-  __device__ float operator()(int64_t j, int64_t r) const { return ld(x[r * D + j]); }
+  __device__ double operator()(int64_t j, int64_t r) const { return (double)ld(x[r * D + j]); }
 };
 
 struct StoreDt {
   void *out;
   int32_t dt;
-  __device__ void operator()(int64_t o, float v) const { st_dt(out, dt, o, v); }
+  __device__ void operator()(int64_t o, double v) const { st_dt(out, dt, o, (float)v); }
 };
 
 static ApxStatus need_numel(ApxCudaCtx *ctx, const ApxTensor *t, int64_t n, const char *what) {
@@ -178,53 +185,62 @@ APX_CUDA_ENTRY(apx_cuda_layer_norm_grad) {
 
 /* ---- BatchNormalization ----------------------------------------------------------------- */
 
-/* x (N, C, S): term of channel c, reduced index r = n * S + s. */
+/* x (N, C, S): term of channel c, reduced index r = n * S + s, in fp64. */
 template <typename T>
 struct BnTerm {
   const T *x;
-  const float *center; /* NULL: x itself; else (x - center[c])^2 */
+  const double *center; /* NULL: x itself; else (x - center[c])^2 */
   int64_t C, S;
-  __device__ float operator()(int64_t c, int64_t r) const {
-    float v = ld(x[((r / S) * C + c) * S + r % S]);
+  __device__ double operator()(int64_t c, int64_t r) const {
+    double v = (double)ld(x[((r / S) * C + c) * S + r % S]);
     if (!center) return v;
-    float d = v - center[c];
+    double d = v - center[c];
     return d * d;
   }
 };
 
-/* dy and dy (x - m) is of channel c (BatchNormGrad) */
+/* dy, and dy (x - m) of channel c (BatchNormGrad), in fp64 */
 template <typename T>
 struct BnGradTerm {
   const T *dy, *x;
-  const float *m, *is; /* NULL m: the plain sum of dy */
+  const float *m; /* NULL: the plain sum of dy */
   int64_t C, S;
-  __device__ float operator()(int64_t c, int64_t r) const {
+  __device__ double operator()(int64_t c, int64_t r) const {
     int64_t i = ((r / S) * C + c) * S + r % S;
-    float g = ld(dy[i]);
-    return m ? g * (ld(x[i]) - m[c]) * is[c] : g;
+    double g = (double)ld(dy[i]);
+    return m ? g * ((double)ld(x[i]) - (double)m[c]) : g;
   }
 };
 
-struct StoreDiv {
-  float *out;
-  float div;
-  __device__ void operator()(int64_t o, float v) const { out[o] = v / div; }
+struct StoreDiv { /* fp64 sum / count */
+  double *out;
+  double div;
+  __device__ void operator()(int64_t o, double v) const { out[o] = v / div; }
 };
 
-struct StoreF {
-  float *out;
-  __device__ void operator()(int64_t o, float v) const { out[o] = v; }
+struct StoreD {
+  double *out;
+  __device__ void operator()(int64_t o, double v) const { out[o] = v; }
 };
 
-/* Per-channel statistics: m, is (fp32 scratch) and the optional outputs. */
-__global__ void bn_stats_kernel(const float *bm, const float *bv, const void *in_mean,
+/* Per-channel statistics: m, is (fp32 scratch) and the optional outputs. Training (the CPU's
+ * formulas): m = (float)md, v = (float)vd, is = (float)(1 / sqrt(vd + eps)); inference:
+ * is = 1 / sqrtf(var + eps). */
+__global__ void bn_stats_kernel(const double *bm, const double *bv, const void *in_mean,
                                 const void *in_var, int vdt, float *m, float *is, void *run_mean,
                                 void *run_var, void *saved_mean, void *saved_istd, int odt,
                                 int64_t C, float eps, float mo, int training) {
   APX_CU_GRID_STRIDE(c, C) {
-    float mc = training ? bm[c] : ld_dt(in_mean, vdt, c);
-    float vc = training ? bv[c] : ld_dt(in_var, vdt, c);
-    float isc = 1.0f / sqrtf(vc + eps);
+    float mc, vc, isc;
+    if (training) {
+      mc = (float)bm[c];
+      vc = (float)bv[c];
+      isc = (float)(1.0 / sqrt(bv[c] + (double)eps));
+    } else {
+      mc = ld_dt(in_mean, vdt, c);
+      vc = ld_dt(in_var, vdt, c);
+      isc = 1.0f / sqrtf(vc + eps);
+    }
     m[c] = mc;
     is[c] = isc;
     if (training) {
@@ -251,23 +267,32 @@ __global__ void bn_apply_kernel(const T *x, const float *m, const float *is, con
   }
 }
 
+/* training: dx = k (dy - mg - (x - m) kx), k = scale is, mg = (float)(sdy / cnt),
+ * kx = (float)((sdyx is) is / cnt) with sdyx = sum dy (x - m); inference: dx = k dy (the CPU's
+ * formula) */
 template <typename T>
 __global__ void bn_dx_kernel(const T *dy, const T *x, const float *m, const float *is,
-                             const float *sdy, const float *sdyx, const void *scale, int pdt, T *dx,
-                             int64_t C, int64_t S, int64_t n, float cnt, int training) {
+                             const double *sdy, const double *sdyx, const void *scale, int pdt, T *dx,
+                             int64_t C, int64_t S, int64_t n, double cnt, int training) {
   APX_CU_GRID_STRIDE(i, n) {
     int64_t c = (i / S) % C;
     float k = ld_dt(scale, pdt, c) * is[c], g = ld(dy[i]);
-    dx[i] = st<T>(training ? k * (g - sdy[c] / cnt - (ld(x[i]) - m[c]) * is[c] * sdyx[c] / cnt)
-                           : k * g);
+    if (training) {
+      double sx = sdyx[c] * (double)is[c]; /* sum dy xhat */
+      float mg = (float)(sdy[c] / cnt), kx = (float)(sx * (double)is[c] / cnt);
+      dx[i] = st<T>(k * (g - mg - (ld(x[i]) - m[c]) * kx));
+    } else {
+      dx[i] = st<T>(k * g);
+    }
   }
 }
 
-__global__ void bn_grad_out_kernel(const float *sdy, const float *sdyx, void *dscale, void *dbias,
-                                   int odt, int64_t C) {
+/* dscale = (float)(sum dy (x - m) * is), dbias = (float)sum dy */
+__global__ void bn_grad_out_kernel(const double *sdy, const double *sdyx, const float *is, void *dscale,
+                                   void *dbias, int odt, int64_t C) {
   APX_CU_GRID_STRIDE(c, C) {
-    if (dscale) st_dt(dscale, odt, c, sdyx[c]);
-    if (dbias) st_dt(dbias, odt, c, sdy[c]);
+    if (dscale) st_dt(dscale, odt, c, (float)(sdyx[c] * (double)is[c]));
+    if (dbias) st_dt(dbias, odt, c, (float)sdy[c]);
   }
 }
 
@@ -314,17 +339,16 @@ APX_CUDA_ENTRY(apx_cuda_batch_norm) {
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Y must have X's shape and type");
   if (C == 0) return APX_STATUS_OK;
   int training = a->training_mode != 0, relu = op == APX_OP_BatchNormRelu;
-  float *bm = NULL, *bv = NULL, *m = NULL, *is = NULL;
-  APX_TRY(apx_cuda_tmp(ctx, (size_t)C * 4 * sizeof(float), (void **)&bm));
+  double *bm = NULL, *bv = NULL;
+  APX_TRY(apx_cuda_tmp(ctx, (size_t)C * (2 * sizeof(double) + 2 * sizeof(float)), (void **)&bm));
   bv = bm + C;
-  m = bv + C;
-  is = m + C;
+  float *m = (float *)(bv + C), *is = m + C;
   cudaStream_t s = apx_cu_stream(ctx);
   int64_t n = N * C * S;
   APX_CU_FLOAT_SWITCH(ctx, x->dtype, T, {
     const T *px = (const T *)x->data;
     if (training) {
-      float cnt = (float)(N * S);
+      double cnt = (double)(N * S);
       BnTerm<T> fm = {px, NULL, C, S};
       StoreDiv sm = {bm, cnt};
       APX_TRY(apx_cu_reduce(ctx, fm, sm, C, N * S, S > 1));
@@ -367,9 +391,10 @@ static ApxStatus bn_grad(ApxCudaCtx *ctx, const ApxAttrBatchNorm *a, const void 
   if (ins[4].dtype != ins[3].dtype || (dsc && db && dsc->dtype != db->dtype))
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mixed statistics types");
   if (C == 0) return APX_STATUS_OK;
-  float *m = NULL;
-  APX_TRY(apx_cuda_tmp(ctx, (size_t)C * 4 * sizeof(float), (void **)&m));
-  float *is = m + C, *sdy = is + C, *sdyx = sdy + C;
+  double *sdy = NULL;
+  APX_TRY(apx_cuda_tmp(ctx, (size_t)C * (2 * sizeof(double) + 2 * sizeof(float)), (void **)&sdy));
+  double *sdyx = sdy + C;
+  float *m = (float *)(sdyx + C), *is = m + C;
   cudaStream_t s = apx_cu_stream(ctx);
   int block = apx_cu_block(ctx, 256);
   bn_grad_stats_kernel<<<apx_cu_grid(ctx, C, block), block, 0, s>>>(
@@ -378,21 +403,21 @@ static ApxStatus bn_grad(ApxCudaCtx *ctx, const ApxAttrBatchNorm *a, const void 
   int64_t n = N * C * S;
   APX_CU_FLOAT_SWITCH(ctx, x->dtype, T, {
     const T *pg = (const T *)g, *px = (const T *)x->data;
-    BnGradTerm<T> f1 = {pg, px, NULL, NULL, C, S};
-    StoreF s1 = {sdy};
+    BnGradTerm<T> f1 = {pg, px, NULL, C, S};
+    StoreD s1 = {sdy};
     APX_TRY(apx_cu_reduce(ctx, f1, s1, C, N * S, S > 1));
-    BnGradTerm<T> f2 = {pg, px, m, is, C, S};
-    StoreF s2 = {sdyx};
+    BnGradTerm<T> f2 = {pg, px, m, C, S};
+    StoreD s2 = {sdyx};
     APX_TRY(apx_cu_reduce(ctx, f2, s2, C, N * S, S > 1));
     if (dsc || db) {
       bn_grad_out_kernel<<<apx_cu_grid(ctx, C, block), block, 0, s>>>(
-          sdy, sdyx, data_of(dsc), data_of(db), dsc ? dsc->dtype : dt_of(db), C);
+          sdy, sdyx, is, data_of(dsc), data_of(db), dsc ? dsc->dtype : dt_of(db), C);
       APX_CUDA_LAUNCHED(ctx);
     }
     if (dx && n > 0) {
       bn_dx_kernel<T><<<apx_cu_grid(ctx, n, block), block, 0, s>>>(
           pg, px, m, is, sdy, sdyx, ins[2].data, ins[2].dtype, (T *)dx->data, C, S, n,
-          (float)(N * S), training);
+          (double)(N * S), training);
       APX_CUDA_LAUNCHED(ctx);
     }
   });

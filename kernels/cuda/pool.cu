@@ -228,7 +228,8 @@ APX_CUDA_ENTRY(apx_cuda_global_avg_pool) {
   int64_t dims[2] = {planes, S};
   ApxCuReduce p;
   apx_cu_reduce_plan(&p, dims, 2, 2u);
-  return apx_cuda_reduce_sum(ctx, ins[0].data, ins[0].dtype, &p, (float)S, outs[0].data, outs[0].dtype);
+  return apx_cuda_reduce_sum(ctx, ins[0].data, ins[0].dtype, &p, (float)S, APX_CU_MEAN_FP64,
+                             outs[0].data, outs[0].dtype);
 }
 
 APX_CUDA_ENTRY(apx_cuda_global_avg_pool_grad) {

@@ -1,4 +1,7 @@
-/* reduce.cuh - deterministic sums: out[o] = sum over r < nred of f(o, r), in fp32.
+/* reduce.cuh - deterministic sums: out[o] = sum over r < nred of f(o, r), accumulated in
+ * fp64 like the CPU reference's double lanes (kernels/cpu/sum_real.inc): terms are formed in
+ * fp64 from the fp32 values, so a sum is exact to fp32's eyes whatever the order, and the
+ * rounding to fp32 (by the store) agrees with the CPU's in nearly every case.
  *
  * Two layouts, chosen by where the data is contiguous:
  *   ROW  consecutive r are contiguous (the innermost group is reduced): one block per
@@ -9,8 +12,8 @@
  * Large reductions with few outputs are cut into chunks of r whose partial sums go to a
  * temporary and are added in chunk order by a second kernel. Chunking depends only on
  * (ny, nred) (not on the device or the block size for COL), so a result is the same on every
- * run. f: `__device__ float operator()(int64_t o, int64_t r) const`;
- * s: `__device__ void operator()(int64_t o, float sum) const` stores output o. */
+ * run. f: `__device__ double operator()(int64_t o, int64_t r) const`;
+ * s: `__device__ void operator()(int64_t o, double sum) const` stores output o. */
 #ifndef APX_CUDA_REDUCE_CUH
 #define APX_CUDA_REDUCE_CUH
 
@@ -20,12 +23,12 @@
 
 template <class F, class S>
 __global__ void apx_cu_reduce_row_kernel(F f, S s, int64_t ny, int64_t nred, int64_t chunk,
-                                         int64_t nch, float *partial) {
-  __shared__ float sh[33];
+                                         int64_t nch, double *partial) {
+  __shared__ double sh[33];
   for (int64_t task = blockIdx.x; task < ny * nch; task += gridDim.x) {
     int64_t o = task / nch, c = task % nch;
     int64_t r0 = c * chunk, r1 = r0 + chunk < nred ? r0 + chunk : nred;
-    float acc = 0.0f;
+    double acc = 0.0;
     for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) acc += f(o, r);
     acc = block_sum(acc, sh);
     if (threadIdx.x == 0) {
@@ -39,11 +42,11 @@ __global__ void apx_cu_reduce_row_kernel(F f, S s, int64_t ny, int64_t nred, int
 
 template <class F, class S>
 __global__ void apx_cu_reduce_col_kernel(F f, S s, int64_t ny, int64_t nred, int64_t chunk,
-                                         float *partial) {
+                                         double *partial) {
   int64_t c = blockIdx.y;
   int64_t r0 = c * chunk, r1 = r0 + chunk < nred ? r0 + chunk : nred;
   APX_CU_GRID_STRIDE(o, ny) {
-    float acc = 0.0f;
+    double acc = 0.0;
     for (int64_t r = r0; r < r1; r++) acc += f(o, r);
     if (partial)
       partial[c * ny + o] = acc;
@@ -53,10 +56,10 @@ __global__ void apx_cu_reduce_col_kernel(F f, S s, int64_t ny, int64_t nred, int
 }
 
 template <class S>
-__global__ void apx_cu_reduce_finish_kernel(S s, const float *partial, int64_t ny, int64_t nch,
+__global__ void apx_cu_reduce_finish_kernel(S s, const double *partial, int64_t ny, int64_t nch,
                                             int row_layout) {
   APX_CU_GRID_STRIDE(o, ny) {
-    float acc = 0.0f;
+    double acc = 0.0;
     for (int64_t c = 0; c < nch; c++) acc += row_layout ? partial[o * nch + c] : partial[c * ny + o];
     s(o, acc);
   }
@@ -81,8 +84,8 @@ static ApxStatus apx_cu_reduce(ApxCudaCtx *ctx, F f, S s, int64_t ny, int64_t nr
   int64_t nch = apx_cu_reduce_chunks(ny, nred, row_layout);
   int64_t chunk = nred > 0 ? (nred + nch - 1) / nch : 0;
   if (chunk > 0) nch = (nred + chunk - 1) / chunk;
-  float *partial = NULL;
-  if (nch > 1) APX_TRY(apx_cuda_tmp(ctx, (size_t)(ny * nch) * sizeof(float), (void **)&partial));
+  double *partial = NULL;
+  if (nch > 1) APX_TRY(apx_cuda_tmp(ctx, (size_t)(ny * nch) * sizeof(double), (void **)&partial));
   if (row_layout) {
     int block = apx_cu_block(ctx, 256);
     int64_t tasks = ny * nch;

@@ -1,7 +1,8 @@
 /* softmax.cu - Softmax and LogSoftmax along one axis, their gradients SoftmaxGrad(dY, Y) and
  * LogSoftmaxGrad(dY, Y), FusedSoftmax(X, Mask?) = softmax(X * scale + Mask) along the last
  * axis and FusedSoftmaxGrad(dY, Y) = scale * SoftmaxGrad. Math as the CPU reference
- * (softmax_real.inc): max (NaN wins), sum of exp(x - max) in fp32;
+ * (softmax_real.inc): max (NaN wins), exp(x - max) in fp32, their sum (and the gradients' sums)
+ * accumulated in fp64 and rounded to fp32;
  *   softmax     y = exp(x - max) * (1 / sum)
  *   log-softmax y = (x - max) - log(sum)
  *   grads       dx = y (dy - sum(dy y));  dx = dy - exp(y) sum(dy)
@@ -58,9 +59,9 @@ __global__ void softmax_rows_warp(LOAD f, T *y, int64_t rows, int64_t L) {
     float m = -INFINITY;
     for (int64_t j = lane; j < L; j += 32) m = fmax_nan(m, f(row, L, j));
     m = warp_max(m);
-    float s = 0.0f;
-    for (int64_t j = lane; j < L; j += 32) s += expf(f(row, L, j) - m);
-    s = warp_sum(s);
+    double sd = 0.0;
+    for (int64_t j = lane; j < L; j += 32) sd += (double)expf(f(row, L, j) - m);
+    float s = (float)warp_sum(sd);
     T *py = y + row * L;
     if (MODE == SM_LOG) {
       float ls = logf(s);
@@ -75,13 +76,14 @@ __global__ void softmax_rows_warp(LOAD f, T *y, int64_t rows, int64_t L) {
 template <int MODE, class LOAD, typename T>
 __global__ void softmax_rows_block(LOAD f, T *y, int64_t rows, int64_t L) {
   __shared__ float sh[33];
+  __shared__ double shd[33];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     float m = -INFINITY;
     for (int64_t j = threadIdx.x; j < L; j += blockDim.x) m = fmax_nan(m, f(row, L, j));
     m = block_max(m, sh);
-    float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < L; j += blockDim.x) s += expf(f(row, L, j) - m);
-    s = block_sum(s, sh);
+    double sd = 0.0;
+    for (int64_t j = threadIdx.x; j < L; j += blockDim.x) sd += (double)expf(f(row, L, j) - m);
+    float s = (float)block_sum(sd, shd);
     T *py = y + row * L;
     if (MODE == SM_LOG) {
       float ls = logf(s);
@@ -100,9 +102,11 @@ __global__ void softmax_lines(const T *x, T *y, int64_t outer, int64_t L, int64_
     int64_t base = (l / inner) * L * inner + l % inner;
     const T *px = x + base;
     T *py = y + base;
-    float m = -INFINITY, s = 0.0f;
+    float m = -INFINITY;
+    double sd = 0.0;
     for (int64_t j = 0; j < L; j++) m = fmax_nan(m, ld(px[j * inner]));
-    for (int64_t j = 0; j < L; j++) s += expf(ld(px[j * inner]) - m);
+    for (int64_t j = 0; j < L; j++) sd += (double)expf(ld(px[j * inner]) - m);
+    float s = (float)sd;
     if (MODE == SM_LOG) {
       float ls = logf(s);
       for (int64_t j = 0; j < L; j++) py[j * inner] = st<T>((ld(px[j * inner]) - m) - ls);
@@ -116,8 +120,8 @@ __global__ void softmax_lines(const T *x, T *y, int64_t outer, int64_t L, int64_
 /* ---- gradient kernels (scale: FusedSoftmaxGrad's factor, 1 otherwise) ---------------------- */
 
 template <int MODE, typename T>
-static __device__ __forceinline__ float sm_grad_term(const T *dy, const T *y, int64_t i) {
-  return MODE == SM_LOG ? ld(dy[i]) : ld(dy[i]) * ld(y[i]);
+static __device__ __forceinline__ double sm_grad_term(const T *dy, const T *y, int64_t i) {
+  return MODE == SM_LOG ? (double)ld(dy[i]) : (double)ld(dy[i]) * (double)ld(y[i]);
 }
 
 template <int MODE, typename T>
@@ -134,9 +138,9 @@ __global__ void softmax_grad_rows_warp(const T *dy, const T *y, T *dx, int64_t r
   for (int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < rows;
        row += warps) {
     int64_t b = row * L;
-    float s = 0.0f;
-    for (int64_t j = lane; j < L; j += 32) s += sm_grad_term<MODE, T>(dy, y, b + j);
-    s = warp_sum(s);
+    double sd = 0.0;
+    for (int64_t j = lane; j < L; j += 32) sd += sm_grad_term<MODE, T>(dy, y, b + j);
+    float s = (float)warp_sum(sd);
     for (int64_t j = lane; j < L; j += 32)
       dx[b + j] = st<T>(sm_grad_out<MODE, T>(ld(dy[b + j]), ld(y[b + j]), s, scale));
   }
@@ -145,12 +149,12 @@ __global__ void softmax_grad_rows_warp(const T *dy, const T *y, T *dx, int64_t r
 template <int MODE, typename T>
 __global__ void softmax_grad_rows_block(const T *dy, const T *y, T *dx, int64_t rows, int64_t L,
                                         float scale) {
-  __shared__ float sh[33];
+  __shared__ double sh[33];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     int64_t b = row * L;
-    float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < L; j += blockDim.x) s += sm_grad_term<MODE, T>(dy, y, b + j);
-    s = block_sum(s, sh);
+    double sd = 0.0;
+    for (int64_t j = threadIdx.x; j < L; j += blockDim.x) sd += sm_grad_term<MODE, T>(dy, y, b + j);
+    float s = (float)block_sum(sd, sh);
     for (int64_t j = threadIdx.x; j < L; j += blockDim.x)
       dx[b + j] = st<T>(sm_grad_out<MODE, T>(ld(dy[b + j]), ld(y[b + j]), s, scale));
   }
@@ -161,8 +165,9 @@ __global__ void softmax_grad_lines(const T *dy, const T *y, T *dx, int64_t outer
                                    int64_t inner) {
   APX_CU_GRID_STRIDE(l, outer * inner) {
     int64_t base = (l / inner) * L * inner + l % inner;
-    float s = 0.0f;
-    for (int64_t j = 0; j < L; j++) s += sm_grad_term<MODE, T>(dy, y, base + j * inner);
+    double sd = 0.0;
+    for (int64_t j = 0; j < L; j++) sd += sm_grad_term<MODE, T>(dy, y, base + j * inner);
+    float s = (float)sd;
     for (int64_t j = 0; j < L; j++) {
       int64_t i = base + j * inner;
       dx[i] = st<T>(sm_grad_out<MODE, T>(ld(dy[i]), ld(y[i]), s, 1.0f));
