@@ -16,6 +16,8 @@
  * computes g = dY * act'(T) in fp32 for the bias gradient and stores g in dY's type for the
  * two products (one rounding of g that the fp32 CPU path does not have; tolerances cover it). */
 #include <cublasLt.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "kernels/cuda/reduce.cuh"
 
@@ -135,10 +137,13 @@ static ApxStatus lt_prepare(ApxCudaCtx *ctx, const LtCall *c, LtDescs *s,
   int n = 0;
   cublasStatus_t bs = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)ctx->lt, s->op, s->a, s->b, s->c,
                                                      s->d, s->pref, 1, h, &n);
-  if (bs == CUBLAS_STATUS_NOT_SUPPORTED || (bs == CUBLAS_STATUS_SUCCESS && n == 0)) return APX_STATUS_OK;
-  if (bs != CUBLAS_STATUS_SUCCESS)
-    return apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cublasLtMatmulAlgoGetHeuristic: %s (%s:%d)",
-                         cublasLtGetStatusName(bs), __FILE__, __LINE__);
+  /* no algorithm for this combination (NOT_SUPPORTED, or INVALID_VALUE for an epilogue's
+   * alignment rules): the caller falls back to a plainer path or reports it */
+  if (bs != CUBLAS_STATUS_SUCCESS || n == 0) {
+    snprintf(ctx->err, sizeof ctx->err, "cublasLtMatmulAlgoGetHeuristic: %s, %d algorithms",
+             cublasLtGetStatusName(bs), n);
+    return APX_STATUS_OK;
+  }
   *found = 1;
   return APX_STATUS_OK;
 }
@@ -162,14 +167,30 @@ static ApxStatus lt_try(ApxCudaCtx *ctx, const LtCall *c, int *done) {
   return st;
 }
 
+/* Queues the product; a strided batch without an algorithm (a stride-0 operand, say) is
+ * split into single products. */
 static ApxStatus lt_run(ApxCudaCtx *ctx, const LtCall *c) {
   int done = 0;
   APX_TRY(lt_try(ctx, c, &done));
-  if (!done)
-    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
-                         "not supported yet on cuda: no cuBLASLt algorithm for M %lld, N %lld, K %lld",
-                         (long long)c->M, (long long)c->N, (long long)c->K);
-  return APX_STATUS_OK;
+  if (done) return APX_STATUS_OK;
+  if (c->batch > 1) {
+    size_t ea = c->ab == CUDA_R_32F ? 4 : 2, ed = c->cd == CUDA_R_32F ? 4 : 2;
+    for (int64_t k = 0; k < c->batch; k++) {
+      LtCall one = *c;
+      one.batch = 1;
+      one.A = (const char *)c->A + k * c->sa * (int64_t)ea;
+      one.B = (const char *)c->B + k * c->sb * (int64_t)ea;
+      one.D = (char *)c->D + k * c->sd * (int64_t)ed;
+      one.C = one.D;
+      APX_TRY(lt_run(ctx, &one));
+    }
+    return APX_STATUS_OK;
+  }
+  char why[sizeof ctx->err];
+  memcpy(why, ctx->err, sizeof why);
+  return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
+                       "not supported yet on cuda: no cuBLASLt algorithm for M %lld, N %lld, K %lld (%s)",
+                       (long long)c->M, (long long)c->N, (long long)c->K, why);
 }
 
 static ApxStatus same_float(ApxCudaCtx *ctx, const ApxTensor *t, ApxDType dt, const char *what) {
