@@ -139,11 +139,15 @@ static ApxStatus lt_prepare(ApxCudaCtx *ctx, const LtCall *c, LtDescs *s,
                                                      s->d, s->pref, 1, h, &n);
   /* no algorithm for this combination (NOT_SUPPORTED, or INVALID_VALUE for an epilogue's
    * alignment rules): the caller falls back to a plainer path or reports it */
-  if (bs != CUBLAS_STATUS_SUCCESS || n == 0) {
+  if (bs == CUBLAS_STATUS_NOT_SUPPORTED || bs == CUBLAS_STATUS_INVALID_VALUE ||
+      (bs == CUBLAS_STATUS_SUCCESS && n == 0)) {
     snprintf(ctx->err, sizeof ctx->err, "cublasLtMatmulAlgoGetHeuristic: %s, %d algorithms",
              cublasLtGetStatusName(bs), n);
     return APX_STATUS_OK;
   }
+  if (bs != CUBLAS_STATUS_SUCCESS)
+    return apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cublasLtMatmulAlgoGetHeuristic: %s (%s:%d)",
+                         cublasLtGetStatusName(bs), __FILE__, __LINE__);
   *found = 1;
   return APX_STATUS_OK;
 }
