@@ -205,6 +205,13 @@ void apx_cpu_f32_to_f16_f16c(const float *src, uint16_t *dst, int64_t n);
 uint16_t apx_cpu_f64_to_f16(double d);
 uint16_t apx_cpu_f64_to_bf16(double d);
 
+/* ---- vec_math.c: y[i] = f(x[i]) for math worth AVX-512 / AVX2 clones (y may be x) ---- */
+
+void apx_cpu_vec_gelu_f32(const float *x, float *y, int64_t n); /* erf form */
+void apx_cpu_vec_gelu_f64(const double *x, double *y, int64_t n);
+void apx_cpu_vec_erf_f32(const float *x, float *y, int64_t n);
+void apx_cpu_vec_erf_f64(const double *x, double *y, int64_t n);
+
 /* ---- kernel families ---------------------------------------------------------------- */
 
 #define APX_CPU_KERNEL(name)                                                                \

@@ -23,7 +23,6 @@
 #define R_LOG log
 #define R_SQRT sqrt
 #define R_TANH tanh
-#define R_ERF erf
 #define R_POW pow
 #define R_FABS fabs
 #define R_ISNAN isnan
@@ -39,7 +38,6 @@
 #define R_LOG logf
 #define R_SQRT sqrtf
 #define R_TANH tanhf
-#define R_ERF erff
 #define R_POW powf
 #define R_FABS fabsf
 #define R_ISNAN isnan

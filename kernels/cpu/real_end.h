@@ -7,7 +7,6 @@
 #undef R_LOG
 #undef R_SQRT
 #undef R_TANH
-#undef R_ERF
 #undef R_POW
 #undef R_FABS
 #undef R_ISNAN
