@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -73,16 +74,24 @@ static int self_is_argv0(const char *argv0) {
 void apx_cpu_reexec_tuned(char **argv) {
   if (getenv(REEXEC_MARK)) { /* this is the re-executed process: never loop */
     unsetenv(REEXEC_MARK);
+    /* exec of /proc/self/exe named the process "exe" (ps, top, perf): its own name back */
+    const char *base = argv && argv[0] ? strrchr(argv[0], '/') : NULL;
+    if (argv && argv[0]) prctl(PR_SET_NAME, base ? base + 1 : argv[0], 0, 0, 0);
     return;
   }
   if (getenv("APX_NO_REEXEC") || !argv) return;
   const char *core = apx_cpu_blas_coretype_hint(); /* NULL when the user set one */
   if (!core || !self_is_argv0(argv[0])) return;
-  if (setenv("OPENBLAS_CORETYPE", core, 1) || setenv(REEXEC_MARK, "1", 1)) return;
+  /* the kernels run OpenBLAS single-threaded (cpu_kernels.h): no idle pool threads either */
+  int set_threads = !getenv("OPENBLAS_NUM_THREADS");
+  if (setenv("OPENBLAS_CORETYPE", core, 1) || setenv(REEXEC_MARK, "1", 1) ||
+      (set_threads && setenv("OPENBLAS_NUM_THREADS", "1", 1)))
+    return;
   execv("/proc/self/exe", argv);
   /* exec failed: carry on with the loaded (slow) kernels, environment as it was */
   unsetenv(REEXEC_MARK);
   unsetenv("OPENBLAS_CORETYPE");
+  if (set_threads) unsetenv("OPENBLAS_NUM_THREADS");
 }
 
 int64_t apx_cpu_prod(const int64_t *dims, int from, int to) {

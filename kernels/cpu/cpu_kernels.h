@@ -71,9 +71,11 @@ int apx_cpu_supports(ApxOp op, ApxDType dt);
 const char *apx_cpu_blas_coretype_hint(void);
 
 /* Call first thing in main() of a program that runs these kernels (apexrun, benchmarks):
- * when apx_cpu_blas_coretype_hint() names a core type, sets OPENBLAS_CORETYPE to it and
- * re-executes the program (execv of /proc/self/exe with the same argv; the pid, arguments and
- * the rest of the environment stay), so that OpenBLAS loads with the fast kernels. Returns
+ * when apx_cpu_blas_coretype_hint() names a core type, sets OPENBLAS_CORETYPE to it (and
+ * OPENBLAS_NUM_THREADS=1 when unset: the kernels run OpenBLAS single-threaded anyway, so no
+ * idle pool threads) and re-executes the program (execv of /proc/self/exe with the same argv;
+ * the pid, arguments and the rest of the environment stay; the process name is restored), so
+ * that OpenBLAS loads with the fast kernels. Returns
  * (doing nothing) when OPENBLAS_CORETYPE or APX_NO_REEXEC is set, in the re-executed process
  * (marked by APX_CPU_REEXEC in the environment, which it removes: no loops), when
  * /proc/self/exe is not the file argv[0] names (valgrind, qemu, ld.so PROGRAM), or when the

@@ -22,7 +22,8 @@ std::vector<std::string> run_probe(const std::string &env) {
   int fd = mkstemp(tmpl);
   EXPECT_GE(fd, 0);
   close(fd);
-  std::string cmd = "env -u OPENBLAS_CORETYPE -u APX_NO_REEXEC -u APX_CPU_REEXEC " + env +
+  std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_NUM_THREADS -u APX_NO_REEXEC "
+                    "-u APX_CPU_REEXEC " + env +
                     " kernels/cpu/reexec_probe " + tmpl + " extra-arg";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream in(tmpl);
@@ -48,7 +49,7 @@ TEST(Reexec, OnceWithCoretypeWhenOpenBlasFellBack) {
   EXPECT_EQ(field(l[0], "env"), "-");
   EXPECT_EQ(field(l[0], "argc"), "3");
   if (l.size() == 2) {  // no re-exec: OpenBLAS already has a fitting core (or no AVX2)
-    EXPECT_EQ(l[1], "done mark=unset");
+    EXPECT_EQ(l[1], "done mark=unset comm=reexec_probe");
     return;
   }
   ASSERT_EQ(l.size(), 3u) << "re-executed more than once";
@@ -58,7 +59,8 @@ TEST(Reexec, OnceWithCoretypeWhenOpenBlasFellBack) {
   EXPECT_EQ(field(l[1], "core"), want);                // the new image loaded the fast core
   EXPECT_EQ(field(l[1], "pid"), field(l[0], "pid"));   // same process
   EXPECT_EQ(field(l[1], "argc"), "3");                 // same arguments
-  EXPECT_EQ(l[2], "done mark=unset");                  // no mark leaks to children
+  EXPECT_EQ(field(l[1], "threads"), "1");              // no idle OpenBLAS pool
+  EXPECT_EQ(l[2], "done mark=unset comm=reexec_probe");  // no mark leaks; its own name
 }
 
 TEST(Reexec, UserSettingWins) {
@@ -66,6 +68,9 @@ TEST(Reexec, UserSettingWins) {
   ASSERT_EQ(l.size(), 2u);
   EXPECT_EQ(field(l[0], "env"), "Haswell");
   EXPECT_EQ(field(l[0], "core"), "Haswell");
+  l = run_probe("OPENBLAS_NUM_THREADS=2");
+  ASSERT_GE(l.size(), 2u);
+  EXPECT_EQ(field(l[l.size() - 2], "threads"), "2");
 }
 
 TEST(Reexec, OptOutAndMarkPreventLoops) {
@@ -75,7 +80,7 @@ TEST(Reexec, OptOutAndMarkPreventLoops) {
   // a process that finds the mark is the re-executed one: it removes the mark, execs nothing
   l = run_probe("APX_CPU_REEXEC=1");
   ASSERT_EQ(l.size(), 2u);
-  EXPECT_EQ(l[1], "done mark=unset");
+  EXPECT_EQ(l[1], "done mark=unset comm=reexec_probe");
 }
 
 }  // namespace
