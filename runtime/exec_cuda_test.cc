@@ -148,6 +148,83 @@ TEST_P(CudaTrain, StepsAgreeWithTheCpuReference) {
   apx_graph_free(&g);
 }
 
+// Without a GPU too: every kernel of the example plans (all levels, fp16 and bf16, the three
+// optimizers, fused and not) is one the CUDA kernels implement for its type, so the executor's
+// up-front check (exec.c) accepts these plans on cuda, and the CUDA entries' host-side checks
+// accept each kernel's shapes, types and attributes. On a GPU machine the second part would
+// launch with fake addresses, so it runs only without one.
+TEST(CudaPlans, ExamplePlansUseOnlySupportedKernels) {
+  char why[256] = "";
+  bool gpu = apx_cuda_device_count(why, sizeof why) > 0;
+  int checked = 0;
+  for (const char *m : {"mlp", "cnn", "transformer"})
+    for (ApxOptLevel level : {APX_O0, APX_O1, APX_O2, APX_O3})
+      for (bool bf16 : {false, true})
+        for (ApxOptimizerKind optim : {APX_OPTIM_SGD, APX_OPTIM_ADAMW, APX_OPTIM_LAMB})
+          for (bool no_fuse : {false, true}) {
+            ApxOptions o;
+            apx_options_init(&o);
+            std::string model = std::string("tests/fixtures/ort/") + m + "/model.onnx";
+            o.model_path = model.c_str();
+            o.opt_level = level;
+            o.optimizer = optim;
+            o.quiet = 1;
+            o.no_fuse = no_fuse;
+            if (bf16) o.half = APX_DT_BF16;
+            char err[512];
+            ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
+            ApxDiag d;
+            apx_diag_init(&d);
+            d.quiet = 1;
+            ApxGraph g;
+            ASSERT_EQ(apx_compile_file(&g, &o, &d), 0) << d.msg;
+            ApxPlan plan;
+            apx_plan_init(&plan);
+            ASSERT_EQ(apx_plan_from_graph(&g, &o, &plan, &d), 0) << d.msg;
+            for (int32_t k = 0; k < plan.n_kernels; k++) {
+              const ApxPlanKernel *kn = &plan.kernels[k];
+              if (kn->op == APX_OP_Allreduce) continue;
+              ApxDType t = APX_DT_UNDEFINED;
+              for (int32_t i = 0; i < kn->n_out && t == APX_DT_UNDEFINED; i++)
+                if (kn->out[i] >= 0) t = plan.bufs[kn->out[i]].dtype;
+              for (int32_t i = 0; i < kn->n_in && t == APX_DT_UNDEFINED; i++)
+                if (kn->in[i] >= 0) t = plan.bufs[kn->in[i]].dtype;
+              EXPECT_TRUE(apx_cuda_supports(kn->op, t))
+                  << m << " O" << (int)level << (bf16 ? " bf16" : "") << ": kernel " << k << " node '"
+                  << kn->node << "' (" << apx_op_name(kn->op) << ", " << apx_dtype_name(t) << ")";
+              // the CUDA entry's host-side checks accept the kernel's real shapes, types and
+              // attributes: with fake device addresses it may only fail at its first CUDA call
+              std::vector<ApxTensor> args((size_t)(kn->n_in + kn->n_out) + 1);
+              for (int32_t i = 0; i < kn->n_in + kn->n_out; i++) {
+                int32_t id = i < kn->n_in ? kn->in[i] : kn->out[i - kn->n_in];
+                ApxTensor &a = args[(size_t)i];
+                memset(&a, 0, sizeof a);
+                if (id < 0) continue;
+                const ApxPlanBuffer *pb = &plan.bufs[id];
+                a.data = reinterpret_cast<void *>(0x7f0000000000ull + ((uint64_t)id << 24));
+                a.dtype = pb->dtype;
+                a.rank = pb->rank;
+                memcpy(a.dims, pb->dims, sizeof a.dims);
+              }
+              if (gpu) {
+                checked++;
+                continue;
+              }
+              ApxCudaCtx ctx;
+              memset(&ctx, 0, sizeof ctx);
+              ApxStatus st = apx_cuda_run(&ctx, kn->op, kn->attrs, args.data(), kn->n_in,
+                                          args.data() + kn->n_in, kn->n_out);
+              EXPECT_TRUE(st == APX_STATUS_OK || st == APX_STATUS_RUNTIME || st == APX_STATUS_OOM)
+                  << m << " O" << (int)level << ": node '" << kn->node << "': " << apx_status_name(st)
+                  << ": " << ctx.err;
+              checked++;
+            }
+            apx_plan_free(&plan);
+            apx_graph_free(&g);
+          }
+  printf("%d kernels of the example plans checked\n", checked);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Examples, CudaTrain,
     ::testing::Values(Case{"mlp", APX_O0, APX_OPTIM_SGD, false}, Case{"mlp", APX_O2, APX_OPTIM_ADAMW, false},

@@ -240,8 +240,8 @@ static ApxStatus conv_grad(ApxCudaCtx *ctx, const ApxAttrConv *a, const ApxTenso
 APX_CUDA_ENTRY(apx_cuda_conv_grad) {
   if (op == APX_OP_ConvBiasReluGrad) {
     for (int i = 0; i < 4; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
-    if (!apx_cu_same_dims(&ins[0], &ins[1]) || ins[0].dtype != ins[1].dtype)
-      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY and Y must have one shape and type");
+    if (!apx_cu_same_dims(&ins[0], &ins[1]))
+      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY and Y must have one shape");
     void *g = NULL;
     APX_TRY(apx_cuda_relu_mask(ctx, &ins[0], &ins[1], &g));
     return conv_grad(ctx, (const ApxAttrConv *)attrs, &ins[0], g, &ins[2], &ins[3], outs, n_out);

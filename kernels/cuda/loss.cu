@@ -67,8 +67,8 @@ static __device__ __forceinline__ float fmax_nan(float m, float v) {
 
 /* forward: per-line loss and weight (fp32 scratch), optional log_prob and saved lse */
 template <class TM, typename T>
-__global__ void loss_lines_kernel(TM tm, LossArgs<T> a, float *loss, float *wl, T *log_prob,
-                                  void *lse_out, int lse_dt) {
+__global__ void loss_lines_kernel(TM tm, LossArgs<T> a, float *loss, float *wl, void *log_prob,
+                                  int lp_dt, void *lse_out, int lse_dt) {
   __shared__ float sh[33];
   __shared__ double shd[33];
   tm.bind(sh, shd);
@@ -86,9 +86,9 @@ __global__ void loss_lines_kernel(TM tm, LossArgs<T> a, float *loss, float *wl, 
       for (int64_t c = tm.lane(); c < C; c += tm.size()) s += (double)expf(ld(px[c * inner]) - m);
       ls = logf((float)tm.sum(s));
       if (log_prob) {
-        T *pl = log_prob + n * C * inner + d;
+        int64_t b = n * C * inner + d;
         for (int64_t c = tm.lane(); c < C; c += tm.size())
-          pl[c * inner] = st<T>((ld(px[c * inner]) - m) - ls);
+          st_dt(log_prob, lp_dt, b + c * inner, (ld(px[c * inner]) - m) - ls);
       }
     }
     if (tm.lane() != 0) continue;
@@ -110,17 +110,17 @@ __global__ void loss_lines_kernel(TM tm, LossArgs<T> a, float *loss, float *wl, 
 /* gradient: dx (N, C, inner) per line; g from dloss (denom: summed weights for mean) */
 template <class TM, typename T>
 __global__ void loss_grad_kernel(TM tm, LossArgs<T> a, const void *dloss, int ddt, int reduction,
-                                 const double *denom, T *dx) {
+                                 const double *denom, void *dx, int dxdt) {
   int64_t nl = a.N * a.inner, C = a.C, inner = a.inner;
   for (int64_t l = tm.first(); l < nl; l += tm.stride()) {
     int64_t n = l / inner, d = l % inner;
     const T *px = a.x ? a.x + n * C * inner + d : NULL;
-    T *pd = dx + n * C * inner + d;
+    int64_t b = n * C * inner + d;
     int64_t t = ld_index(a.labels, a.ldt, l);
     int ignored = a.has_ignore && t == a.ignore;
     if (ignored || t < 0 || t >= C) {
       if (!ignored && tm.lane() == 0) apx_cu_dev_fail(a.err, APX_CUDA_DERR_LABEL, a.op, a.seq, t, l, C);
-      for (int64_t c = tm.lane(); c < C; c += tm.size()) pd[c * inner] = st<T>(0.0f);
+      for (int64_t c = tm.lane(); c < C; c += tm.size()) st_dt(dx, dxdt, b + c * inner, 0.0f);
       continue;
     }
     float g = ld_dt(dloss, ddt, reduction == APX_RED_NONE ? l : 0);
@@ -130,10 +130,10 @@ __global__ void loss_grad_kernel(TM tm, LossArgs<T> a, const void *dloss, int dd
       float shift = a.lse ? ld_dt(a.lse, a.lsedt, l) : 0.0f;
       for (int64_t c = tm.lane(); c < C; c += tm.size()) {
         float v = expf(ld(px[c * inner]) - shift) * k;
-        pd[c * inner] = st<T>(c == t ? v - k : v);
+        st_dt(dx, dxdt, b + c * inner, c == t ? v - k : v);
       }
     } else {
-      for (int64_t c = tm.lane(); c < C; c += tm.size()) pd[c * inner] = st<T>(c == t ? -k : 0.0f);
+      for (int64_t c = tm.lane(); c < C; c += tm.size()) st_dt(dx, dxdt, b + c * inner, c == t ? -k : 0.0f);
     }
   }
 }
@@ -173,36 +173,37 @@ __global__ void loss_none_kernel(const float *loss, void *out, int odt, int64_t 
 
 template <typename T>
 static void launch_loss_lines(const ApxCudaCtx *ctx, const LossArgs<T> &a, float *loss, float *wl,
-                              T *log_prob, void *lse, int lse_dt, cudaStream_t s) {
+                              void *log_prob, int lp_dt, void *lse, int lse_dt, cudaStream_t s) {
   int64_t nl = a.N * a.inner;
   if (a.inner == 1 && a.sce && a.C > 1024) {
     TeamBlock tm = {NULL, NULL};
     int block = apx_cu_block(ctx, 512);
     loss_lines_kernel<TeamBlock, T><<<(unsigned)(nl < 65535 * 16 ? nl : 65535 * 16), block, 0, s>>>(
-        tm, a, loss, wl, log_prob, lse, lse_dt);
+        tm, a, loss, wl, log_prob, lp_dt, lse, lse_dt);
   } else if (a.inner == 1 && a.sce) {
     int block = apx_cu_block(ctx, 256);
     loss_lines_kernel<TeamWarp, T><<<apx_cu_grid(ctx, nl * 32, block), block, 0, s>>>(
-        TeamWarp(), a, loss, wl, log_prob, lse, lse_dt);
+        TeamWarp(), a, loss, wl, log_prob, lp_dt, lse, lse_dt);
   } else {
     int block = apx_cu_block(ctx, 256);
     loss_lines_kernel<TeamThread, T><<<apx_cu_grid(ctx, nl, block), block, 0, s>>>(
-        TeamThread(), a, loss, wl, log_prob, lse, lse_dt);
+        TeamThread(), a, loss, wl, log_prob, lp_dt, lse, lse_dt);
   }
 }
 
 template <typename T>
 static void launch_loss_grad(const ApxCudaCtx *ctx, const LossArgs<T> &a, const void *dloss,
-                             int ddt, int reduction, const double *denom, T *dx, cudaStream_t s) {
+                             int ddt, int reduction, const double *denom, void *dx, int dxdt,
+                             cudaStream_t s) {
   int64_t nl = a.N * a.inner;
   if (a.inner == 1) {
     int block = apx_cu_block(ctx, 256);
     loss_grad_kernel<TeamWarp, T><<<apx_cu_grid(ctx, nl * 32, block), block, 0, s>>>(
-        TeamWarp(), a, dloss, ddt, reduction, denom, dx);
+        TeamWarp(), a, dloss, ddt, reduction, denom, dx, dxdt);
   } else {
     int block = apx_cu_block(ctx, 256);
     loss_grad_kernel<TeamThread, T><<<apx_cu_grid(ctx, nl, block), block, 0, s>>>(
-        TeamThread(), a, dloss, ddt, reduction, denom, dx);
+        TeamThread(), a, dloss, ddt, reduction, denom, dx, dxdt);
   }
 }
 
@@ -277,10 +278,11 @@ APX_CUDA_ENTRY(apx_cuda_loss) {
   int64_t nl = sh.N * sh.inner;
   if (saved && (apx_tensor_numel(saved) != nl || !apx_cu_is_float16(saved->dtype)))
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "saved must be floats of the labels' shape");
+  /* the loss may be fp32 for half scores (FusedXentropy), log_prob any float type */
   if (apx_tensor_numel(&outs[0]) != (at->reduction == APX_RED_NONE ? nl : 1) ||
-      outs[0].dtype != x->dtype)
+      !apx_cu_is_float16(outs[0].dtype))
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "loss output shape/type does not match");
-  if (lp && (!apx_cu_same_dims(lp, x) || lp->dtype != x->dtype))
+  if (lp && (!apx_cu_same_dims(lp, x) || !apx_cu_is_float16(lp->dtype)))
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "log_prob must have the scores' shape");
   double *sums = NULL;
   APX_TRY(apx_cuda_tmp(ctx, 2 * sizeof(double) + (size_t)(2 * nl) * sizeof(float), (void **)&sums));
@@ -289,8 +291,8 @@ APX_CUDA_ENTRY(apx_cuda_loss) {
   APX_CU_FLOAT_SWITCH(ctx, x->dtype, T, {
     LossArgs<T> a = loss_args<T>(ctx, op, at, (const T *)x->data, &ins[1], w, sh, sce);
     if (nl > 0)
-      launch_loss_lines<T>(ctx, a, loss, wl, lp ? (T *)lp->data : NULL, saved ? saved->data : NULL,
-                           saved ? saved->dtype : 0, s);
+      launch_loss_lines<T>(ctx, a, loss, wl, lp ? lp->data : NULL, lp ? lp->dtype : 0,
+                           saved ? saved->data : NULL, saved ? saved->dtype : 0, s);
     APX_CUDA_LAUNCHED(ctx);
   });
   if (at->reduction == APX_RED_NONE) {
@@ -321,7 +323,8 @@ APX_CUDA_ENTRY(apx_cuda_loss_grad) {
   const ApxTensor *w = !fused && apx_cu_has(ins, n_in, li + 1) ? &ins[li + 1] : NULL;
   LossShape sh;
   APX_TRY(loss_shape(ctx, dx, &ins[li], w, &sh));
-  if (sce && (!apx_cu_same_dims(&ins[1], dx) || ins[1].dtype != dx->dtype))
+  /* dScores may be rounded to another float type than the scores (fuse_casts) */
+  if (sce && (!apx_cu_same_dims(&ins[1], dx) || !apx_cu_is_float16(ins[1].dtype)))
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "%s must have dScores' shape",
                          fused ? "scores" : "log_prob");
   int64_t nl = sh.N * sh.inner;
@@ -333,7 +336,7 @@ APX_CUDA_ENTRY(apx_cuda_loss_grad) {
   if (nl == 0) return APX_STATUS_OK;
   double *denom = NULL;
   cudaStream_t s = apx_cu_stream(ctx);
-  APX_CU_FLOAT_SWITCH(ctx, dx->dtype, T, {
+  APX_CU_FLOAT_SWITCH(ctx, sce ? ins[1].dtype : dx->dtype, T, {
     LossArgs<T> a = loss_args<T>(ctx, op, at, sce ? (const T *)ins[1].data : NULL, &ins[li], w, sh, sce);
     if (fused) {
       a.lse = ins[3].data;
@@ -343,7 +346,7 @@ APX_CUDA_ENTRY(apx_cuda_loss_grad) {
       APX_TRY(apx_cuda_tmp(ctx, sizeof(double), (void **)&denom));
       APX_TRY(apx_cu_reduce(ctx, WeightTerm<T>{a}, StoreAt{denom}, 1, nl, 1));
     }
-    launch_loss_grad<T>(ctx, a, ins[0].data, ins[0].dtype, at->reduction, denom, (T *)dx->data, s);
+    launch_loss_grad<T>(ctx, a, ins[0].data, ins[0].dtype, at->reduction, denom, dx->data, dx->dtype, s);
     APX_CUDA_LAUNCHED(ctx);
   });
   return APX_STATUS_OK;

@@ -15,12 +15,11 @@
  * md = sum x / D, vd = sum (x - md)^2 / D, m = (float)md, is = (float)(1 / sqrt(vd + eps)). */
 template <typename T>
 __global__ void layer_norm_kernel(const T *x, const void *scale, int sdt, const void *bias, int bdt,
-                                  T *y, void *mean, int mdt, void *istd, int idt, int64_t rows,
-                                  int64_t D, float eps) {
+                                  void *y, int ydt, void *mean, int mdt, void *istd, int idt,
+                                  int64_t rows, int64_t D, float eps) {
   __shared__ double sh[33];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T *px = x + r * D;
-    T *py = y + r * D;
     double md = 0.0;
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x) md += (double)ld(px[j]);
     md = block_sum(md, sh) / (double)D;
@@ -33,7 +32,7 @@ __global__ void layer_norm_kernel(const T *x, const void *scale, int sdt, const 
     float m = (float)md, is = (float)(1.0 / sqrt(vd + (double)eps));
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
       float v = (ld(px[j]) - m) * is * ld_dt(scale, sdt, j);
-      py[j] = st<T>(bias ? v + ld_dt(bias, bdt, j) : v);
+      st_dt(y, ydt, r * D + j, bias ? v + ld_dt(bias, bdt, j) : v);
     }
     if (threadIdx.x == 0) {
       if (mean) st_dt(mean, mdt, r, m);
@@ -45,17 +44,17 @@ __global__ void layer_norm_kernel(const T *x, const void *scale, int sdt, const 
 /* dX = is (g - mean(g) - (x - m) is k), g = dY scale, k = mean(g (x - m)) is; sums in fp64
  * (the CPU's formula); one block per row. */
 template <typename T>
-__global__ void layer_norm_dx_kernel(const T *dy, const T *x, const void *scale, int sdt,
-                                     const void *mean, int mdt, const void *istd, int idt, T *dx,
-                                     int64_t rows, int64_t D) {
+__global__ void layer_norm_dx_kernel(const void *dy, int gdt, const T *x, const void *scale, int sdt,
+                                     const void *mean, int mdt, const void *istd, int idt, void *dx,
+                                     int dxdt, int64_t rows, int64_t D) {
   __shared__ double sh[33];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T *px = x + r * D, *pg = dy + r * D;
-    T *pd = dx + r * D;
+    const T *px = x + r * D;
+    int64_t b = r * D;
     float m = ld_dt(mean, mdt, r), is = ld_dt(istd, idt, r);
     double sg = 0.0, sgx = 0.0;
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
-      double g = (double)ld(pg[j]) * (double)ld_dt(scale, sdt, j);
+      double g = (double)ld_dt(dy, gdt, b + j) * (double)ld_dt(scale, sdt, j);
       sg += g;
       sgx += g * ((double)ld(px[j]) - (double)m);
     }
@@ -63,29 +62,31 @@ __global__ void layer_norm_dx_kernel(const T *dy, const T *x, const void *scale,
     sgx = block_sum(sgx, sh);
     float mg = (float)(sg / (double)D), k = (float)(sgx * (double)is / (double)D);
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
-      pd[j] = st<T>(is * (ld(pg[j]) * ld_dt(scale, sdt, j) - mg - (ld(px[j]) - m) * is * k));
+      st_dt(dx, dxdt, b + j,
+            is * (ld_dt(dy, gdt, b + j) * ld_dt(scale, sdt, j) - mg - (ld(px[j]) - m) * is * k));
   }
 }
 
 /* dScale[j] terms: dy ((x - m) is) at (row r, column j), in fp64; dB terms: dy */
 template <typename T>
 struct LnScaleTerm {
-  const T *dy, *x;
+  const void *dy;
+  const T *x;
   const void *mean, *istd;
-  int32_t mdt, idt;
+  int32_t gdt, mdt, idt;
   int64_t D;
   __device__ double operator()(int64_t j, int64_t r) const {
     int64_t i = r * D + j;
     double m = (double)ld_dt(mean, mdt, r), is = (double)ld_dt(istd, idt, r);
-    return (double)ld(dy[i]) * (((double)ld(x[i]) - m) * is);
+    return (double)ld_dt(dy, gdt, i) * (((double)ld(x[i]) - m) * is);
   }
 };
 
-template <typename T>
-struct ColTerm { /* x[r * D + j] */
-  const T *x;
+struct ColTerm { /* x[r * D + j] of any float type */
+  const void *x;
+  int32_t dt;
   int64_t D;
-  __device__ double operator()(int64_t j, int64_t r) const { return (double)ld(x[r * D + j]); }
+  __device__ double operator()(int64_t j, int64_t r) const { return (double)ld_dt(x, dt, r * D + j); }
 };
 
 struct StoreDt {
@@ -126,14 +127,14 @@ APX_CUDA_ENTRY(apx_cuda_layer_norm) {
   APX_TRY(need_numel(ctx, b, D, "B"));
   APX_TRY(need_numel(ctx, mean, rows, "Mean"));
   APX_TRY(need_numel(ctx, istd, rows, "InvStdDev"));
-  if (apx_tensor_numel(&outs[0]) != rows * D || outs[0].dtype != x->dtype)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Y must have X's shape and type");
+  /* Y may have another float type than X (a Cast folded into the op: passes/fuse_casts.c) */
+  APX_TRY(need_numel(ctx, &outs[0], rows * D, "Y"));
   if (rows * D == 0) return APX_STATUS_OK;
   int block = apx_cu_block(ctx, D >= 1024 ? 512 : 256);
   APX_CU_FLOAT_SWITCH(ctx, x->dtype, T, {
     layer_norm_kernel<T><<<row_grid(rows), block, 0, apx_cu_stream(ctx)>>>(
-        (const T *)x->data, ins[1].data, ins[1].dtype, data_of(b), dt_of(b), (T *)outs[0].data,
-        data_of(mean), dt_of(mean), data_of(istd), dt_of(istd), rows, D, a->epsilon);
+        (const T *)x->data, ins[1].data, ins[1].dtype, data_of(b), dt_of(b), outs[0].data,
+        outs[0].dtype, data_of(mean), dt_of(mean), data_of(istd), dt_of(istd), rows, D, a->epsilon);
   });
   APX_CUDA_LAUNCHED(ctx);
   return APX_STATUS_OK;
@@ -148,10 +149,9 @@ APX_CUDA_ENTRY(apx_cuda_layer_norm_grad) {
                          (long long)a->axis, x->rank);
   int64_t rows = apx_cu_prod(x->dims, 0, (int32_t)a->axis), D = apx_cu_prod(x->dims, (int32_t)a->axis, x->rank);
   const ApxTensor *dx = opt(outs, n_out, 0), *dsc = opt(outs, n_out, 1), *db = opt(outs, n_out, 2);
-  if (apx_tensor_numel(&ins[0]) != rows * D || ins[0].dtype != x->dtype)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY must have X's shape and type");
-  if (dx && (apx_tensor_numel(dx) != rows * D || dx->dtype != x->dtype))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dX must have X's shape and type");
+  /* dY and dX may have other float types than X (passes/fuse_casts.c) */
+  APX_TRY(need_numel(ctx, &ins[0], rows * D, "dY"));
+  APX_TRY(need_numel(ctx, dx, rows * D, "dX"));
   APX_TRY(need_numel(ctx, &ins[2], D, "Scale"));
   APX_TRY(need_numel(ctx, &ins[3], rows, "Mean"));
   APX_TRY(need_numel(ctx, &ins[4], rows, "InvStdDev"));
@@ -159,27 +159,28 @@ APX_CUDA_ENTRY(apx_cuda_layer_norm_grad) {
   APX_TRY(need_numel(ctx, db, D, "dB"));
   if (rows * D == 0) return APX_STATUS_OK;
   cudaStream_t s = apx_cu_stream(ctx);
+  int gdt = ins[0].dtype;
   APX_CU_FLOAT_SWITCH(ctx, x->dtype, T, {
-    const T *pdy = (const T *)ins[0].data, *px = (const T *)x->data;
+    const T *px = (const T *)x->data;
     if (dx) {
       int block = apx_cu_block(ctx, D >= 1024 ? 512 : 256);
       layer_norm_dx_kernel<T><<<row_grid(rows), block, 0, s>>>(
-          pdy, px, ins[2].data, ins[2].dtype, ins[3].data, ins[3].dtype, ins[4].data,
-          ins[4].dtype, (T *)dx->data, rows, D);
+          ins[0].data, gdt, px, ins[2].data, ins[2].dtype, ins[3].data, ins[3].dtype, ins[4].data,
+          ins[4].dtype, dx->data, dx->dtype, rows, D);
       APX_CUDA_LAUNCHED(ctx);
     }
     if (dsc) {
-      LnScaleTerm<T> f = {pdy, px, ins[3].data, ins[4].data, (int32_t)ins[3].dtype,
+      LnScaleTerm<T> f = {ins[0].data, px, ins[3].data, ins[4].data, (int32_t)gdt, (int32_t)ins[3].dtype,
                           (int32_t)ins[4].dtype, D};
       StoreDt o = {dsc->data, (int32_t)dsc->dtype};
       APX_TRY(apx_cu_reduce(ctx, f, o, D, rows, 0));
     }
-    if (db) {
-      ColTerm<T> f = {pdy, D};
-      StoreDt o = {db->data, (int32_t)db->dtype};
-      APX_TRY(apx_cu_reduce(ctx, f, o, D, rows, 0));
-    }
   });
+  if (db) {
+    ColTerm f = {ins[0].data, (int32_t)gdt, D};
+    StoreDt o = {db->data, (int32_t)db->dtype};
+    APX_TRY(apx_cu_reduce(ctx, f, o, D, rows, 0));
+  }
   return APX_STATUS_OK;
 }
 
@@ -202,12 +203,14 @@ struct BnTerm {
 /* dy, and dy (x - m) of channel c (BatchNormGrad), in fp64 */
 template <typename T>
 struct BnGradTerm {
-  const T *dy, *x;
+  const void *dy;
+  int32_t gdt;
+  const T *x;
   const float *m; /* NULL: the plain sum of dy */
   int64_t C, S;
   __device__ double operator()(int64_t c, int64_t r) const {
     int64_t i = ((r / S) * C + c) * S + r % S;
-    double g = (double)ld(dy[i]);
+    double g = (double)ld_dt(dy, gdt, i);
     return m ? g * ((double)ld(x[i]) - (double)m[c]) : g;
   }
 };
@@ -255,34 +258,37 @@ __global__ void bn_stats_kernel(const double *bm, const double *bv, const void *
   }
 }
 
+/* Y of any float type (BatchNormRelu may round to another one: passes/fuse_casts.c) */
 template <typename T>
 __global__ void bn_apply_kernel(const T *x, const float *m, const float *is, const void *scale,
-                                const void *bias, int pdt, T *y, int64_t C, int64_t S, int64_t n,
-                                int relu) {
+                                const void *bias, int pdt, void *y, int ydt, int64_t C, int64_t S,
+                                int64_t n, int relu) {
   APX_CU_GRID_STRIDE(i, n) {
     int64_t c = (i / S) % C;
     float sc = ld_dt(scale, pdt, c) * is[c];
     float v = (ld(x[i]) - m[c]) * sc + ld_dt(bias, pdt, c);
-    y[i] = st<T>(relu ? apx_relu_f32(v) : v);
+    st_dt(y, ydt, i, relu ? apx_relu_f32(v) : v);
   }
 }
 
 /* training: dx = k (dy - mg - (x - m) kx), k = scale is, mg = (float)(sdy / cnt),
  * kx = (float)((sdyx is) is / cnt) with sdyx = sum dy (x - m); inference: dx = k dy (the CPU's
  * formula) */
+/* dY and dX of any float type */
 template <typename T>
-__global__ void bn_dx_kernel(const T *dy, const T *x, const float *m, const float *is,
-                             const double *sdy, const double *sdyx, const void *scale, int pdt, T *dx,
-                             int64_t C, int64_t S, int64_t n, double cnt, int training) {
+__global__ void bn_dx_kernel(const void *dy, int gdt, const T *x, const float *m, const float *is,
+                             const double *sdy, const double *sdyx, const void *scale, int pdt,
+                             void *dx, int dxdt, int64_t C, int64_t S, int64_t n, double cnt,
+                             int training) {
   APX_CU_GRID_STRIDE(i, n) {
     int64_t c = (i / S) % C;
-    float k = ld_dt(scale, pdt, c) * is[c], g = ld(dy[i]);
+    float k = ld_dt(scale, pdt, c) * is[c], g = ld_dt(dy, gdt, i);
     if (training) {
       double sx = sdyx[c] * (double)is[c]; /* sum dy xhat */
       float mg = (float)(sdy[c] / cnt), kx = (float)(sx * (double)is[c] / cnt);
-      dx[i] = st<T>(k * (g - mg - (ld(x[i]) - m[c]) * kx));
+      st_dt(dx, dxdt, i, k * (g - mg - (ld(x[i]) - m[c]) * kx));
     } else {
-      dx[i] = st<T>(k * g);
+      st_dt(dx, dxdt, i, k * g);
     }
   }
 }
@@ -335,8 +341,7 @@ APX_CUDA_ENTRY(apx_cuda_batch_norm) {
       return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mixed statistics types");
     if (o) odt = o->dtype;
   }
-  if (apx_tensor_numel(&outs[0]) != N * C * S || outs[0].dtype != x->dtype)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Y must have X's shape and type");
+  APX_TRY(need_numel(ctx, &outs[0], N * C * S, "Y")); /* any float type (fuse_casts) */
   if (C == 0) return APX_STATUS_OK;
   int training = a->training_mode != 0, relu = op == APX_OP_BatchNormRelu;
   double *bm = NULL, *bv = NULL;
@@ -364,7 +369,8 @@ APX_CUDA_ENTRY(apx_cuda_batch_norm) {
     APX_CUDA_LAUNCHED(ctx);
     if (n > 0) {
       bn_apply_kernel<T><<<apx_cu_grid(ctx, n, block), block, 0, s>>>(
-          px, m, is, ins[1].data, ins[2].data, ins[1].dtype, (T *)outs[0].data, C, S, n, relu);
+          px, m, is, ins[1].data, ins[2].data, ins[1].dtype, outs[0].data, outs[0].dtype, C, S, n,
+          relu);
       APX_CUDA_LAUNCHED(ctx);
     }
   });
@@ -372,17 +378,15 @@ APX_CUDA_ENTRY(apx_cuda_batch_norm) {
 }
 
 /* BatchNormGrad on g (dY or dY * (Y > 0)) */
-static ApxStatus bn_grad(ApxCudaCtx *ctx, const ApxAttrBatchNorm *a, const void *g,
+static ApxStatus bn_grad(ApxCudaCtx *ctx, const ApxAttrBatchNorm *a, const void *g, ApxDType gdt,
                          const ApxTensor *ins, int n_in, ApxTensor *outs, int n_out) {
   const ApxTensor *x = &ins[1];
   int64_t N = 0, C = 0, S = 0;
   APX_TRY(bn_shape(ctx, x, &N, &C, &S));
   int training = a->training_mode != 0;
   const ApxTensor *dx = opt(outs, n_out, 0), *dsc = opt(outs, n_out, 1), *db = opt(outs, n_out, 2);
-  if (apx_tensor_numel(&ins[0]) != N * C * S || ins[0].dtype != x->dtype)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY must have X's shape and type");
-  if (dx && (apx_tensor_numel(dx) != N * C * S || dx->dtype != x->dtype))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dX must have X's shape and type");
+  APX_TRY(need_numel(ctx, &ins[0], N * C * S, "dY")); /* dY, dX: any float types */
+  APX_TRY(need_numel(ctx, dx, N * C * S, "dX"));
   APX_TRY(need_numel(ctx, &ins[2], C, "scale"));
   APX_TRY(need_numel(ctx, &ins[3], C, "mean"));
   APX_TRY(need_numel(ctx, &ins[4], C, training ? "saved_inv_std" : "var"));
@@ -402,11 +406,11 @@ static ApxStatus bn_grad(ApxCudaCtx *ctx, const ApxAttrBatchNorm *a, const void 
   APX_CUDA_LAUNCHED(ctx);
   int64_t n = N * C * S;
   APX_CU_FLOAT_SWITCH(ctx, x->dtype, T, {
-    const T *pg = (const T *)g, *px = (const T *)x->data;
-    BnGradTerm<T> f1 = {pg, px, NULL, C, S};
+    const T *px = (const T *)x->data;
+    BnGradTerm<T> f1 = {g, (int32_t)gdt, px, NULL, C, S};
     StoreD s1 = {sdy};
     APX_TRY(apx_cu_reduce(ctx, f1, s1, C, N * S, S > 1));
-    BnGradTerm<T> f2 = {pg, px, m, C, S};
+    BnGradTerm<T> f2 = {g, (int32_t)gdt, px, m, C, S};
     StoreD s2 = {sdyx};
     APX_TRY(apx_cu_reduce(ctx, f2, s2, C, N * S, S > 1));
     if (dsc || db) {
@@ -416,7 +420,7 @@ static ApxStatus bn_grad(ApxCudaCtx *ctx, const ApxAttrBatchNorm *a, const void 
     }
     if (dx && n > 0) {
       bn_dx_kernel<T><<<apx_cu_grid(ctx, n, block), block, 0, s>>>(
-          pg, px, m, is, sdy, sdyx, ins[2].data, ins[2].dtype, (T *)dx->data, C, S, n,
+          g, gdt, px, m, is, sdy, sdyx, ins[2].data, ins[2].dtype, dx->data, dx->dtype, C, S, n,
           (double)(N * S), training);
       APX_CUDA_LAUNCHED(ctx);
     }
@@ -427,32 +431,36 @@ static ApxStatus bn_grad(ApxCudaCtx *ctx, const ApxAttrBatchNorm *a, const void 
 APX_CUDA_ENTRY(apx_cuda_batch_norm_grad) {
   if (op == APX_OP_BatchNormReluGrad) {
     for (int i = 0; i < 6; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
-    if (!apx_cu_same_dims(&ins[0], &ins[1]) || ins[0].dtype != ins[1].dtype)
-      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY and Y must have one shape and type");
+    if (apx_tensor_numel(&ins[0]) != apx_tensor_numel(&ins[1]))
+      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY and Y must have one shape");
     void *g = NULL;
     APX_TRY(apx_cuda_relu_mask(ctx, &ins[0], &ins[1], &g));
     ApxTensor rest[5] = {ins[0], ins[2], ins[3], ins[4], ins[5]};
-    return bn_grad(ctx, (const ApxAttrBatchNorm *)attrs, g, rest, 5, outs, n_out);
+    return bn_grad(ctx, (const ApxAttrBatchNorm *)attrs, g, ins[0].dtype, rest, 5, outs, n_out);
   }
   for (int i = 0; i < 5; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
-  return bn_grad(ctx, (const ApxAttrBatchNorm *)attrs, ins[0].data, ins, n_in, outs, n_out);
+  return bn_grad(ctx, (const ApxAttrBatchNorm *)attrs, ins[0].data, ins[0].dtype, ins, n_in, outs,
+                 n_out);
 }
 
 /* ---- shared: dY * (Y > 0) ---------------------------------------------------------------- */
 
+/* g (dY's type) = dY * (Y > 0); Y of any float type (it may be rounded to another type than dY) */
 template <typename T>
-__global__ void relu_mask_kernel(const T *dy, const T *y, T *g, int64_t n) {
-  APX_CU_GRID_STRIDE(i, n) g[i] = st<T>(apx_relu_grad_f32(ld(dy[i]), ld(y[i])));
+__global__ void relu_mask_kernel(const T *dy, const void *y, int ydt, T *g, int64_t n) {
+  APX_CU_GRID_STRIDE(i, n) g[i] = st<T>(apx_relu_grad_f32(ld(dy[i]), ld_dt(y, ydt, i)));
 }
 
 ApxStatus apx_cuda_relu_mask(ApxCudaCtx *ctx, const ApxTensor *dy, const ApxTensor *y, void **g) {
   int64_t n = apx_tensor_numel(dy);
+  if (!apx_cu_is_float16(y->dtype) || apx_tensor_numel(y) != n)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Y must be a float of dY's shape");
   APX_TRY(apx_cuda_tmp(ctx, (size_t)n * apx_dtype_size(dy->dtype), g));
   if (n == 0) return APX_STATUS_OK;
   int block = apx_cu_block(ctx, 256);
   APX_CU_FLOAT_SWITCH(ctx, dy->dtype, T, {
     relu_mask_kernel<T><<<apx_cu_grid(ctx, n, block), block, 0, apx_cu_stream(ctx)>>>(
-        (const T *)dy->data, (const T *)y->data, (T *)*g, n);
+        (const T *)dy->data, y->data, y->dtype, (T *)*g, n);
   });
   APX_CUDA_LAUNCHED(ctx);
   return APX_STATUS_OK;

@@ -44,14 +44,45 @@ struct MaskedLoad {
   }
 };
 
+/* Where results go: y[i] of the row kernels' type, or any float type (FusedSoftmax may round to
+ * another type than X's: passes/fuse_casts.c). */
+template <typename T>
+struct TypedStore {
+  T *y;
+  __device__ void operator()(int64_t i, float v) const { y[i] = st<T>(v); }
+};
+struct DynStore {
+  void *y;
+  int32_t dt;
+  __device__ void operator()(int64_t i, float v) const { st_dt(y, dt, i, v); }
+};
+
+/* dY, Y and dX of the gradient kernels: one type, or each its own float type */
+template <typename T>
+struct TypedGrad {
+  const T *dy, *y;
+  T *dx;
+  __device__ float g(int64_t i) const { return ld(dy[i]); }
+  __device__ float out(int64_t i) const { return ld(y[i]); }
+  __device__ void put(int64_t i, float v) const { dx[i] = st<T>(v); }
+};
+struct DynGrad {
+  const void *dy, *y;
+  void *dx;
+  int32_t gdt, ydt, xdt;
+  __device__ float g(int64_t i) const { return ld_dt(dy, gdt, i); }
+  __device__ float out(int64_t i) const { return ld_dt(y, ydt, i); }
+  __device__ void put(int64_t i, float v) const { st_dt(dx, xdt, i, v); }
+};
+
 static __device__ __forceinline__ float fmax_nan(float m, float v) {
   return (v > m || isnan(v)) ? v : m;
 }
 
 /* ---- forward kernels -------------------------------------------------------------------- */
 
-template <int MODE, class LOAD, typename T>
-__global__ void softmax_rows_warp(LOAD f, T *y, int64_t rows, int64_t L) {
+template <int MODE, class LOAD, class STORE>
+__global__ void softmax_rows_warp(LOAD f, STORE y, int64_t rows, int64_t L) {
   int lane = threadIdx.x & 31;
   int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
   for (int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < rows;
@@ -62,19 +93,19 @@ __global__ void softmax_rows_warp(LOAD f, T *y, int64_t rows, int64_t L) {
     double sd = 0.0;
     for (int64_t j = lane; j < L; j += 32) sd += (double)expf(f(row, L, j) - m);
     float s = (float)warp_sum(sd);
-    T *py = y + row * L;
+    int64_t b = row * L;
     if (MODE == SM_LOG) {
       float ls = logf(s);
-      for (int64_t j = lane; j < L; j += 32) py[j] = st<T>((f(row, L, j) - m) - ls);
+      for (int64_t j = lane; j < L; j += 32) y(b + j, (f(row, L, j) - m) - ls);
     } else {
       float inv = 1.0f / s;
-      for (int64_t j = lane; j < L; j += 32) py[j] = st<T>(expf(f(row, L, j) - m) * inv);
+      for (int64_t j = lane; j < L; j += 32) y(b + j, expf(f(row, L, j) - m) * inv);
     }
   }
 }
 
-template <int MODE, class LOAD, typename T>
-__global__ void softmax_rows_block(LOAD f, T *y, int64_t rows, int64_t L) {
+template <int MODE, class LOAD, class STORE>
+__global__ void softmax_rows_block(LOAD f, STORE y, int64_t rows, int64_t L) {
   __shared__ float sh[33];
   __shared__ double shd[33];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -84,14 +115,13 @@ __global__ void softmax_rows_block(LOAD f, T *y, int64_t rows, int64_t L) {
     double sd = 0.0;
     for (int64_t j = threadIdx.x; j < L; j += blockDim.x) sd += (double)expf(f(row, L, j) - m);
     float s = (float)block_sum(sd, shd);
-    T *py = y + row * L;
+    int64_t b = row * L;
     if (MODE == SM_LOG) {
       float ls = logf(s);
-      for (int64_t j = threadIdx.x; j < L; j += blockDim.x) py[j] = st<T>((f(row, L, j) - m) - ls);
+      for (int64_t j = threadIdx.x; j < L; j += blockDim.x) y(b + j, (f(row, L, j) - m) - ls);
     } else {
       float inv = 1.0f / s;
-      for (int64_t j = threadIdx.x; j < L; j += blockDim.x)
-        py[j] = st<T>(expf(f(row, L, j) - m) * inv);
+      for (int64_t j = threadIdx.x; j < L; j += blockDim.x) y(b + j, expf(f(row, L, j) - m) * inv);
     }
   }
 }
@@ -119,44 +149,41 @@ __global__ void softmax_lines(const T *x, T *y, int64_t outer, int64_t L, int64_
 
 /* ---- gradient kernels (scale: FusedSoftmaxGrad's factor, 1 otherwise) ---------------------- */
 
-template <int MODE, typename T>
-static __device__ __forceinline__ double sm_grad_term(const T *dy, const T *y, int64_t i) {
-  return MODE == SM_LOG ? (double)ld(dy[i]) : (double)ld(dy[i]) * (double)ld(y[i]);
+template <int MODE, class ACC>
+static __device__ __forceinline__ double sm_grad_term(const ACC &a, int64_t i) {
+  return MODE == SM_LOG ? (double)a.g(i) : (double)a.g(i) * (double)a.out(i);
 }
 
-template <int MODE, typename T>
+template <int MODE>
 static __device__ __forceinline__ float sm_grad_out(float g, float yv, float s, float scale) {
   float d = MODE == SM_LOG ? g - expf(yv) * s : yv * (g - s);
   return scale == 1.0f ? d : d * scale;
 }
 
-template <int MODE, typename T>
-__global__ void softmax_grad_rows_warp(const T *dy, const T *y, T *dx, int64_t rows, int64_t L,
-                                       float scale) {
+template <int MODE, class ACC>
+__global__ void softmax_grad_rows_warp(ACC a, int64_t rows, int64_t L, float scale) {
   int lane = threadIdx.x & 31;
   int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
   for (int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < rows;
        row += warps) {
     int64_t b = row * L;
     double sd = 0.0;
-    for (int64_t j = lane; j < L; j += 32) sd += sm_grad_term<MODE, T>(dy, y, b + j);
+    for (int64_t j = lane; j < L; j += 32) sd += sm_grad_term<MODE>(a, b + j);
     float s = (float)warp_sum(sd);
-    for (int64_t j = lane; j < L; j += 32)
-      dx[b + j] = st<T>(sm_grad_out<MODE, T>(ld(dy[b + j]), ld(y[b + j]), s, scale));
+    for (int64_t j = lane; j < L; j += 32) a.put(b + j, sm_grad_out<MODE>(a.g(b + j), a.out(b + j), s, scale));
   }
 }
 
-template <int MODE, typename T>
-__global__ void softmax_grad_rows_block(const T *dy, const T *y, T *dx, int64_t rows, int64_t L,
-                                        float scale) {
+template <int MODE, class ACC>
+__global__ void softmax_grad_rows_block(ACC a, int64_t rows, int64_t L, float scale) {
   __shared__ double sh[33];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     int64_t b = row * L;
     double sd = 0.0;
-    for (int64_t j = threadIdx.x; j < L; j += blockDim.x) sd += sm_grad_term<MODE, T>(dy, y, b + j);
+    for (int64_t j = threadIdx.x; j < L; j += blockDim.x) sd += sm_grad_term<MODE>(a, b + j);
     float s = (float)block_sum(sd, sh);
     for (int64_t j = threadIdx.x; j < L; j += blockDim.x)
-      dx[b + j] = st<T>(sm_grad_out<MODE, T>(ld(dy[b + j]), ld(y[b + j]), s, scale));
+      a.put(b + j, sm_grad_out<MODE>(a.g(b + j), a.out(b + j), s, scale));
   }
 }
 
@@ -166,11 +193,12 @@ __global__ void softmax_grad_lines(const T *dy, const T *y, T *dx, int64_t outer
   APX_CU_GRID_STRIDE(l, outer * inner) {
     int64_t base = (l / inner) * L * inner + l % inner;
     double sd = 0.0;
-    for (int64_t j = 0; j < L; j++) sd += sm_grad_term<MODE, T>(dy, y, base + j * inner);
+    TypedGrad<T> a = {dy, y, dx};
+    for (int64_t j = 0; j < L; j++) sd += sm_grad_term<MODE>(a, base + j * inner);
     float s = (float)sd;
     for (int64_t j = 0; j < L; j++) {
       int64_t i = base + j * inner;
-      dx[i] = st<T>(sm_grad_out<MODE, T>(ld(dy[i]), ld(y[i]), s, 1.0f));
+      dx[i] = st<T>(sm_grad_out<MODE>(ld(dy[i]), ld(y[i]), s, 1.0f));
     }
   }
 }
@@ -179,31 +207,30 @@ __global__ void softmax_grad_lines(const T *dy, const T *y, T *dx, int64_t outer
 
 #define WARP_ROWS_MAX_L 1024
 
-template <int MODE, class LOAD, typename T>
-static void launch_softmax_rows(const ApxCudaCtx *ctx, LOAD f, T *y, int64_t rows, int64_t L,
+template <int MODE, class LOAD, class STORE>
+static void launch_softmax_rows(const ApxCudaCtx *ctx, LOAD f, STORE y, int64_t rows, int64_t L,
                                 cudaStream_t s) {
   if (L <= WARP_ROWS_MAX_L) {
     int block = apx_cu_block(ctx, 256);
     unsigned grid = apx_cu_grid(ctx, rows * 32, block);
-    softmax_rows_warp<MODE, LOAD, T><<<grid, block, 0, s>>>(f, y, rows, L);
+    softmax_rows_warp<MODE, LOAD, STORE><<<grid, block, 0, s>>>(f, y, rows, L);
   } else {
     int block = apx_cu_block(ctx, 512);
     unsigned grid = (unsigned)(rows < 65535 * 16 ? rows : 65535 * 16);
-    softmax_rows_block<MODE, LOAD, T><<<grid, block, 0, s>>>(f, y, rows, L);
+    softmax_rows_block<MODE, LOAD, STORE><<<grid, block, 0, s>>>(f, y, rows, L);
   }
 }
 
-template <int MODE, typename T>
-static void launch_softmax_grad_rows(const ApxCudaCtx *ctx, const T *dy, const T *y, T *dx,
-                                     int64_t rows, int64_t L, float scale, cudaStream_t s) {
+template <int MODE, class ACC>
+static void launch_softmax_grad_rows(const ApxCudaCtx *ctx, ACC a, int64_t rows, int64_t L, float scale,
+                                     cudaStream_t s) {
   if (L <= WARP_ROWS_MAX_L) {
     int block = apx_cu_block(ctx, 256);
-    softmax_grad_rows_warp<MODE, T><<<apx_cu_grid(ctx, rows * 32, block), block, 0, s>>>(
-        dy, y, dx, rows, L, scale);
+    softmax_grad_rows_warp<MODE, ACC><<<apx_cu_grid(ctx, rows * 32, block), block, 0, s>>>(a, rows, L, scale);
   } else {
     int block = apx_cu_block(ctx, 512);
     unsigned grid = (unsigned)(rows < 65535 * 16 ? rows : 65535 * 16);
-    softmax_grad_rows_block<MODE, T><<<grid, block, 0, s>>>(dy, y, dx, rows, L, scale);
+    softmax_grad_rows_block<MODE, ACC><<<grid, block, 0, s>>>(a, rows, L, scale);
   }
 }
 
@@ -240,10 +267,11 @@ APX_CUDA_ENTRY(apx_cuda_softmax) {
     T *py = (T *)outs[0].data;
     if (inner == 1) {
       RowLoad<T> f = {px};
+      TypedStore<T> o = {py};
       if (is_log)
-        launch_softmax_rows<SM_LOG>(ctx, f, py, outer, L, s);
+        launch_softmax_rows<SM_LOG>(ctx, f, o, outer, L, s);
       else
-        launch_softmax_rows<SM_SOFTMAX>(ctx, f, py, outer, L, s);
+        launch_softmax_rows<SM_SOFTMAX>(ctx, f, o, outer, L, s);
     } else {
       int block = apx_cu_block(ctx, 256);
       unsigned grid = apx_cu_grid(ctx, outer * inner, block);
@@ -275,10 +303,11 @@ APX_CUDA_ENTRY(apx_cuda_softmax_grad) {
     const T *dy = (const T *)ins[0].data, *y = (const T *)ins[1].data;
     T *dx = (T *)outs[0].data;
     if (inner == 1) {
+      TypedGrad<T> a = {dy, y, dx};
       if (is_log)
-        launch_softmax_grad_rows<SM_LOG, T>(ctx, dy, y, dx, outer, L, 1.0f, s);
+        launch_softmax_grad_rows<SM_LOG>(ctx, a, outer, L, 1.0f, s);
       else
-        launch_softmax_grad_rows<SM_SOFTMAX, T>(ctx, dy, y, dx, outer, L, 1.0f, s);
+        launch_softmax_grad_rows<SM_SOFTMAX>(ctx, a, outer, L, 1.0f, s);
     } else {
       int block = apx_cu_block(ctx, 256);
       unsigned grid = apx_cu_grid(ctx, outer * inner, block);
@@ -300,8 +329,8 @@ APX_CUDA_ENTRY(apx_cuda_fused_softmax) {
   const ApxTensor *mask = a->has_mask && apx_cu_has(ins, n_in, 1) ? &ins[1] : NULL;
   if (a->has_mask && !mask)
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "input 1 (Mask) missing");
-  if (!apx_cu_same_dims(x, &outs[0]) || x->rank < 1 || outs[0].dtype != x->dtype)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Y must have X's shape and type (rank >= 1)");
+  if (!apx_cu_same_dims(x, &outs[0]) || x->rank < 1 || !apx_cu_is_float16(outs[0].dtype))
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Y must be floats of X's shape (rank >= 1)");
   if (mask && !apx_cu_is_float16(mask->dtype))
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mask of type %s",
                          apx_dtype_name(mask->dtype));
@@ -323,7 +352,8 @@ APX_CUDA_ENTRY(apx_cuda_fused_softmax) {
       f.dims[d] = bc.dims[d];
       f.mst[d] = mask ? bc.strides[1][d] : 0;
     }
-    launch_softmax_rows<SM_SOFTMAX>(ctx, f, (T *)outs[0].data, rows, L, s);
+    DynStore o = {outs[0].data, (int32_t)outs[0].dtype}; /* any float type (fuse_casts) */
+    launch_softmax_rows<SM_SOFTMAX>(ctx, f, o, rows, L, s);
   });
   APX_CUDA_LAUNCHED(ctx);
   return APX_STATUS_OK;
@@ -338,15 +368,23 @@ APX_CUDA_ENTRY(apx_cuda_fused_softmax_grad) {
       ins[0].rank < 1)
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY, Y and dX must have one shape");
   ApxDType dt = outs[0].dtype;
-  if (ins[0].dtype != dt || ins[1].dtype != dt)
-    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mixed types");
+  for (const ApxTensor *t : {&ins[0], &ins[1], (const ApxTensor *)&outs[0]})
+    if (!apx_cu_is_float16(t->dtype))
+      return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: type %s",
+                           apx_dtype_name(t->dtype));
   int64_t L = ins[0].dims[ins[0].rank - 1], n = apx_tensor_numel(&ins[0]), rows = n / (L ? L : 1);
   if (n == 0) return APX_STATUS_OK;
   cudaStream_t s = apx_cu_stream(ctx);
-  APX_CU_FLOAT_SWITCH(ctx, dt, T, {
-    launch_softmax_grad_rows<SM_SOFTMAX, T>(ctx, (const T *)ins[0].data, (const T *)ins[1].data,
-                                            (T *)outs[0].data, rows, L, a->scale, s);
-  });
+  if (ins[0].dtype == dt && ins[1].dtype == dt) {
+    APX_CU_FLOAT_SWITCH(ctx, dt, T, {
+      TypedGrad<T> g = {(const T *)ins[0].data, (const T *)ins[1].data, (T *)outs[0].data};
+      launch_softmax_grad_rows<SM_SOFTMAX>(ctx, g, rows, L, a->scale, s);
+    });
+  } else { /* dX rounded to another type than dY / Y (fuse_casts) */
+    DynGrad g = {ins[0].data, ins[1].data, outs[0].data, (int32_t)ins[0].dtype, (int32_t)ins[1].dtype,
+                 (int32_t)dt};
+    launch_softmax_grad_rows<SM_SOFTMAX>(ctx, g, rows, L, a->scale, s);
+  }
   APX_CUDA_LAUNCHED(ctx);
   return APX_STATUS_OK;
 }

@@ -55,6 +55,13 @@ std::vector<LabCase> Cases() {
                     .In(APX_DT_I64, {129}, Init::kLabels, 0, 0, 1000).In(dt, {129}, Init::kUniform, 6, 8)
                     .Out(dt, {129, 1000}).Reduce(129));
   }
+  v.push_back(LabCase("FusedXentropy_f16_scores_f32_loss", APX_OP_FusedXentropy).Attrs(Loss(APX_RED_MEAN))
+                  .In(APX_DT_F16, {65, 700}, Init::kUniform, -6, 6).In(APX_DT_I64, {65}, Init::kLabels, 0, 0, 700)
+                  .Out(APX_DT_F32, {}).Out(APX_DT_F32, {65}).Reduce(65 * 700));
+  v.push_back(LabCase("FusedXentropyGrad_f16_scores_f32_dx", APX_OP_FusedXentropyGrad).Attrs(Loss(APX_RED_MEAN))
+                  .In(APX_DT_F32, {}, Init::kConst, 1, 1).In(APX_DT_F16, {65, 700}, Init::kUniform, -6, 6)
+                  .In(APX_DT_I64, {65}, Init::kLabels, 0, 0, 700).In(APX_DT_F32, {65}, Init::kUniform, 6, 8)
+                  .Out(APX_DT_F32, {65, 700}).Reduce(65));
   return v;
 }
 

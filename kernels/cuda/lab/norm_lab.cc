@@ -54,6 +54,25 @@ std::vector<LabCase> Cases() {
                     .In(dt, {8}, Init::kUniform, -0.2, 0.2).In(dt, {8}, Init::kPositive, 0, 2)
                     .Out(dt, {4, 8, 11, 5}).Out(dt, {8}).Out(dt, {8}).Reduce(4 * 55));
   }
+  // outputs rounded to another float type than the inputs (a Cast folded in: fuse_casts)
+  ApxAttrLayerNorm ln = {1, 1e-5f, 1};
+  v.push_back(LabCase("LayerNorm_f32_to_f16", APX_OP_LayerNormalization).Attrs(ln)
+                  .In(APX_DT_F32, {33, 256}).In(APX_DT_F32, {256}).In(APX_DT_F32, {256})
+                  .Out(APX_DT_F16, {33, 256}).Out(APX_DT_F32, {33, 1}).Out(APX_DT_F32, {33, 1}).Reduce(256));
+  v.push_back(LabCase("LayerNormGrad_f16dy_to_bf16", APX_OP_LayerNormGrad).Attrs(ln)
+                  .In(APX_DT_F16, {33, 256}).In(APX_DT_F32, {33, 256}).In(APX_DT_F32, {256})
+                  .In(APX_DT_F32, {33, 1}).In(APX_DT_F32, {33, 1}, Init::kPositive, 0, 2)
+                  .Out(APX_DT_BF16, {33, 256}).Out(APX_DT_F32, {256}).Out(APX_DT_F32, {256}).Reduce(256));
+  ApxAttrBatchNorm bnr = {1e-5f, 0.9f, 1};
+  v.push_back(LabCase("BatchNormRelu_f32_to_f16", APX_OP_BatchNormRelu).Attrs(bnr)
+                  .In(APX_DT_F32, {4, 8, 5, 5}).In(APX_DT_F32, {8}).In(APX_DT_F32, {8}).In(APX_DT_F32, {8})
+                  .In(APX_DT_F32, {8}, Init::kPositive, 0, 2)
+                  .Out(APX_DT_F16, {4, 8, 5, 5}).Out(APX_DT_F32, {8}).Out(APX_DT_F32, {8}).Reduce(100));
+  v.push_back(LabCase("BatchNormReluGrad_mixed", APX_OP_BatchNormReluGrad).Attrs(bnr)
+                  .In(APX_DT_F16, {4, 8, 5, 5}).In(APX_DT_F16, {4, 8, 5, 5}).In(APX_DT_F32, {4, 8, 5, 5})
+                  .In(APX_DT_F32, {8}).In(APX_DT_F32, {8}, Init::kUniform, -0.2, 0.2)
+                  .In(APX_DT_F32, {8}, Init::kPositive, 0, 2)
+                  .Out(APX_DT_F32, {4, 8, 5, 5}).Out(APX_DT_F32, {8}).Out(APX_DT_F32, {8}).Reduce(100));
   return v;
 }
 

@@ -37,6 +37,13 @@ std::vector<LabCase> Cases() {
                     .In(dt, {4, 3, 65, 65}).In(dt, {4, 3, 65, 65}, Init::kUniform, 0, 0.05)
                     .Out(dt, {4, 3, 65, 65}).Reduce(65));
   }
+  ApxAttrFusedSoftmax fs = {0.125f, 1};
+  v.push_back(LabCase("FusedSoftmax_f32_to_f16", APX_OP_FusedSoftmax).Attrs(fs)
+                  .In(APX_DT_F32, {2, 4, 33, 33}, Init::kUniform, -20, 20).In(APX_DT_F32, {2, 1, 1, 33})
+                  .Out(APX_DT_F16, {2, 4, 33, 33}).Reduce(33));
+  v.push_back(LabCase("FusedSoftmaxGrad_f16_to_f32", APX_OP_FusedSoftmaxGrad).Attrs(fs)
+                  .In(APX_DT_F16, {2, 4, 33, 33}).In(APX_DT_F32, {2, 4, 33, 33}, Init::kUniform, 0, 0.05)
+                  .Out(APX_DT_BF16, {2, 4, 33, 33}).Reduce(33));
   return v;
 }
 
