@@ -106,6 +106,17 @@ __global__ void binary_kernel(const T *a, const T *b, T *o, int64_t n, BcastArgs
   }
 }
 
+/* Pow with a float base and an integer exponent: the exponent converted to fp32 first (as the
+ * CPU converts it to the base's math type), o = powf(a, e). */
+template <typename T>
+__global__ void pow_mixed_kernel(const T *a, const float *e, T *o, int64_t n, BcastArgs g) {
+  APX_CU_GRID_STRIDE(i, n) {
+    int64_t ia, ie;
+    bcast_off(g, i, &ia, &ie, NULL);
+    o[i] = st<T>(powf(ld(a[ia]), e[ie]));
+  }
+}
+
 /* Pow gradients at dY's full shape into fp32 buffers (either may be NULL):
  * da = dy * b * a^(b-1) (0 where b == 0), db = dy * a^b * ln(a) (0 where a == 0, b >= 0). */
 template <typename T>
@@ -258,6 +269,22 @@ static ApxStatus run_binary(ApxCudaCtx *ctx, ApxOp op, const ApxTensor *a, const
   ApxCuBcast bc;
   APX_TRY(bcast_setup(ctx, &bc, o, pair, 2));
   ApxDType dt = o->dtype;
+  if (op == APX_OP_Pow && a->dtype == dt && apx_dtype_is_int(b->dtype) && b->dtype != APX_DT_BOOL) {
+    APX_TRY(check_float(ctx, dt));
+    int64_t nb = apx_tensor_numel(b), n = bc.numel;
+    if (n == 0) return APX_STATUS_OK;
+    float *e = NULL;
+    APX_TRY(apx_cuda_tmp(ctx, (size_t)(nb ? nb : 1) * sizeof(float), (void **)&e));
+    APX_TRY(apx_cuda_convert(ctx, b->data, b->dtype, nb, e, APX_DT_F32, nb));
+    BcastArgs g = bcast_args(&bc);
+    int block = apx_cu_block(ctx, 256);
+    APX_CU_FLOAT_SWITCH(ctx, dt, T, {
+      pow_mixed_kernel<T><<<apx_cu_grid(ctx, n, block), block, 0, apx_cu_stream(ctx)>>>(
+          (const T *)a->data, e, (T *)o->data, n, g);
+    });
+    APX_CUDA_LAUNCHED(ctx);
+    return APX_STATUS_OK;
+  }
   if (a->dtype != dt || b->dtype != dt)
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
                          "not supported yet on cuda: types %s, %s -> %s",

@@ -71,6 +71,9 @@ std::vector<LabCase> Cases() {
       v.push_back(LabCase(std::string(apx_op_name(op)) + "_scalar" + s, op)
                       .In(dt, {3, 7, 65}, a).In(dt, {}, b).Out(dt, {3, 7, 65}));
     }
+    v.push_back(LabCase("Pow_int_exponent" + s, APX_OP_Pow)
+                    .In(dt, {7, 65}, Init::kPositive, 0, 3).In(APX_DT_I64, {65}, Init::kIndices, 0, 0, 4)
+                    .Out(dt, {7, 65}));
     v.push_back(LabCase("Sum3_bcast" + s, APX_OP_Sum)
                     .In(dt, {16, 33}).In(dt, {33}).In(dt, {16, 1}).Out(dt, {16, 33}));
     v.push_back(LabCase("PowGrad_reduced" + s, APX_OP_PowGrad)
