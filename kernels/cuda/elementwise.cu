@@ -22,7 +22,7 @@ static __device__ __forceinline__ float unary_f(float v, float a) {
   if constexpr (OP == U_TANH) return tanhf(v);
   if constexpr (OP == U_GELU) return apx_gelu_f32(v);
   if constexpr (OP == U_GELU_TANH) return apx_gelu_tanh_f32(v);
-  if constexpr (OP == U_ERF) return erff(v);
+  if constexpr (OP == U_ERF) return apx_erf_f32(v); /* the shared polynomial: the CPU's bits */
   if constexpr (OP == U_SQRT) return sqrtf(v);
   if constexpr (OP == U_EXP) return expf(v);
   if constexpr (OP == U_LOG) return logf(v);
