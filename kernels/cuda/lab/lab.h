@@ -128,7 +128,9 @@ const std::vector<ApxDType> &FloatTypes();
   TEST(Family, HostChecksPassWithoutAGpu) {                                     \
     std::string why_;                                                           \
     if (lab::HaveGpu(&why_)) GTEST_SKIP() << "a GPU is present: the real run covers this"; \
-    for (auto &c : cases_fn()) lab::ExpectHostChecksPass(c);                    \
+    auto cases_ = cases_fn();                                                   \
+    for (auto &c : cases_) lab::ExpectHostChecksPass(c);                        \
+    printf("lab %s: %zu cases host-checked\n", #Family, cases_.size());         \
   }                                                                             \
   TEST(Family, Bench) {                                                         \
     LAB_REQUIRE_GPU();                                                          \
