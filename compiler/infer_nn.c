@@ -374,9 +374,11 @@ static int infer_batch_norm(ApxGraph *g, int node, ApxDiag *d) {
     return -1;
   ApxDType st = infer_in(g, node, 3)->dtype;
   if (infer_set_out(g, node, 1, st, 1, &c, d) || infer_set_out(g, node, 2, st, 1, &c, d)) return -1;
-  /* apexc's saved batch mean / inverse std for the gradient (attrs.h) */
-  if (infer_set_out(g, node, 3, APX_DT_F32, 1, &c, d)) return -1;
-  return infer_set_out(g, node, 4, APX_DT_F32, 1, &c, d);
+  /* apexc's saved batch mean / inverse std for the gradient (attrs.h): fp32, or fp64 for an
+   * fp64 X (gradient checks in fp64 need the statistics at full precision) */
+  ApxDType sv = infer_in(g, node, 0)->dtype == APX_DT_F64 ? APX_DT_F64 : APX_DT_F32;
+  if (infer_set_out(g, node, 3, sv, 1, &c, d)) return -1;
+  return infer_set_out(g, node, 4, sv, 1, &c, d);
 }
 
 /* BatchNormGrad(dY, X, scale, saved_mean, saved_invstd) -> dX, dscale?, dB? */

@@ -87,7 +87,7 @@ typedef struct ApxAttrLayerNorm {
 /* BatchNormalization(X, scale, B, input_mean, input_var) -> Y, running_mean?, running_var?
  *   training_mode = 1: normalizes with batch statistics; outputs 1 and 2 are the updated
  *   running statistics (bound back to inputs 3 and 4 after each step). In training mode
- *   apexc adds outputs 3 and 4: saved batch mean and saved inverse std (fp32), for the
+ *   apexc adds outputs 3 and 4: saved batch mean and saved inverse std (fp32; fp64 when X is fp64), for the
  *   gradient.
  * BatchNormGrad(dY, X, scale, saved_mean, saved_invstd) -> dX?, dscale?, dB?   (training-mode
  *   gradient through the batch statistics; saved_* are the forward's outputs 3 and 4; an
