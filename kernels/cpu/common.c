@@ -71,6 +71,12 @@ static int self_is_argv0(const char *argv0) {
   return strcmp(base ? base + 1 : buf, argv0) == 0;
 }
 
+/* Variables set for the re-executed process (only those the user left unset). */
+typedef struct EnvSet {
+  const char *name, *value;
+  int set; /* set by us (to undo if the exec fails) */
+} EnvSet;
+
 void apx_cpu_reexec_tuned(char **argv) {
   if (getenv(REEXEC_MARK)) { /* this is the re-executed process: never loop */
     unsetenv(REEXEC_MARK);
@@ -81,17 +87,25 @@ void apx_cpu_reexec_tuned(char **argv) {
   }
   if (getenv("APX_NO_REEXEC") || !argv) return;
   const char *core = apx_cpu_blas_coretype_hint(); /* NULL when the user set one */
-  if (!core || !self_is_argv0(argv[0])) return;
-  /* the kernels run OpenBLAS single-threaded (cpu_kernels.h): no idle pool threads either */
-  int set_threads = !getenv("OPENBLAS_NUM_THREADS");
-  if (setenv("OPENBLAS_CORETYPE", core, 1) || setenv(REEXEC_MARK, "1", 1) ||
-      (set_threads && setenv("OPENBLAS_NUM_THREADS", "1", 1)))
-    return;
-  execv("/proc/self/exe", argv);
-  /* exec failed: carry on with the loaded (slow) kernels, environment as it was */
-  unsetenv(REEXEC_MARK);
-  unsetenv("OPENBLAS_CORETYPE");
-  if (set_threads) unsetenv("OPENBLAS_NUM_THREADS");
+  int omp = !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT");
+  if ((!core && !omp) || !self_is_argv0(argv[0])) return;
+  EnvSet env[] = {
+      {"OPENBLAS_CORETYPE", core, 0},
+      /* the kernels run OpenBLAS single-threaded (cpu_kernels.h): no idle pool threads */
+      {"OPENBLAS_NUM_THREADS", core ? "1" : NULL, 0},
+      {"OMP_WAIT_POLICY", omp ? "PASSIVE" : NULL, 0},
+      {REEXEC_MARK, "1", 0},
+  };
+  int n = (int)(sizeof env / sizeof *env), ok = 1;
+  for (int i = 0; i < n && ok; i++) {
+    if (!env[i].value || getenv(env[i].name)) continue;
+    ok = setenv(env[i].name, env[i].value, 1) == 0;
+    env[i].set = ok;
+  }
+  if (ok) execv("/proc/self/exe", argv);
+  /* exec failed: carry on with the loaded libraries, environment as it was */
+  for (int i = 0; i < n; i++)
+    if (env[i].set) unsetenv(env[i].name);
 }
 
 int64_t apx_cpu_prod(const int64_t *dims, int from, int to) {
@@ -245,7 +259,7 @@ void apx_cpu_strided_copy(void *dst, const int64_t *dst_strides, const void *src
   }
   int64_t inner = cd[n - 1], di = ds[n - 1], si = ss[n - 1];
   int64_t rows = apx_cpu_prod(cd, 0, n - 1);
-  APX_OMP_FOR(rows * inner > APX_CPU_CHUNK && rows > 1)
+  APX_OMP_FOR(rows * inner > APX_CPU_PAR_WORK && rows > 1)
   for (int64_t r = 0; r < rows; r++) {
     int64_t doff = 0, soff = 0, q = r;
     for (int d = n - 2; d >= 0; d--) {

@@ -3,6 +3,7 @@
  * ConvBiasReluGrad(dY, Y, X, W) -> ConvGrad of dY * (Y > 0). im2col + OpenBLAS
  * GEMM (fp32 accumulation for half tensors, rounded once by dispatch.c). */
 #include <cblas.h>
+#include <omp.h>
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
@@ -85,9 +86,10 @@ static ApxStatus same_type(ApxCpuCtx *ctx, const ApxTensor *t, ApxDType dt, cons
                       apx_dtype_name(t->dtype), apx_dtype_name(dt));
 }
 
-static void *alloc_col(const ConvGeom *g, size_t es) {
+/* im2col scratch: nbuf buffers of Kc * OHW elements (one per thread for the parallel paths) */
+static void *alloc_col(const ConvGeom *g, size_t es, int nbuf) {
   size_t n = g->pointwise ? 1 : (size_t)(g->Cg * g->kh * g->kw * g->OH * g->OW);
-  return malloc((n ? n : 1) * es);
+  return malloc((n ? n : 1) * es * (size_t)(nbuf > 0 ? nbuf : 1));
 }
 
 /* Conv, ConvBiasRelu */
@@ -105,9 +107,10 @@ APX_CPU_KERNEL(apx_cpu_conv) {
     return s;
   if (b && apx_tensor_numel(b) != g.M)
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "B must have M = %lld elements", (long long)g.M);
-  void *col = alloc_col(&g, apx_dtype_size(dt));
-  if (!col) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory (im2col buffer)");
   int nt = apx_cpu_threads(ctx), relu = op == APX_OP_ConvBiasRelu;
+  int par = dt == APX_DT_F64 ? conv_pairs_parallel_f64(&g, nt) : conv_pairs_parallel_f32(&g, nt);
+  void *col = alloc_col(&g, apx_dtype_size(dt), par ? nt : 1);
+  if (!col) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory (im2col buffer)");
   if (dt == APX_DT_F64)
     conv_f64(&g, ins[0].data, ins[1].data, b ? b->data : NULL, outs[0].data, col, relu, nt);
   else
@@ -132,7 +135,7 @@ APX_CPU_KERNEL(apx_cpu_conv_grad) {
       (dw && (!apx_cpu_same_dims(&outs[1], &ins[2]) || outs[1].dtype != dt)) ||
       (db && (apx_tensor_numel(&outs[2]) != g.M || outs[2].dtype != dt)))
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "dX / dW / dB must match X / W / (M)");
-  void *col = alloc_col(&g, apx_dtype_size(dt));
+  void *col = alloc_col(&g, apx_dtype_size(dt), 1);
   if (!col) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory (im2col buffer)");
   int nt = apx_cpu_threads(ctx);
   if (dt == APX_DT_F64)

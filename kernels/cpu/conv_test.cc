@@ -109,16 +109,24 @@ TEST(Conv, RejectsMismatchedShapes) {
   EXPECT_EQ(run(APX_OP_Conv, &a, {&x3, &w1}, {&y3}, &err), APX_STATUS_UNSUPPORTED) << err;
 }
 
+// Large products are tiled over the threads; many small ones (16 images, also grouped) run
+// one (image, group) pair per thread: the same bits either way.
 TEST(Conv, ThreadCountDoesNotChangeBits) {
-  ConvCase c = {2, 16, 20, 20, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, true};
-  ApxAttrConv a = attrs_of(c);
-  for (ApxDType dt : {APX_DT_F32, APX_DT_F16}) {
-    Tensor x = rand(dt, {2, 16, 20, 20}, -1, 1, 1), w = rand(dt, {32, 16, 3, 3}, -1, 1, 2);
-    Tensor b = rand(dt, {32}, -1, 1, 3), y1(dt, {2, 32, 20, 20}), y2(dt, {2, 32, 20, 20});
-    RunOpts two;
-    two.threads = 2;
-    run_ok(APX_OP_Conv, &a, {&x, &w, &b}, {&y1});
-    run_ok(APX_OP_Conv, &a, {&x, &w, &b}, {&y2}, two);
-    expect_same_bits(y1, y2, "Conv 1 vs 2 threads");
-  }
+  const ConvCase cases[] = {{2, 16, 20, 20, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, true},
+                            {16, 4, 12, 12, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, true},
+                            {16, 4, 12, 12, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, false}};
+  for (const ConvCase &c : cases)
+    for (ApxDType dt : {APX_DT_F32, APX_DT_F16}) {
+      ApxAttrConv a = attrs_of(c);
+      int64_t OH = out_dim(c.H, c.kh, c.sh, c.dh, c.pt, c.pb);
+      int64_t OW = out_dim(c.W, c.kw, c.sw, c.dw, c.pl, c.pr);
+      Tensor x = rand(dt, {c.N, c.C, c.H, c.W}, -1, 1, 1),
+             w = rand(dt, {c.M, c.C / c.group, c.kh, c.kw}, -1, 1, 2);
+      Tensor b = rand(dt, {c.M}, -1, 1, 3), y1(dt, {c.N, c.M, OH, OW}), y2(dt, y1.dims);
+      RunOpts two;
+      two.threads = 2;
+      run_ok(APX_OP_Conv, &a, {&x, &w, c.bias ? &b : nullptr}, {&y1});
+      run_ok(APX_OP_Conv, &a, {&x, &w, c.bias ? &b : nullptr}, {&y2}, two);
+      expect_same_bits(y1, y2, "Conv 1 vs 2 threads");
+    }
 }

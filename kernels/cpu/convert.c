@@ -252,7 +252,7 @@ ApxStatus apx_cpu_convert_nt(const void *src, ApxDType st, void *dst, ApxDType d
   int64_t nblk = (n + CONV_BLOCK - 1) / CONV_BLOCK;
   int fast = (st == APX_DT_F32 && (dt == APX_DT_F16 || dt == APX_DT_BF16)) ||
              (dt == APX_DT_F32 && (st == APX_DT_F16 || st == APX_DT_BF16));
-  APX_OMP_FOR(n > APX_CPU_CHUNK)
+  APX_OMP_FOR(n > APX_CPU_PAR_WORK)
   for (int64_t b = 0; b < nblk; b++) {
     int64_t off = b * CONV_BLOCK, len = n - off < CONV_BLOCK ? n - off : CONV_BLOCK;
     if (fast) {

@@ -32,9 +32,10 @@ void apx_cpu_blas_threads(int nt);
 /* Elements per OpenMP work chunk for elementwise loops (and the fixed chunk of chunked sums). */
 #define APX_CPU_CHUNK 16384
 /* Least work (elements a loop reads and writes, roughly) for which a loop runs as an OpenMP
- * parallel region: below it the fork and join (microseconds; on a loaded machine a team
- * thread that is not running costs up to a scheduler time slice) outweigh the work. */
-#define APX_CPU_PAR_WORK 65536
+ * parallel region: below it (~50 us of simple work) waking the team and joining it (tens of
+ * microseconds with sleeping threads in a VM; docs/cpu_kernels.md "Threads") outweigh the
+ * work. Only the threading depends on it, never the bits. */
+#define APX_CPU_PAR_WORK (1 << 17)
 
 #define APX_PRAGMA(x) _Pragma(#x)
 /* Parallel-for over an independent loop; `nt` must be an int variable in scope. Each
@@ -52,8 +53,14 @@ void apx_cpu_strides(const int64_t *dims, int rank, int64_t *strides);
  * Convolution and pooling split output rows into these (no bounds checks) and the border. */
 static inline void apx_cpu_inside(int64_t len, int64_t n, int64_t s, int64_t off, int64_t *lo,
                                   int64_t *hi) {
-  int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
-  int64_t b = len - 1 - off >= 0 ? (len - 1 - off) / s + 1 : 0;
+  int64_t a, b;
+  if (s == 1) { /* the common case, without divisions */
+    a = off >= 0 ? 0 : -off;
+    b = len - off > 0 ? len - off : 0;
+  } else {
+    a = off >= 0 ? 0 : (-off + s - 1) / s;
+    b = len - 1 - off >= 0 ? (len - 1 - off) / s + 1 : 0;
+  }
   if (b > n) b = n;
   *lo = a < b ? a : b;
   *hi = b;
@@ -119,7 +126,7 @@ static inline int64_t apx_bcast_istride(const ApxBcast *b, int k) {
   do {                                                                                    \
     const ApxBcast *bc_ = (bc);                                                           \
     int64_t n_ = bc_->numel, nchunk_ = (n_ + APX_CPU_CHUNK - 1) / APX_CPU_CHUNK;          \
-    APX_OMP_FOR(nchunk_ > 1)                                                              \
+    APX_OMP_FOR(n_ > APX_CPU_PAR_WORK && nchunk_ > 1)                                     \
     for (int64_t c_ = 0; c_ < nchunk_; c_++) {                                            \
       int64_t seg_i = c_ * APX_CPU_CHUNK;                                                 \
       int64_t end_ = seg_i + APX_CPU_CHUNK < n_ ? seg_i + APX_CPU_CHUNK : n_;             \

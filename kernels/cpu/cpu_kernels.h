@@ -70,17 +70,22 @@ int apx_cpu_supports(ApxOp op, ApxDType dt);
  * uses a fitting core or OPENBLAS_CORETYPE is set. */
 const char *apx_cpu_blas_coretype_hint(void);
 
-/* Call first thing in main() of a program that runs these kernels (apexrun, benchmarks):
- * when apx_cpu_blas_coretype_hint() names a core type, sets OPENBLAS_CORETYPE to it (and
- * OPENBLAS_NUM_THREADS=1 when unset: the kernels run OpenBLAS single-threaded anyway, so no
- * idle pool threads) and re-executes the program (execv of /proc/self/exe with the same argv;
- * the pid, arguments and the rest of the environment stay; the process name is restored), so
- * that OpenBLAS loads with the fast kernels. Returns
- * (doing nothing) when OPENBLAS_CORETYPE or APX_NO_REEXEC is set, in the re-executed process
- * (marked by APX_CPU_REEXEC in the environment, which it removes: no loops), when
- * /proc/self/exe is not the file argv[0] names (valgrind, qemu, ld.so PROGRAM), or when the
- * exec fails (the program then runs with the slow kernels). Not thread-safe: call before
- * any thread starts. */
+/* Call first thing in main() of a program that runs these kernels (apexrun, benchmarks).
+ * Libraries read some settings from the environment only when they load, so this sets them
+ * and re-executes the program once (execv of /proc/self/exe with the same argv; the pid,
+ * arguments and the rest of the environment stay; the process name is restored):
+ *   OPENBLAS_CORETYPE     when apx_cpu_blas_coretype_hint() names a core (fast sgemm), with
+ *                         OPENBLAS_NUM_THREADS=1 unless set (the kernels run OpenBLAS
+ *                         single-threaded anyway: no idle pool threads);
+ *   OMP_WAIT_POLICY       PASSIVE, when neither it nor GOMP_SPINCOUNT is set: libgomp's
+ *                         default lets idle team threads spin ~4 ms after every parallel
+ *                         region, which on a loaded machine takes the CPU from the serial
+ *                         work in between (docs/cpu_kernels.md "Threads").
+ * A variable the user set is left alone. Returns (doing nothing) when there is nothing to
+ * set, when APX_NO_REEXEC is set (opt-out), in the re-executed process (marked by
+ * APX_CPU_REEXEC in the environment, which it removes: no loops), when /proc/self/exe is not
+ * the file argv[0] names (valgrind, qemu, ld.so PROGRAM), or when the exec fails (the program
+ * then runs as it would have). Not thread-safe: call before any thread starts. */
 void apx_cpu_reexec_tuned(char **argv);
 
 /* Bulk conversions (F16C where the CPU has it, portable fallback otherwise); bit-identical

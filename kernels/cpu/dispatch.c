@@ -177,7 +177,7 @@ static ApxStatus run_chunked(ApxCpuCtx *ctx, const CpuEntry *e, ApxOp op, const 
   int64_t nch = (n + ELEM_CHUNK - 1) / ELEM_CHUNK;
   ApxStatus first = APX_STATUS_OK;
   char err[sizeof ctx->err] = "";
-  APX_OMP_FOR(nch > 1)
+  APX_OMP_FOR(n > APX_CPU_PAR_WORK && nch > 1)
   for (int64_t c = 0; c < nch; c++) {
     int64_t off = c * ELEM_CHUNK, len = n - off < ELEM_CHUNK ? n - off : ELEM_CHUNK;
     uint64_t buf[ELEM_MAX_IO][ELEM_CHUNK]; /* 8-byte aligned, room for any math type */

@@ -81,7 +81,7 @@ APX_CPU_KERNEL(apx_cpu_unary) {
       {
         const int64_t *x = ins[0].data;
         int64_t *y = outs[0].data;
-        APX_OMP_FOR(n > APX_CPU_CHUNK)
+        APX_OMP_FOR(n > APX_CPU_PAR_WORK)
         for (int64_t i = 0; i < n; i++) y[i] = (int64_t)(0 - (uint64_t)x[i]);
       }
       break;

@@ -192,12 +192,12 @@ void *apx_cpu_relu_mask_grad(const ApxTensor *dy, const ApxTensor *y, int nt) {
   if (dy->dtype == APX_DT_F64) {
     const double *d = dy->data, *v = y->data;
     double *o = g;
-    APX_OMP_FOR(n > APX_CPU_CHUNK)
+    APX_OMP_FOR(n > APX_CPU_PAR_WORK)
     for (int64_t i = 0; i < n; i++) o[i] = apx_relu_grad_f64(d[i], v[i]);
   } else {
     const float *d = dy->data, *v = y->data;
     float *o = g;
-    APX_OMP_FOR(n > APX_CPU_CHUNK)
+    APX_OMP_FOR(n > APX_CPU_PAR_WORK)
     for (int64_t i = 0; i < n; i++) o[i] = apx_relu_grad_f32(d[i], v[i]);
   }
   return g;

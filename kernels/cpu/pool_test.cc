@@ -152,12 +152,12 @@ TEST(GlobalAveragePool, AnySpatialRankEveryFloatType) {
 }
 
 TEST(Pool, ThreadCountDoesNotChangeBits) {
-  PoolCase c = {4, 8, 32, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 0};
-  int64_t O = out_dim(32, 3, 2, 1, 1, 1, 0);
+  PoolCase c = {8, 8, 48, 48, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 0};  // above APX_CPU_PAR_WORK
+  int64_t O = out_dim(48, 3, 2, 1, 1, 1, 0);
   for (ApxOp op : {APX_OP_MaxPool, APX_OP_AveragePool}) {
     ApxAttrPool a = attrs_of(c, 1, 0);
-    Tensor x = rand(APX_DT_F32, {4, 8, 32, 32}, -1, 1, 5), y1(APX_DT_F32, {4, 8, O, O}),
-           y2(APX_DT_F32, {4, 8, O, O});
+    Tensor x = rand(APX_DT_F32, {8, 8, 48, 48}, -1, 1, 5), y1(APX_DT_F32, {8, 8, O, O}),
+           y2(APX_DT_F32, {8, 8, O, O});
     RunOpts two;
     two.threads = 2;
     run_ok(op, &a, {&x}, {&y1});

@@ -91,7 +91,7 @@ static ApxStatus concat_split(ApxCpuCtx *ctx, int split, int64_t axis, ApxTensor
   int64_t inner = apx_cpu_prod(whole->dims, (int)axis + 1, whole->rank) * (int64_t)es;
   int64_t row = whole->dims[axis] * inner;
   int nt = apx_cpu_threads(ctx);
-  APX_OMP_FOR(outer * row > APX_CPU_CHUNK * 4 && outer > 1)
+  APX_OMP_FOR(outer * row > APX_CPU_PAR_WORK && outer > 1)
   for (int64_t o = 0; o < outer; o++) {
     int64_t pos = o * row;
     for (int k = 0; k < n; k++) {
@@ -225,7 +225,7 @@ APX_CPU_KERNEL(apx_cpu_gather) {
   const char *src = ins[0].data;
   char *dst = outs[0].data;
   int nt = apx_cpu_threads(ctx);
-  APX_OMP_FOR(outer * ni * (int64_t)row > APX_CPU_CHUNK * 4 && outer * ni > 1)
+  APX_OMP_FOR(outer * ni * (int64_t)row > APX_CPU_PAR_WORK && outer * ni > 1)
   for (int64_t t = 0; t < outer * ni; t++) {
     int64_t o = t / ni, j = t % ni, v = apx_cpu_index_at(&ins[1], j);
     if (v < 0) v += A;

@@ -45,8 +45,8 @@ TEST(Softmax, LargeInputsDoNotOverflow) {
 }
 
 TEST(Softmax, ThreadCountDoesNotChangeBits) {
-  Tensor x = rand(APX_DT_F32, {64, 1000}, -5, 5, 1), y1(APX_DT_F32, {64, 1000}),
-         y2(APX_DT_F32, {64, 1000});
+  Tensor x = rand(APX_DT_F32, {128, 1500}, -5, 5, 1), y1(APX_DT_F32, {128, 1500}),
+         y2(APX_DT_F32, {128, 1500});
   ApxAttrAxis a = {1};
   RunOpts two;
   two.threads = 2;

@@ -251,9 +251,9 @@ TEST(OptimizerStep, ThreadCountDoesNotChangeBits) {
   ApxAttrOptimizer a = opt_cases()[6].a;  // lamb: tensor norms
   a.n_params = 1;
   Tensor found = make(APX_DT_F32, {1}, {0}), norm(APX_DT_F32, {1}), lr = make(APX_DT_F32, {1}, {0.01});
-  Tensor g = rand(APX_DT_F32, {70000}, -1, 1, 2);
-  Tensor p1 = rand(APX_DT_F32, {70000}, -1, 1, 1), p2 = p1;
-  Tensor m1(APX_DT_F32, {70000}), v1(APX_DT_F32, {70000}), m2 = m1, v2 = v1;
+  Tensor g = rand(APX_DT_F32, {300000}, -1, 1, 2);  // above APX_CPU_PAR_WORK
+  Tensor p1 = rand(APX_DT_F32, {300000}, -1, 1, 1), p2 = p1;
+  Tensor m1(APX_DT_F32, {300000}), v1(APX_DT_F32, {300000}), m2 = m1, v2 = v1;
   Tensor s1(APX_DT_I64, {1}), s2(APX_DT_I64, {1});
   RunOpts two;
   two.threads = 2;
