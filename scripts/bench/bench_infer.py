@@ -23,8 +23,10 @@ Per case and thread count, K repetitions, interleaved so both peers see the same
   apexc[CORE]  apexc again with OPENBLAS_CORETYPE=CORE (--coretype; auto: SkylakeX with
                AVX-512, Haswell with AVX2+FMA, when OPENBLAS_CORETYPE is not set already).
                Debian's OpenBLAS 0.3.21 does not know newer CPUs and falls back to its SSE3
-               "Prescott" sgemm (kernels/cpu/cpu_kernels.h apx_cpu_blas_coretype_hint), which
-               apexrun as shipped then uses; this column shows what the right kernel gives.
+               "Prescott" sgemm (kernels/cpu/cpu_kernels.h apx_cpu_blas_coretype_hint).
+               apexrun now sets OPENBLAS_CORETYPE (and OMP_WAIT_POLICY=PASSIVE) itself and
+               re-executes (docs/runtime.md "CPU environment"), so both columns should agree;
+               run with APX_NO_REEXEC=1 in the environment to measure the libraries' defaults.
 Printed: the median over the K repetitions of each peer's median, and apexc / ort ratios
 (below 1: apexc faster). The loss apexc wrote is checked against onnxruntime's (1e-5).
 """

@@ -20,7 +20,8 @@ trainable except BN running statistics.
                optimizer.step() + module.lazy_reset_grad(), timed from Python with
                perf_counter around the three calls; the median over steps W+1..N.
   O0[CORE]     apexc -O0 again with OPENBLAS_CORETYPE=CORE (--coretype, as in
-               bench_infer.py: Debian's OpenBLAS falls back to SSE3 kernels on newer CPUs).
+               bench_infer.py: Debian's OpenBLAS falls back to SSE3 kernels on newer CPUs;
+               apexrun now sets it itself, so O0 and O0[CORE] should agree).
 K repetitions (fresh process / fresh session each), interleaved; printed: the median over
 repetitions of each median, and apexc / onnxruntime ratios (below 1: apexc faster). The
 first-step losses of apexc -O0 and onnxruntime are printed side by side as a sanity check.
