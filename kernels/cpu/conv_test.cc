@@ -109,12 +109,12 @@ TEST(Conv, RejectsMismatchedShapes) {
   EXPECT_EQ(run(APX_OP_Conv, &a, {&x3, &w1}, {&y3}, &err), APX_STATUS_UNSUPPORTED) << err;
 }
 
-// Large products are tiled over the threads; many small ones (16 images, also grouped) run
-// one (image, group) pair per thread: the same bits either way.
+// Large products are tiled over the threads; many small ones (64 images, also grouped) run
+// one (image, group) pair per thread (conv_pairs_parallel): the same bits either way.
 TEST(Conv, ThreadCountDoesNotChangeBits) {
-  const ConvCase cases[] = {{2, 16, 20, 20, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, true},
-                            {16, 4, 12, 12, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, true},
-                            {16, 4, 12, 12, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, false}};
+  const ConvCase cases[] = {{2, 32, 24, 24, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, true},
+                            {64, 8, 16, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, true},
+                            {64, 8, 16, 16, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, false}};
   for (const ConvCase &c : cases)
     for (ApxDType dt : {APX_DT_F32, APX_DT_F16}) {
       ApxAttrConv a = attrs_of(c);
