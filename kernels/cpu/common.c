@@ -1,5 +1,5 @@
-/* common.c - helpers shared by the CPU kernel families: error text, thread counts,
- * broadcasting setup, strided copies. */
+/* common.c - helpers shared by the CPU kernel families: error text, thread counts, the
+ * OpenBLAS environment, strided and broadcast copies. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -108,36 +108,6 @@ void apx_cpu_reexec_tuned(char **argv) {
     if (env[i].set) unsetenv(env[i].name);
 }
 
-int64_t apx_cpu_prod(const int64_t *dims, int from, int to) {
-  int64_t p = 1;
-  for (int i = from; i < to; i++) p *= dims[i];
-  return p;
-}
-
-int apx_cpu_same_dims(const ApxTensor *a, const ApxTensor *b) {
-  if (a->rank != b->rank) return 0;
-  for (int i = 0; i < a->rank; i++)
-    if (a->dims[i] != b->dims[i]) return 0;
-  return 1;
-}
-
-const char *apx_cpu_dims_str(const ApxTensor *t, char *buf, size_t n) {
-  size_t k = 0;
-  k += (size_t)snprintf(buf + k, n - k, "[");
-  for (int i = 0; i < t->rank && k < n; i++)
-    k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)t->dims[i]);
-  if (k < n) snprintf(buf + k, n - k, "]");
-  return buf;
-}
-
-void apx_cpu_strides(const int64_t *dims, int rank, int64_t *strides) {
-  int64_t s = 1;
-  for (int i = rank - 1; i >= 0; i--) {
-    strides[i] = s;
-    s *= dims[i];
-  }
-}
-
 ApxStatus apx_cpu_need_in(ApxCpuCtx *ctx, const ApxTensor *ins, int n_in, int i) {
   if (apx_cpu_has(ins, n_in, i)) return APX_STATUS_OK;
   return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %d missing", i);
@@ -161,70 +131,6 @@ int64_t apx_cpu_index_at(const ApxTensor *t, int64_t i) {
     case APX_DT_U64: return (int64_t)((const uint64_t *)t->data)[i];
     default: return 0;
   }
-}
-
-int apx_bcast_init(ApxBcast *b, int out_rank, const int64_t *out_dims, int n_in,
-                   const int32_t *in_ranks, const int64_t (*in_dims)[APX_MAX_RANK], int *bad) {
-  int64_t st[APX_BCAST_MAX_IN][APX_MAX_RANK];
-  memset(b, 0, sizeof *b);
-  b->n_in = n_in;
-  for (int k = 0; k < n_in; k++) {
-    int r = in_ranks[k];
-    int64_t cs[APX_MAX_RANK];
-    if (r > out_rank) {
-      if (bad) *bad = k;
-      return -1;
-    }
-    apx_cpu_strides(in_dims[k], r, cs);
-    for (int d = 0; d < out_rank; d++) {
-      int id = d - (out_rank - r);
-      if (id < 0) {
-        st[k][d] = 0;
-        continue;
-      }
-      int64_t dim = in_dims[k][id];
-      if (dim == 1) {
-        st[k][d] = 0;
-      } else if (dim == out_dims[d]) {
-        st[k][d] = cs[id];
-      } else {
-        if (bad) *bad = k;
-        return -1;
-      }
-    }
-  }
-  /* collapse: drop size-1 output dims, merge neighbours contiguous in every input */
-  int n = 0;
-  for (int d = 0; d < out_rank; d++) {
-    if (out_dims[d] == 1) continue;
-    int merge = n > 0;
-    for (int k = 0; k < n_in && merge; k++)
-      if (b->strides[k][n - 1] != st[k][d] * out_dims[d]) merge = 0;
-    if (merge) {
-      b->dims[n - 1] *= out_dims[d];
-      for (int k = 0; k < n_in; k++) b->strides[k][n - 1] = st[k][d];
-    } else {
-      b->dims[n] = out_dims[d];
-      for (int k = 0; k < n_in; k++) b->strides[k][n] = st[k][d];
-      n++;
-    }
-  }
-  b->rank = n;
-  b->numel = apx_cpu_prod(b->dims, 0, n);
-  b->inner = n ? b->dims[n - 1] : 1;
-  return 0;
-}
-
-int apx_bcast_init_t(ApxBcast *b, const ApxTensor *out, const ApxTensor *const *ins, int n_in,
-                     int *bad) {
-  int32_t ranks[APX_BCAST_MAX_IN];
-  int64_t dims[APX_BCAST_MAX_IN][APX_MAX_RANK];
-  for (int k = 0; k < n_in; k++) {
-    ranks[k] = ins[k]->rank;
-    memcpy(dims[k], ins[k]->dims, sizeof dims[k]);
-  }
-  return apx_bcast_init(b, out->rank, out->dims, n_in, ranks, (const int64_t(*)[APX_MAX_RANK])dims,
-                        bad);
 }
 
 #define STRIDED_ROW(T)                                                                    \
@@ -258,7 +164,7 @@ void apx_cpu_strided_copy(void *dst, const int64_t *dst_strides, const void *src
     return;
   }
   int64_t inner = cd[n - 1], di = ds[n - 1], si = ss[n - 1];
-  int64_t rows = apx_cpu_prod(cd, 0, n - 1);
+  int64_t rows = apx_dims_prod(cd, 0, n - 1);
   APX_OMP_FOR(rows * inner > APX_CPU_PAR_WORK && rows > 1)
   for (int64_t r = 0; r < rows; r++) {
     int64_t doff = 0, soff = 0, q = r;
@@ -291,7 +197,7 @@ int apx_cpu_broadcast_copy(const ApxTensor *src, ApxTensor *dst, int nt) {
   const ApxTensor *one[1] = {src};
   if (apx_bcast_init_t(&bc, dst, one, 1, NULL) != 0) return -1;
   int64_t ds[APX_MAX_RANK];
-  apx_cpu_strides(bc.dims, bc.rank, ds);
+  apx_dims_strides(bc.dims, bc.rank, ds);
   apx_cpu_strided_copy(dst->data, ds, src->data, bc.strides[0], bc.dims, bc.rank,
                        apx_dtype_size(dst->dtype), nt);
   return 0;

@@ -9,12 +9,6 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/ew_math.h"
 
-typedef struct ConvGeom {
-  int64_t N, C, H, W, M, OH, OW, G, Cg, Mg;
-  int64_t kh, kw, sh, sw, dh, dw, pt, pl;
-  int pointwise; /* 1x1, stride 1, no padding: col is X itself */
-} ConvGeom;
-
 #define APX_REAL_F64 0
 #include "kernels/cpu/real_begin.h"
 #include "kernels/cpu/sum_real.inc"
@@ -28,52 +22,12 @@ typedef struct ConvGeom {
 #include "kernels/cpu/conv_real.inc"
 #include "kernels/cpu/real_end.h"
 
-static int64_t one_if_zero(int64_t v) { return v ? v : 1; }
-
-/* x (N, C, H, W), w (M, C / group, kh, kw), y (N, M, OH, OW) */
+/* x (N, C, H, W), w (M, C / group, kh, kw), y (N, M, OH, OW): kernels/shape.h's geometry,
+ * with the GEMM sizes in int range. */
 static ApxStatus conv_geom(ApxCpuCtx *ctx, const ApxAttrConv *a, const ApxTensor *x,
-                           const ApxTensor *w, const ApxTensor *y, ConvGeom *g) {
-  char sx[96], sw[96], sy[96];
-  if (x->rank != 4 || w->rank != 4 || y->rank != 4)
-    return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED,
-                        "not supported yet: convolution of rank %d (only 2-D, rank 4)", x->rank);
-  g->N = x->dims[0];
-  g->C = x->dims[1];
-  g->H = x->dims[2];
-  g->W = x->dims[3];
-  g->M = w->dims[0];
-  g->kh = w->dims[2];
-  g->kw = w->dims[3];
-  g->OH = y->dims[2];
-  g->OW = y->dims[3];
-  g->G = one_if_zero(a->group);
-  g->sh = one_if_zero(a->strides[0]);
-  g->sw = one_if_zero(a->strides[1]);
-  g->dh = one_if_zero(a->dilations[0]);
-  g->dw = one_if_zero(a->dilations[1]);
-  g->pt = a->pads[0];
-  g->pl = a->pads[1];
-  int64_t pb = a->pads[2], pr = a->pads[3];
-  int bad = g->G < 1 || g->C % g->G || g->M % g->G || g->sh < 1 || g->sw < 1 || g->dh < 1 ||
-            g->dw < 1 || g->pt < 0 || g->pl < 0 || pb < 0 || pr < 0;
-  if (!bad) {
-    g->Cg = g->C / g->G;
-    g->Mg = g->M / g->G;
-    bad = w->dims[1] != g->Cg || (a->kernel[0] && a->kernel[0] != g->kh) ||
-          (a->kernel[1] && a->kernel[1] != g->kw) || y->dims[0] != g->N || y->dims[1] != g->M;
-  }
-  if (!bad) {
-    int64_t sph = g->H + g->pt + pb - (g->kh - 1) * g->dh - 1;
-    int64_t spw = g->W + g->pl + pr - (g->kw - 1) * g->dw - 1;
-    bad = sph < 0 || spw < 0 || g->OH != sph / g->sh + 1 || g->OW != spw / g->sw + 1;
-  }
-  if (bad)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT,
-                        "shapes/attributes do not match: X %s, W %s, Y %s, group %lld",
-                        apx_cpu_dims_str(x, sx, sizeof sx), apx_cpu_dims_str(w, sw, sizeof sw),
-                        apx_cpu_dims_str(y, sy, sizeof sy), (long long)a->group);
-  g->pointwise = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pt == 0 &&
-                 g->pl == 0 && pb == 0 && pr == 0;
+                           const ApxTensor *w, const ApxTensor *y, ApxConvGeom *g) {
+  ApxStatus s = apx_shape_status(apx_conv_geom(a, x, w, y, g, ctx->err, sizeof ctx->err));
+  if (s) return s;
   int64_t Kc = g->Cg * g->kh * g->kw;
   if (Kc > 0x7fffffff || g->OH * g->OW > 0x7fffffff || g->Mg > 0x7fffffff)
     return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: dims beyond 2^31");
@@ -87,7 +41,7 @@ static ApxStatus same_type(ApxCpuCtx *ctx, const ApxTensor *t, ApxDType dt, cons
 }
 
 /* im2col scratch: nbuf buffers of Kc * OHW elements (one per thread for the parallel paths) */
-static void *alloc_col(const ConvGeom *g, size_t es, int nbuf) {
+static void *alloc_col(const ApxConvGeom *g, size_t es, int nbuf) {
   size_t n = g->pointwise ? 1 : (size_t)(g->Cg * g->kh * g->kw * g->OH * g->OW);
   return malloc((n ? n : 1) * es * (size_t)(nbuf > 0 ? nbuf : 1));
 }
@@ -98,7 +52,7 @@ APX_CPU_KERNEL(apx_cpu_conv) {
   if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1)) ||
       (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
     return s;
-  ConvGeom g;
+  ApxConvGeom g;
   ApxDType dt = outs[0].dtype;
   const ApxTensor *b = apx_cpu_has(ins, n_in, 2) ? &ins[2] : NULL;
   if ((s = conv_geom(ctx, attrs, &ins[0], &ins[1], &outs[0], &g)) ||
@@ -123,7 +77,7 @@ APX_CPU_KERNEL(apx_cpu_conv_grad) {
   ApxStatus s;
   for (int i = 0; i < 3; i++)
     if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
-  ConvGeom g;
+  ApxConvGeom g;
   ApxDType dt = ins[0].dtype;
   if ((s = conv_geom(ctx, attrs, &ins[1], &ins[2], &ins[0], &g)) ||
       (s = same_type(ctx, &ins[1], dt, "X")) || (s = same_type(ctx, &ins[2], dt, "W")))
@@ -131,8 +85,8 @@ APX_CPU_KERNEL(apx_cpu_conv_grad) {
   void *dx = apx_cpu_has(outs, n_out, 0) ? outs[0].data : NULL;
   void *dw = apx_cpu_has(outs, n_out, 1) ? outs[1].data : NULL;
   void *db = apx_cpu_has(outs, n_out, 2) ? outs[2].data : NULL;
-  if ((dx && (!apx_cpu_same_dims(&outs[0], &ins[1]) || outs[0].dtype != dt)) ||
-      (dw && (!apx_cpu_same_dims(&outs[1], &ins[2]) || outs[1].dtype != dt)) ||
+  if ((dx && (!apx_same_dims(&outs[0], &ins[1]) || outs[0].dtype != dt)) ||
+      (dw && (!apx_same_dims(&outs[1], &ins[2]) || outs[1].dtype != dt)) ||
       (db && (apx_tensor_numel(&outs[2]) != g.M || outs[2].dtype != dt)))
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "dX / dW / dB must match X / W / (M)");
   void *col = alloc_col(&g, apx_dtype_size(dt), 1);
@@ -150,7 +104,7 @@ APX_CPU_KERNEL(apx_cpu_conv_bias_relu_grad) {
   ApxStatus s;
   for (int i = 0; i < 4; i++)
     if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
-  if (!apx_cpu_same_dims(&ins[0], &ins[1]) || ins[0].dtype != ins[1].dtype)
+  if (!apx_same_dims(&ins[0], &ins[1]) || ins[0].dtype != ins[1].dtype)
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "dY and Y must have one shape and type");
   void *g = apx_cpu_relu_mask_grad(&ins[0], &ins[1], apx_cpu_threads(ctx));
   if (!g) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory");

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/shape.h"
 
 typedef ApxStatus (*ApxCpuKernel)(ApxCpuCtx *ctx, ApxOp op, const void *attrs,
                                   const ApxTensor *ins, int n_in, ApxTensor *outs, int n_out);
@@ -42,12 +43,9 @@ void apx_cpu_blas_threads(int nt);
  * iteration writes only its own outputs, so results do not depend on the thread count. */
 #define APX_OMP_FOR(cond) APX_PRAGMA(omp parallel for num_threads(nt) schedule(static) if (cond))
 
-int64_t apx_cpu_prod(const int64_t *dims, int from, int to); /* product of dims[from, to) */
-int apx_cpu_same_dims(const ApxTensor *a, const ApxTensor *b);
-/* "[2,3,4]" into buf (for messages); returns buf. */
-const char *apx_cpu_dims_str(const ApxTensor *t, char *buf, size_t n);
-/* Contiguous row-major element strides of dims[rank]. */
-void apx_cpu_strides(const int64_t *dims, int rank, int64_t *strides);
+/* Dims helpers (apx_dims_prod, apx_dims_strides, apx_same_dims, apx_dims_str) and the shape
+ * planning shared with the CUDA kernels (broadcasting, reductions, products, geometry) are
+ * kernels/shape.h's; kernels pass ctx->err to a planner and return apx_shape_status(rc). */
 
 /* [*lo, *hi): the o in [0, n) with o * s + off in [0, len) (s >= 1; lo == hi when none).
  * Convolution and pooling split output rows into these (no bounds checks) and the border. */
@@ -78,40 +76,7 @@ ApxStatus apx_cpu_need_out(ApxCpuCtx *ctx, ApxTensor *outs, int n_out, int i);
 /* Integer element i of an index tensor (any integer dtype, bool as 0/1). */
 int64_t apx_cpu_index_at(const ApxTensor *t, int64_t i);
 
-/* ---- numpy multidirectional broadcasting ------------------------------------------ */
-
-#define APX_BCAST_MAX_IN 4
-
-/* Output shape dims[rank] (collapsed: size-1 dims dropped, mergeable neighbours merged)
- * and, per input, element strides into that input (0 along broadcast dims). The innermost
- * stride of every input is 0 or 1. */
-typedef struct ApxBcast {
-  int rank;
-  int n_in;
-  int64_t dims[APX_MAX_RANK];
-  int64_t strides[APX_BCAST_MAX_IN][APX_MAX_RANK];
-  int64_t numel; /* output elements */
-  int64_t inner; /* dims[rank - 1] (1 when rank is 0) */
-} ApxBcast;
-
-/* Sets up broadcasting of ins[0..n) (ranks/dims) to the output shape out_dims[out_rank].
- * Each input must be broadcastable to the output (right-aligned, dim equal or 1).
- * Returns 0, or -1 when input k (in *bad) is not broadcastable. */
-int apx_bcast_init(ApxBcast *b, int out_rank, const int64_t *out_dims, int n_in,
-                   const int32_t *in_ranks, const int64_t (*in_dims)[APX_MAX_RANK], int *bad);
-/* Same from tensors. */
-int apx_bcast_init_t(ApxBcast *b, const ApxTensor *out, const ApxTensor *const *ins, int n_in,
-                     int *bad);
-
-/* Offsets into each input of output element i (flat). */
-static inline void apx_bcast_offsets(const ApxBcast *b, int64_t i, int64_t *off) {
-  for (int k = 0; k < b->n_in; k++) off[k] = 0;
-  for (int d = b->rank - 1; d >= 0 && i > 0; d--) {
-    int64_t id = i % b->dims[d];
-    i /= b->dims[d];
-    for (int k = 0; k < b->n_in; k++) off[k] += id * b->strides[k][d];
-  }
-}
+/* ---- numpy multidirectional broadcasting (ApxBcast: kernels/shape.h) ----------------- */
 
 /* Innermost strides (0 or 1) of input k. */
 static inline int64_t apx_bcast_istride(const ApxBcast *b, int k) {
@@ -192,9 +157,6 @@ void apx_cpu_reduce_sum_f32(const float *x, const int64_t *dims, int rank, uint3
                             float *y, int nt);
 void apx_cpu_reduce_sum_f64(const double *x, const int64_t *dims, int rank,
                             uint32_t reduce_mask, double *y, int nt);
-/* Mask of the axes of `from` that broadcasting reduces to `to` (right-aligned: axes missing
- * in `to`, or 1 in `to` and not 1 in `from`); -1 if `to` is not broadcastable to `from`. */
-int64_t apx_cpu_sum_to_mask(const ApxTensor *from, const ApxTensor *to);
 
 /* ---- conversions (convert.c) ------------------------------------------------------- */
 

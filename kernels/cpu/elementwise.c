@@ -109,12 +109,7 @@ APX_CPU_KERNEL(apx_cpu_unary_grad) {
 
 static ApxStatus bcast_setup(ApxCpuCtx *ctx, ApxBcast *bc, const ApxTensor *out,
                              const ApxTensor *const *ins, int n) {
-  int bad = 0;
-  if (apx_bcast_init_t(bc, out, ins, n, &bad) == 0) return APX_STATUS_OK;
-  char a[96], b[96];
-  return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %d shape %s does not broadcast to %s",
-                      bad, apx_cpu_dims_str(ins[bad], a, sizeof a),
-                      apx_cpu_dims_str(out, b, sizeof b));
+  return apx_shape_status(apx_bcast_plan(bc, out, ins, n, ctx->err, sizeof ctx->err));
 }
 
 /* Equal(A, B) -> bool */
@@ -278,7 +273,7 @@ APX_CPU_KERNEL(apx_cpu_pow_grad) {
   for (int k = 0; k < 2; k++) {
     if (!apx_cpu_has(outs, n_out, k)) continue;
     if (outs[k].dtype != dy->dtype) return dtype_error(ctx, "output", outs[k].dtype);
-    mask[k] = apx_cpu_sum_to_mask(dy, &outs[k]);
+    mask[k] = apx_sum_to_mask(dy, &outs[k]);
     if (mask[k] < 0)
       return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output %d shape does not broadcast to dY", k);
     full[k] = mask[k] ? malloc((size_t)(n ? n : 1) * es) : outs[k].data;

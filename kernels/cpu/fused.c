@@ -44,8 +44,8 @@ static ApxStatus dense_shape(ApxCpuCtx *ctx, const ApxAttrFusedDense *a, const A
   return APX_STATUS_OK;
 bad:
   return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "shapes do not match: X %s, W %s, Y %s",
-                      apx_cpu_dims_str(x, sx, sizeof sx), apx_cpu_dims_str(w, sw, sizeof sw),
-                      apx_cpu_dims_str(y, sy, sizeof sy));
+                      apx_dims_str(x, sx, sizeof sx), apx_dims_str(w, sw, sizeof sw),
+                      apx_dims_str(y, sy, sizeof sy));
 }
 
 static int bad_act(int act) { return act < APX_ACT_NONE || act > APX_ACT_GELU_TANH; }
@@ -115,7 +115,7 @@ APX_CPU_KERNEL(apx_cpu_fused_softmax) {
   const ApxTensor *x = &ins[0];
   const ApxTensor *mask = a->has_mask && apx_cpu_has(ins, n_in, 1) ? &ins[1] : NULL;
   if (a->has_mask && !mask) return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input 1 (Mask) missing");
-  if (!apx_cpu_same_dims(x, &outs[0]) || x->rank < 1)
+  if (!apx_same_dims(x, &outs[0]) || x->rank < 1)
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "Y must have X's shape (rank >= 1)");
   const ApxTensor *pair[2] = {x, mask};
   ApxBcast bc;
@@ -139,7 +139,7 @@ APX_CPU_KERNEL(apx_cpu_fused_softmax_grad) {
       (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
     return s;
   const ApxAttrFusedSoftmax *a = attrs;
-  if (!apx_cpu_same_dims(&ins[0], &ins[1]) || !apx_cpu_same_dims(&ins[0], &outs[0]) ||
+  if (!apx_same_dims(&ins[0], &ins[1]) || !apx_same_dims(&ins[0], &outs[0]) ||
       ins[0].rank < 1)
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "dY, Y and dX must have one shape");
   int64_t L = ins[0].dims[ins[0].rank - 1], rows = apx_tensor_numel(&ins[0]) / (L ? L : 1);

@@ -29,17 +29,9 @@ typedef struct LossShape {
 /* x: (N, C, D...), labels: (N, D...), weights: (C) */
 static ApxStatus loss_shape(ApxCpuCtx *ctx, const ApxTensor *x, const ApxTensor *labels,
                             const ApxTensor *w, LossShape *sh) {
-  char a[96], b[96];
-  if (x->rank < 2)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "scores must have rank >= 2, got %d", x->rank);
-  sh->N = x->dims[0];
-  sh->C = x->dims[1];
-  sh->inner = apx_cpu_prod(x->dims, 2, x->rank);
-  int ok = labels->rank == x->rank - 1 && labels->dims[0] == sh->N;
-  for (int d = 1; ok && d < labels->rank; d++) ok = labels->dims[d] == x->dims[d + 1];
-  if (!ok)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "labels %s do not match scores %s",
-                        apx_cpu_dims_str(labels, a, sizeof a), apx_cpu_dims_str(x, b, sizeof b));
+  ApxStatus s = apx_shape_status(
+      apx_loss_shape(x, labels, &sh->N, &sh->C, &sh->inner, ctx->err, sizeof ctx->err));
+  if (s) return s;
   if (labels->dtype != APX_DT_I64)
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "labels must be integers, got %s",
                         apx_dtype_name(labels->dtype));
@@ -80,7 +72,7 @@ APX_CPU_KERNEL(apx_cpu_loss) {
   if (apx_tensor_numel(&outs[0]) != (a->reduction == APX_RED_NONE ? nl : 1) ||
       outs[0].dtype != x->dtype)
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "loss output shape/type does not match");
-  if (lp && (!apx_cpu_same_dims(lp, x) || lp->dtype != x->dtype))
+  if (lp && (!apx_same_dims(lp, x) || lp->dtype != x->dtype))
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "log_prob must have the scores' shape");
   size_t es = apx_dtype_size(x->dtype);
   char *buf = malloc((size_t)(2 * nl + 1) * es);
@@ -121,7 +113,7 @@ APX_CPU_KERNEL(apx_cpu_loss_grad) {
   const ApxTensor *w = !fused && apx_cpu_has(ins, n_in, li + 1) ? &ins[li + 1] : NULL;
   LossShape sh;
   if ((s = loss_shape(ctx, dx, &ins[li], w, &sh))) return s;
-  if (sce && (!apx_cpu_same_dims(&ins[1], dx) || ins[1].dtype != dx->dtype))
+  if (sce && (!apx_same_dims(&ins[1], dx) || ins[1].dtype != dx->dtype))
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%s must have dScores' shape",
                         fused ? "scores" : "log_prob");
   int64_t nl = sh.N * sh.inner;

@@ -7,12 +7,9 @@
 #include "kernels/cpu/cpu_internal.h"
 
 typedef struct MatMulPlan {
-  int64_t M, N, K;
-  int ta, tb;
+  ApxMatMulPlan mm; /* M, N, K, transposes, batch broadcast, reduce (kernels/shape.h) */
   double alpha;
-  ApxBcast bc;     /* over batch dims (units: matrices): inputs A, B, Y */
-  int reduce;      /* Y has fewer batches than the broadcast: accumulate */
-  int fold;        /* B without batch, A with every batch: one tall product */
+  int fold;         /* B without batch, A with every batch: one tall product */
   int64_t y_numel;
 } MatMulPlan;
 
@@ -79,82 +76,14 @@ APX_CPU_KERNEL(apx_cpu_gemm) {
 
 static ApxStatus plan_matmul(ApxCpuCtx *ctx, MatMulPlan *p, const ApxTensor *A,
                              const ApxTensor *B, const ApxTensor *Y) {
-  int a1 = A->rank == 1, b1 = B->rank == 1;
-  if (A->rank < 1 || B->rank < 1)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "operands must have rank >= 1");
-  if ((a1 && p->ta) || (b1 && p->tb))
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "transpose of a 1-D operand");
-  int64_t Kb;
-  if (a1) {
-    p->M = 1;
-    p->K = A->dims[0];
-  } else {
-    int64_t r = A->dims[A->rank - 2], c = A->dims[A->rank - 1];
-    p->M = p->ta ? c : r;
-    p->K = p->ta ? r : c;
-  }
-  if (b1) {
-    Kb = B->dims[0];
-    p->N = 1;
-  } else {
-    int64_t r = B->dims[B->rank - 2], c = B->dims[B->rank - 1];
-    Kb = p->tb ? c : r;
-    p->N = p->tb ? r : c;
-  }
-  char sa[96], sb[96], sy[96];
-  if (Kb != p->K)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "inner dims differ: A %s, B %s",
-                        apx_cpu_dims_str(A, sa, sizeof sa), apx_cpu_dims_str(B, sb, sizeof sb));
-  if (too_big(p->M) || too_big(p->N) || too_big(p->K))
-    return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: dims beyond 2^31");
-  /* batch shapes */
-  int nma = a1 ? 1 : 2, nmb = b1 ? 1 : 2, nmy = (!a1) + (!b1);
-  int ra = A->rank - nma, rb = B->rank - nmb, ry = Y->rank - nmy;
-  if (ry < 0)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output rank %d too small", Y->rank);
-  int64_t want[2];
-  int nw = 0;
-  if (!a1) want[nw++] = p->M;
-  if (!b1) want[nw++] = p->N;
-  for (int i = 0; i < nw; i++)
-    if (Y->dims[ry + i] != want[i])
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output %s does not match A %s, B %s",
-                          apx_cpu_dims_str(Y, sy, sizeof sy), apx_cpu_dims_str(A, sa, sizeof sa),
-                          apx_cpu_dims_str(B, sb, sizeof sb));
-  int rf = ra > rb ? ra : rb;
-  if (ry > rf) rf = ry;
-  int64_t full[APX_MAX_RANK];
-  int32_t ranks[3] = {ra, rb, ry};
-  int64_t dims[3][APX_MAX_RANK];
-  memcpy(dims[0], A->dims, sizeof dims[0]);
-  memcpy(dims[1], B->dims, sizeof dims[1]);
-  memcpy(dims[2], Y->dims, sizeof dims[2]);
-  for (int d = 0; d < rf; d++) {
-    int64_t m = 1;
-    for (int k = 0; k < 2; k++) { /* Y's batch dims follow A's and B's, never widen them */
-      int id = d - (rf - ranks[k]);
-      if (id < 0) continue;
-      int64_t v = dims[k][id];
-      if (v != 1) {
-        if (m != 1 && m != v)
-          return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "batch dims do not broadcast: A %s, B %s",
-                              apx_cpu_dims_str(A, sa, sizeof sa), apx_cpu_dims_str(B, sb, sizeof sb));
-        m = v;
-      }
-    }
-    full[d] = m;
-  }
-  int bad = 0;
-  if (apx_bcast_init(&p->bc, rf, full, 3, ranks, (const int64_t(*)[APX_MAX_RANK])dims, &bad))
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output batch dims %s do not match A %s, B %s",
-                        apx_cpu_dims_str(Y, sy, sizeof sy), apx_cpu_dims_str(A, sa, sizeof sa),
-                        apx_cpu_dims_str(B, sb, sizeof sb));
-  int64_t ya = apx_cpu_prod(Y->dims, 0, ry), aa = apx_cpu_prod(A->dims, 0, ra),
-          ba = apx_cpu_prod(B->dims, 0, rb);
-  p->reduce = ya < p->bc.numel;
+  ApxMatMulPlan *m = &p->mm;
+  ApxStatus s = apx_shape_status(apx_matmul_plan(m, A, B, Y, ctx->err, sizeof ctx->err));
+  if (s) return s;
+  int32_t ra = A->rank - (A->rank == 1 ? 1 : 2), rb = B->rank - (B->rank == 1 ? 1 : 2);
+  int64_t aa = apx_dims_prod(A->dims, 0, ra), ba = apx_dims_prod(B->dims, 0, rb);
   p->y_numel = apx_tensor_numel(Y);
-  p->fold = !p->reduce && !p->ta && ba == 1 && aa == p->bc.numel && p->bc.numel > 1 &&
-            !too_big(p->M * p->bc.numel);
+  p->fold = !m->reduce && !m->ta && ba == 1 && aa == m->bc.numel && m->bc.numel > 1 &&
+            !too_big(m->M * m->bc.numel);
   return APX_STATUS_OK;
 }
 
@@ -169,8 +98,8 @@ APX_CPU_KERNEL(apx_cpu_matmul) {
   p.alpha = 1;
   if (op == APX_OP_FusedMatMul) {
     const ApxAttrFusedMatMul *f = attrs;
-    p.ta = f->trans_a;
-    p.tb = f->trans_b;
+    p.mm.ta = f->trans_a;
+    p.mm.tb = f->trans_b;
     p.alpha = f->alpha;
   }
   ApxDType dt = outs[0].dtype;

@@ -48,8 +48,8 @@ static ApxStatus layer_norm_shape(ApxCpuCtx *ctx, const ApxTensor *x, int64_t ax
   if (axis < 0 || axis >= x->rank)
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
                         (long long)axis, x->rank);
-  *rows = apx_cpu_prod(x->dims, 0, (int)axis);
-  *D = apx_cpu_prod(x->dims, (int)axis, x->rank);
+  *rows = apx_dims_prod(x->dims, 0, (int)axis);
+  *D = apx_dims_prod(x->dims, (int)axis, x->rank);
   return APX_STATUS_OK;
 }
 
@@ -114,7 +114,7 @@ static ApxStatus bn_shape(ApxCpuCtx *ctx, const ApxTensor *x, int64_t *N, int64_
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "X must have rank >= 2, got %d", x->rank);
   *N = x->dims[0];
   *C = x->dims[1];
-  *S = apx_cpu_prod(x->dims, 2, x->rank);
+  *S = apx_dims_prod(x->dims, 2, x->rank);
   return APX_STATUS_OK;
 }
 
@@ -207,7 +207,7 @@ APX_CPU_KERNEL(apx_cpu_batch_norm_relu_grad) {
   ApxStatus s;
   for (int i = 0; i < 6; i++)
     if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
-  if (!apx_cpu_same_dims(&ins[0], &ins[1]) || ins[0].dtype != ins[1].dtype)
+  if (!apx_same_dims(&ins[0], &ins[1]) || ins[0].dtype != ins[1].dtype)
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "dY and Y must have one shape and type");
   void *g = apx_cpu_relu_mask_grad(&ins[0], &ins[1], apx_cpu_threads(ctx));
   if (!g) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory");

@@ -24,26 +24,6 @@ void apx_cpu_reduce_sum_i64(const int64_t *x, const int64_t *dims, int rank, uin
 #undef acc_t
 #undef RF
 
-int64_t apx_cpu_sum_to_mask(const ApxTensor *from, const ApxTensor *to) {
-  int64_t mask = 0;
-  int lead = from->rank - to->rank;
-  for (int d = 0; d < -lead; d++)
-    if (to->dims[d] != 1) return -1;
-  for (int d = 0; d < from->rank; d++) {
-    int td = d - lead;
-    if (td < 0) {
-      mask |= 1ll << d;
-    } else if (to->dims[td] == from->dims[d]) {
-      continue;
-    } else if (to->dims[td] == 1) {
-      mask |= 1ll << d;
-    } else {
-      return -1;
-    }
-  }
-  return mask;
-}
-
 static ApxStatus run_sum(ApxCpuCtx *ctx, const ApxTensor *x, uint32_t mask, ApxTensor *y,
                          int mean) {
   int64_t ny = 1, nred = 1;
@@ -97,18 +77,8 @@ APX_CPU_KERNEL(apx_cpu_reduce) {
   const ApxAttrReduce *a = attrs;
   const ApxTensor *x = &ins[0];
   uint32_t mask = 0;
-  if (a->n_axes < 0 || a->n_axes > x->rank)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%d axes for rank %d", a->n_axes, x->rank);
-  if (a->n_axes == 0) {
-    mask = a->noop_with_empty_axes ? 0u : (uint32_t)((1u << x->rank) - 1u);
-  } else {
-    for (int i = 0; i < a->n_axes; i++) {
-      if (a->axes[i] < 0 || a->axes[i] >= x->rank)
-        return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
-                            (long long)a->axes[i], x->rank);
-      mask |= 1u << a->axes[i];
-    }
-  }
+  if ((s = apx_shape_status(apx_reduce_mask(a, x->rank, &mask, ctx->err, sizeof ctx->err))))
+    return s;
   return run_sum(ctx, x, mask, &outs[0], op == APX_OP_ReduceMean);
 }
 
@@ -120,15 +90,15 @@ APX_CPU_KERNEL(apx_cpu_reduce_sum_to) {
   if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
     return s;
   char a[96], b[96];
-  if (apx_cpu_has(ins, n_in, 1) && !apx_cpu_same_dims(&ins[1], &outs[0]) &&
+  if (apx_cpu_has(ins, n_in, 1) && !apx_same_dims(&ins[1], &outs[0]) &&
       apx_tensor_numel(&ins[1]) != apx_tensor_numel(&outs[0]))
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output shape %s differs from Like %s",
-                        apx_cpu_dims_str(&outs[0], a, sizeof a),
-                        apx_cpu_dims_str(&ins[1], b, sizeof b));
-  int64_t mask = apx_cpu_sum_to_mask(&ins[0], &outs[0]);
+                        apx_dims_str(&outs[0], a, sizeof a),
+                        apx_dims_str(&ins[1], b, sizeof b));
+  int64_t mask = apx_sum_to_mask(&ins[0], &outs[0]);
   if (mask < 0)
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output shape %s does not broadcast to %s",
-                        apx_cpu_dims_str(&outs[0], a, sizeof a),
-                        apx_cpu_dims_str(&ins[0], b, sizeof b));
+                        apx_dims_str(&outs[0], a, sizeof a),
+                        apx_dims_str(&ins[0], b, sizeof b));
   return run_sum(ctx, &ins[0], (uint32_t)mask, &outs[0], 0);
 }

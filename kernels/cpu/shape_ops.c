@@ -41,54 +41,24 @@ APX_CPU_KERNEL(apx_cpu_transpose) {
   const ApxTensor *x = &ins[0];
   ApxTensor *y = &outs[0];
   int r = x->rank;
-  if (a->rank != r || y->rank != r)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "perm has %d entries, input rank %d", a->rank, r);
-  int64_t xs[APX_MAX_RANK], ss[APX_MAX_RANK], ys[APX_MAX_RANK];
-  uint32_t seen = 0;
-  apx_cpu_strides(x->dims, r, xs);
-  for (int i = 0; i < r; i++) {
-    int64_t p = a->perm[i];
-    if (p < 0 || p >= r || (seen >> p & 1u) || y->dims[i] != x->dims[p])
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "bad perm or output dims at %d", i);
-    seen |= 1u << p;
-    ss[i] = xs[p];
-  }
-  apx_cpu_strides(y->dims, r, ys);
+  int64_t ss[APX_MAX_RANK], ys[APX_MAX_RANK];
+  if ((s = apx_shape_status(apx_transpose_plan(a, x, y, ss, ctx->err, sizeof ctx->err))))
+    return s;
+  apx_dims_strides(y->dims, r, ys);
   apx_cpu_strided_copy(y->data, ys, x->data, ss, y->dims, r, apx_dtype_size(x->dtype),
                        apx_cpu_threads(ctx));
   return APX_STATUS_OK;
-}
-
-/* Checks that t matches ref in every dim but axis. */
-static int match_but_axis(const ApxTensor *t, const ApxTensor *ref, int64_t axis) {
-  if (t->rank != ref->rank) return 0;
-  for (int d = 0; d < t->rank; d++)
-    if (d != axis && t->dims[d] != ref->dims[d]) return 0;
-  return 1;
 }
 
 /* Concat(inputs...) -> output along axis; Split(input) -> outputs... along axis. The joined
  * tensor is `whole`, the pieces `parts` (absent pieces of a Split are skipped). */
 static ApxStatus concat_split(ApxCpuCtx *ctx, int split, int64_t axis, ApxTensor *whole,
                               ApxTensor *parts, int n) {
-  if (axis < 0 || axis >= whole->rank)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
-                        (long long)axis, whole->rank);
-  int64_t total = 0;
-  for (int k = 0; k < n; k++) {
-    if (!match_but_axis(&parts[k], whole, axis) || parts[k].dtype != whole->dtype)
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%s %d does not match along non-axis dims",
-                          split ? "output" : "input", k);
-    if (!parts[k].data && apx_tensor_numel(&parts[k]) && !split)
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %d missing", k);
-    total += parts[k].dims[axis];
-  }
-  if (total != whole->dims[axis])
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "sizes along axis add to %lld, expected %lld",
-                        (long long)total, (long long)whole->dims[axis]);
-  size_t es = apx_dtype_size(whole->dtype);
-  int64_t outer = apx_cpu_prod(whole->dims, 0, (int)axis);
-  int64_t inner = apx_cpu_prod(whole->dims, (int)axis + 1, whole->rank) * (int64_t)es;
+  int64_t outer, inner;
+  ApxStatus s = apx_shape_status(
+      apx_concat_plan(axis, whole, parts, n, split, &outer, &inner, ctx->err, sizeof ctx->err));
+  if (s) return s;
+  inner *= (int64_t)apx_dtype_size(whole->dtype); /* bytes */
   int64_t row = whole->dims[axis] * inner;
   int nt = apx_cpu_threads(ctx);
   APX_OMP_FOR(outer * row > APX_CPU_PAR_WORK && outer > 1)
@@ -129,26 +99,8 @@ APX_CPU_KERNEL(apx_cpu_split) {
  * strides into full. */
 static ApxStatus slice_view(ApxCpuCtx *ctx, const ApxAttrSlice *a, const ApxTensor *full,
                             const ApxTensor *part, int64_t *base, int64_t *strides) {
-  if (a->rank != full->rank || part->rank != full->rank)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "slice rank %d, tensors %d and %d", a->rank,
-                        full->rank, part->rank);
-  int64_t fs[APX_MAX_RANK];
-  apx_cpu_strides(full->dims, full->rank, fs);
-  *base = 0;
-  for (int d = 0; d < full->rank; d++) {
-    int64_t st = a->starts[d], step = a->steps[d], cnt = part->dims[d];
-    if (cnt > 0) {
-      int64_t last = st + (cnt - 1) * step;
-      if (step == 0 || st < 0 || st >= full->dims[d] || last < 0 || last >= full->dims[d])
-        return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT,
-                            "dim %d: start %lld step %lld count %lld outside [0, %lld)", d,
-                            (long long)st, (long long)step, (long long)cnt,
-                            (long long)full->dims[d]);
-      *base += st * fs[d];
-    }
-    strides[d] = step * fs[d];
-  }
-  return APX_STATUS_OK;
+  return apx_shape_status(
+      apx_slice_view(a, full, part, base, strides, ctx->err, sizeof ctx->err));
 }
 
 APX_CPU_KERNEL(apx_cpu_slice) {
@@ -157,7 +109,7 @@ APX_CPU_KERNEL(apx_cpu_slice) {
   int64_t base, ss[APX_MAX_RANK], ys[APX_MAX_RANK];
   if ((s = slice_view(ctx, attrs, &ins[0], &outs[0], &base, ss))) return s;
   size_t es = apx_dtype_size(ins[0].dtype);
-  apx_cpu_strides(outs[0].dims, outs[0].rank, ys);
+  apx_dims_strides(outs[0].dims, outs[0].rank, ys);
   apx_cpu_strided_copy(outs[0].data, ys, (const char *)ins[0].data + base * (int64_t)es, ss,
                        outs[0].dims, outs[0].rank, es, apx_cpu_threads(ctx));
   return APX_STATUS_OK;
@@ -171,7 +123,7 @@ APX_CPU_KERNEL(apx_cpu_slice_grad) {
   if ((s = slice_view(ctx, attrs, &outs[0], &ins[0], &base, ds))) return s;
   size_t es = apx_dtype_size(outs[0].dtype);
   memset(outs[0].data, 0, apx_tensor_bytes(&outs[0]));
-  apx_cpu_strides(ins[0].dims, ins[0].rank, ys);
+  apx_dims_strides(ins[0].dims, ins[0].rank, ys);
   apx_cpu_strided_copy((char *)outs[0].data + base * (int64_t)es, ds, ins[0].data, ys,
                        ins[0].dims, ins[0].rank, es, apx_cpu_threads(ctx));
   return APX_STATUS_OK;
@@ -182,27 +134,9 @@ APX_CPU_KERNEL(apx_cpu_slice_grad) {
 static ApxStatus gather_shape(ApxCpuCtx *ctx, int64_t axis, const ApxTensor *data,
                               const ApxTensor *idx, const ApxTensor *out, int64_t *outer,
                               int64_t *A, int64_t *inner) {
-  char sd[96], si[96], so[96];
-  if (axis < 0 || axis >= data->rank)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
-                        (long long)axis, data->rank);
-  if (!apx_dtype_is_int(idx->dtype) || idx->dtype == APX_DT_BOOL)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "indices must be integers, got %s",
-                        apx_dtype_name(idx->dtype));
-  int ok = out->rank == data->rank - 1 + idx->rank;
-  for (int d = 0; ok && d < out->rank; d++) {
-    int64_t want = d < axis ? data->dims[d]
-                   : d < axis + idx->rank ? idx->dims[d - axis]
-                                          : data->dims[d - idx->rank + 1];
-    ok = out->dims[d] == want;
-  }
-  if (!ok)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output %s does not match data %s, indices %s",
-                        apx_cpu_dims_str(out, so, sizeof so), apx_cpu_dims_str(data, sd, sizeof sd),
-                        apx_cpu_dims_str(idx, si, sizeof si));
-  *outer = apx_cpu_prod(data->dims, 0, (int)axis);
-  *A = data->dims[axis];
-  *inner = apx_cpu_prod(data->dims, (int)axis + 1, data->rank);
+  ApxStatus s = apx_shape_status(
+      apx_gather_shape(axis, data, idx, out, outer, A, inner, ctx->err, sizeof ctx->err));
+  if (s) return s;
   int64_t ni = apx_tensor_numel(idx);
   for (int64_t j = 0; j < ni; j++) {
     int64_t v = apx_cpu_index_at(idx, j);
@@ -267,8 +201,8 @@ APX_CPU_KERNEL(apx_cpu_expand) {
   char a[96], b[96];
   if (apx_cpu_broadcast_copy(&ins[0], &outs[0], apx_cpu_threads(ctx)) != 0)
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %s does not broadcast to %s",
-                        apx_cpu_dims_str(&ins[0], a, sizeof a),
-                        apx_cpu_dims_str(&outs[0], b, sizeof b));
+                        apx_dims_str(&ins[0], a, sizeof a),
+                        apx_dims_str(&outs[0], b, sizeof b));
   return APX_STATUS_OK;
 }
 
@@ -286,12 +220,8 @@ APX_CPU_KERNEL(apx_cpu_where) {
                         apx_dtype_name(ins[0].dtype));
   const ApxTensor *tri[3] = {&ins[0], &ins[1], &ins[2]};
   ApxBcast bc;
-  int bad = 0;
-  char a[96], b[96];
-  if (apx_bcast_init_t(&bc, &outs[0], tri, 3, &bad))
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %d shape %s does not broadcast to %s",
-                        bad, apx_cpu_dims_str(tri[bad], a, sizeof a),
-                        apx_cpu_dims_str(&outs[0], b, sizeof b));
+  if ((s = apx_shape_status(apx_bcast_plan(&bc, &outs[0], tri, 3, ctx->err, sizeof ctx->err))))
+    return s;
   const uint8_t *c = ins[0].data;
   int64_t sc = apx_bcast_istride(&bc, 0), sx = apx_bcast_istride(&bc, 1),
           sy = apx_bcast_istride(&bc, 2);

@@ -22,9 +22,9 @@ static ApxStatus split_axis(ApxCpuCtx *ctx, const ApxTensor *t, int64_t axis, in
   if (axis < 0 || axis >= t->rank)
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
                         (long long)axis, t->rank);
-  *outer = apx_cpu_prod(t->dims, 0, (int)axis);
+  *outer = apx_dims_prod(t->dims, 0, (int)axis);
   *L = t->dims[axis];
-  *inner = apx_cpu_prod(t->dims, (int)axis + 1, t->rank);
+  *inner = apx_dims_prod(t->dims, (int)axis + 1, t->rank);
   return APX_STATUS_OK;
 }
 
@@ -33,7 +33,7 @@ APX_CPU_KERNEL(apx_cpu_softmax) {
   if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
     return s;
   const ApxTensor *x = &ins[0];
-  if (!apx_cpu_same_dims(x, &outs[0]) || outs[0].dtype != x->dtype)
+  if (!apx_same_dims(x, &outs[0]) || outs[0].dtype != x->dtype)
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output shape/type differs from input");
   int64_t outer = 0, L = 0, inner = 0;
   if ((s = split_axis(ctx, x, ((const ApxAttrAxis *)attrs)->axis, &outer, &L, &inner))) return s;
@@ -50,7 +50,7 @@ APX_CPU_KERNEL(apx_cpu_softmax_grad) {
   if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1)) ||
       (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
     return s;
-  if (!apx_cpu_same_dims(&ins[0], &ins[1]) || !apx_cpu_same_dims(&ins[0], &outs[0]))
+  if (!apx_same_dims(&ins[0], &ins[1]) || !apx_same_dims(&ins[0], &outs[0]))
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "dY, Y and dX must have one shape");
   int64_t outer = 0, L = 0, inner = 0;
   if ((s = split_axis(ctx, &ins[0], ((const ApxAttrAxis *)attrs)->axis, &outer, &L, &inner)))

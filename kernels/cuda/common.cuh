@@ -284,7 +284,7 @@ ApxStatus apx_cuda_convert(ApxCudaCtx *ctx, const void *src, ApxDType sdt, int64
  * by div in fp32, as ReduceMean; APX_CU_MEAN_FP64: in fp64, as GlobalAveragePool), stored in
  * odt (reduce.cu). */
 enum { APX_CU_SUM = 0, APX_CU_MEAN_FP32 = 1, APX_CU_MEAN_FP64 = 2 };
-ApxStatus apx_cuda_reduce_sum(ApxCudaCtx *ctx, const void *x, ApxDType dt, const ApxCuReduce *p,
+ApxStatus apx_cuda_reduce_sum(ApxCudaCtx *ctx, const void *x, ApxDType dt, const ApxReducePlan *p,
                               float div, int mode, void *out, ApxDType odt);
 /* Broadcast copy src -> dst of the same element size (Expand, Gemm's C). */
 ApxStatus apx_cuda_broadcast_copy(ApxCudaCtx *ctx, const ApxTensor *src, ApxTensor *dst);

@@ -55,7 +55,7 @@ static void conv_destroy(ConvDescs *d) {
   if (d->x) cudnnDestroyTensorDescriptor(d->x);
 }
 
-static ApxStatus conv_descs(ApxCudaCtx *ctx, const ApxCuConv *g, ApxDType dt, ConvDescs *d) {
+static ApxStatus conv_descs(ApxCudaCtx *ctx, const ApxConvGeom *g, ApxDType dt, ConvDescs *d) {
   if (g->pt != g->pb || g->pl != g->pr)
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
                          "not supported yet on cuda: asymmetric pads [%lld, %lld, %lld, %lld]",
@@ -104,9 +104,9 @@ APX_CUDA_ENTRY(apx_cuda_conv) {
   APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
   APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
   APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
-  ApxCuConv g;
+  ApxConvGeom g;
   ApxDType dt = outs[0].dtype;
-  if (apx_cu_conv_geom((const ApxAttrConv *)attrs, &ins[0], &ins[1], &outs[0], &g, ctx->err, sizeof ctx->err))
+  if (apx_conv_geom((const ApxAttrConv *)attrs, &ins[0], &ins[1], &outs[0], &g, ctx->err, sizeof ctx->err))
     return APX_STATUS_BAD_INPUT;
   APX_TRY(check_types(ctx, &ins[0], &ins[1], dt));
   const ApxTensor *b = apx_cu_has(ins, n_in, 2) ? &ins[2] : NULL;
@@ -160,20 +160,20 @@ APX_CUDA_ENTRY(apx_cuda_conv) {
 /* ConvGrad on gradient g (dY or dY * (Y > 0)); X, W from ins. */
 static ApxStatus conv_grad(ApxCudaCtx *ctx, const ApxAttrConv *a, const ApxTensor *dy, const void *gdata,
                            const ApxTensor *x, const ApxTensor *w, ApxTensor *outs, int n_out) {
-  ApxCuConv g;
+  ApxConvGeom g;
   ApxDType dt = dy->dtype;
-  if (apx_cu_conv_geom(a, x, w, dy, &g, ctx->err, sizeof ctx->err)) return APX_STATUS_BAD_INPUT;
+  if (apx_conv_geom(a, x, w, dy, &g, ctx->err, sizeof ctx->err)) return APX_STATUS_BAD_INPUT;
   APX_TRY(check_types(ctx, x, w, dt));
   ApxTensor *dx = apx_cu_has(outs, n_out, 0) ? &outs[0] : NULL;
   ApxTensor *dw = apx_cu_has(outs, n_out, 1) ? &outs[1] : NULL;
   ApxTensor *db = apx_cu_has(outs, n_out, 2) ? &outs[2] : NULL;
-  if ((dx && (!apx_cu_same_dims(dx, x) || dx->dtype != dt)) ||
-      (dw && (!apx_cu_same_dims(dw, w) || dw->dtype != dt)) ||
+  if ((dx && (!apx_same_dims(dx, x) || dx->dtype != dt)) ||
+      (dw && (!apx_same_dims(dw, w) || dw->dtype != dt)) ||
       (db && (apx_tensor_numel(db) != g.M || !apx_cu_is_float16(db->dtype))))
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dX / dW / dB must match X / W / (M)");
   if (db) {
-    ApxCuReduce p;
-    apx_cu_reduce_plan(&p, dy->dims, dy->rank, 0xdu); /* axes 0, 2, 3 */
+    ApxReducePlan p;
+    apx_reduce_plan(&p, dy->dims, dy->rank, 0xdu); /* axes 0, 2, 3 */
     APX_TRY(apx_cuda_reduce_sum(ctx, gdata, dt, &p, 1.0f, APX_CU_SUM, db->data, db->dtype));
   }
   if (!dx && !dw) return APX_STATUS_OK;
@@ -240,7 +240,7 @@ static ApxStatus conv_grad(ApxCudaCtx *ctx, const ApxAttrConv *a, const ApxTenso
 APX_CUDA_ENTRY(apx_cuda_conv_grad) {
   if (op == APX_OP_ConvBiasReluGrad) {
     for (int i = 0; i < 4; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
-    if (!apx_cu_same_dims(&ins[0], &ins[1]))
+    if (!apx_same_dims(&ins[0], &ins[1]))
       return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY and Y must have one shape");
     void *g = NULL;
     APX_TRY(apx_cuda_relu_mask(ctx, &ins[0], &ins[1], &g));

@@ -52,14 +52,14 @@ static __device__ __forceinline__ float binary_f(float x, float y) {
   return x;
 }
 
-/* Broadcast geometry of up to 3 inputs as a kernel argument (ApxCuBcast). */
+/* Broadcast geometry of up to 3 inputs as a kernel argument (ApxBcast). */
 struct BcastArgs {
   int32_t rank;
   int64_t dims[APX_MAX_RANK];
   int64_t st[3][APX_MAX_RANK];
 };
 
-static BcastArgs bcast_args(const ApxCuBcast *b) {
+static BcastArgs bcast_args(const ApxBcast *b) {
   BcastArgs a;
   a.rank = b->rank;
   for (int d = 0; d < APX_MAX_RANK; d++) {
@@ -252,21 +252,17 @@ APX_CUDA_ENTRY(apx_cuda_unary_grad) {
   return APX_STATUS_OK;
 }
 
-static ApxStatus bcast_setup(ApxCudaCtx *ctx, ApxCuBcast *bc, const ApxTensor *out,
+static ApxStatus bcast_setup(ApxCudaCtx *ctx, ApxBcast *bc, const ApxTensor *out,
                              const ApxTensor *const *ins, int n) {
-  int bad = 0;
-  if (apx_cu_bcast_init_t(bc, out, ins, n, &bad) == 0) return APX_STATUS_OK;
-  char a[96], b[96];
-  return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "input %d shape %s does not broadcast to %s",
-                       bad, apx_cu_dims_str(ins[bad], a, sizeof a),
-                       apx_cu_dims_str(out, b, sizeof b));
+  if (apx_bcast_plan(bc, out, ins, n, ctx->err, sizeof ctx->err)) return APX_STATUS_BAD_INPUT;
+  return APX_STATUS_OK;
 }
 
 /* o = a (op) b, broadcast (op: APX_OP_Add ... APX_OP_Pow); shared by Sum. */
 static ApxStatus run_binary(ApxCudaCtx *ctx, ApxOp op, const ApxTensor *a, const ApxTensor *b,
                             ApxTensor *o) {
   const ApxTensor *pair[2] = {a, b};
-  ApxCuBcast bc;
+  ApxBcast bc;
   APX_TRY(bcast_setup(ctx, &bc, o, pair, 2));
   ApxDType dt = o->dtype;
   if (op == APX_OP_Pow && a->dtype == dt && apx_dtype_is_int(b->dtype) && b->dtype != APX_DT_BOOL) {
@@ -293,7 +289,7 @@ static ApxStatus run_binary(ApxCudaCtx *ctx, ApxOp op, const ApxTensor *a, const
   int64_t n = bc.numel;
   if (n == 0) return APX_STATUS_OK;
   BcastArgs g = bcast_args(&bc);
-  int contig = apx_cu_bcast_is_contig(&bc, 0) && apx_cu_bcast_is_contig(&bc, 1);
+  int contig = apx_bcast_is_contig(&bc, 0) && apx_bcast_is_contig(&bc, 1);
   int block = apx_cu_block(ctx, 256);
   unsigned grid = apx_cu_grid(ctx, n, block);
   cudaStream_t s = apx_cu_stream(ctx);
@@ -351,7 +347,7 @@ APX_CUDA_ENTRY(apx_cuda_pow_grad) {
                          apx_dtype_name(ins[2].dtype));
   APX_TRY(check_float(ctx, dt));
   const ApxTensor *tri[3] = {dy, &ins[1], &ins[2]};
-  ApxCuBcast bc;
+  ApxBcast bc;
   APX_TRY(bcast_setup(ctx, &bc, dy, tri, 3));
   int64_t n = bc.numel;
   float *full[2] = {NULL, NULL};
@@ -361,7 +357,7 @@ APX_CUDA_ENTRY(apx_cuda_pow_grad) {
     if (outs[k].dtype != dt)
       return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output %d has type %s", k,
                            apx_dtype_name(outs[k].dtype));
-    mask[k] = apx_cu_sum_to_mask(dy, &outs[k]);
+    mask[k] = apx_sum_to_mask(dy, &outs[k]);
     if (mask[k] < 0)
       return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output %d shape does not broadcast to dY", k);
     APX_TRY(apx_cuda_tmp(ctx, (size_t)n * sizeof(float), (void **)&full[k]));
@@ -377,8 +373,8 @@ APX_CUDA_ENTRY(apx_cuda_pow_grad) {
   APX_CUDA_LAUNCHED(ctx);
   for (int k = 0; k < 2; k++) {
     if (!full[k]) continue;
-    ApxCuReduce p;
-    apx_cu_reduce_plan(&p, dy->dims, dy->rank, (uint32_t)mask[k]);
+    ApxReducePlan p;
+    apx_reduce_plan(&p, dy->dims, dy->rank, (uint32_t)mask[k]);
     APX_TRY(apx_cuda_reduce_sum(ctx, full[k], APX_DT_F32, &p, 1.0f, APX_CU_SUM, outs[k].data, dt));
   }
   return APX_STATUS_OK;

@@ -215,17 +215,8 @@ typedef struct LossShape {
 
 static ApxStatus loss_shape(ApxCudaCtx *ctx, const ApxTensor *x, const ApxTensor *labels,
                             const ApxTensor *w, LossShape *sh) {
-  char a[96], b[96];
-  if (x->rank < 2)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "scores must have rank >= 2, got %d", x->rank);
-  sh->N = x->dims[0];
-  sh->C = x->dims[1];
-  sh->inner = apx_cu_prod(x->dims, 2, x->rank);
-  int ok = labels->rank == x->rank - 1 && labels->dims[0] == sh->N;
-  for (int d = 1; ok && d < labels->rank; d++) ok = labels->dims[d] == x->dims[d + 1];
-  if (!ok)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "labels %s do not match scores %s",
-                         apx_cu_dims_str(labels, a, sizeof a), apx_cu_dims_str(x, b, sizeof b));
+  if (apx_loss_shape(x, labels, &sh->N, &sh->C, &sh->inner, ctx->err, sizeof ctx->err))
+    return APX_STATUS_BAD_INPUT;
   if (labels->dtype != APX_DT_I64 && labels->dtype != APX_DT_I32)
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: labels of type %s",
                          apx_dtype_name(labels->dtype));
@@ -282,7 +273,7 @@ APX_CUDA_ENTRY(apx_cuda_loss) {
   if (apx_tensor_numel(&outs[0]) != (at->reduction == APX_RED_NONE ? nl : 1) ||
       !apx_cu_is_float16(outs[0].dtype))
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "loss output shape/type does not match");
-  if (lp && (!apx_cu_same_dims(lp, x) || !apx_cu_is_float16(lp->dtype)))
+  if (lp && (!apx_same_dims(lp, x) || !apx_cu_is_float16(lp->dtype)))
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "log_prob must have the scores' shape");
   double *sums = NULL;
   APX_TRY(apx_cuda_tmp(ctx, 2 * sizeof(double) + (size_t)(2 * nl) * sizeof(float), (void **)&sums));
@@ -324,7 +315,7 @@ APX_CUDA_ENTRY(apx_cuda_loss_grad) {
   LossShape sh;
   APX_TRY(loss_shape(ctx, dx, &ins[li], w, &sh));
   /* dScores may be rounded to another float type than the scores (fuse_casts) */
-  if (sce && (!apx_cu_same_dims(&ins[1], dx) || !apx_cu_is_float16(ins[1].dtype)))
+  if (sce && (!apx_same_dims(&ins[1], dx) || !apx_cu_is_float16(ins[1].dtype)))
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "%s must have dScores' shape",
                          fused ? "scores" : "log_prob");
   int64_t nl = sh.N * sh.inner;

@@ -261,7 +261,7 @@ APX_CUDA_ENTRY(apx_cuda_matmul) {
   APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
   APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
   APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
-  ApxCuMatMul p;
+  ApxMatMulPlan p;
   memset(&p, 0, sizeof p);
   float alpha = 1.0f;
   if (op == APX_OP_FusedMatMul) {
@@ -275,7 +275,7 @@ APX_CUDA_ENTRY(apx_cuda_matmul) {
   ApxDType dt = Y->dtype;
   APX_TRY(same_float(ctx, A, dt, "A"));
   APX_TRY(same_float(ctx, B, dt, "B"));
-  if (apx_cu_matmul_plan(&p, A, B, Y, ctx->err, sizeof ctx->err)) return APX_STATUS_BAD_INPUT;
+  if (apx_matmul_plan(&p, A, B, Y, ctx->err, sizeof ctx->err)) return APX_STATUS_BAD_INPUT;
   int64_t ny = apx_tensor_numel(Y);
   if (ny == 0) return APX_STATUS_OK;
   cudaStream_t s = apx_cu_stream(ctx);
@@ -312,7 +312,7 @@ APX_CUDA_ENTRY(apx_cuda_matmul) {
   int64_t sA = p.M * p.K, sB = p.K * p.N, sY = p.M * p.N;
   for (int64_t b = 0; b < p.bc.numel; b++) {
     int64_t off[3];
-    apx_cu_bcast_offsets(&p.bc, b, off);
+    apx_bcast_offsets(&p.bc, b, off);
     LtCall c = lt_call((const char *)A->data + off[0] * sA * (int64_t)es,
                        (const char *)B->data + off[1] * sB * (int64_t)es, acc + off[2] * sY, p.M, p.N,
                        p.K, p.ta, p.tb, dt, APX_DT_F32, alpha);
@@ -355,8 +355,8 @@ static ApxStatus dense_shape(ApxCudaCtx *ctx, const ApxAttrFusedDense *a, const 
   }
   if (!ok)
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "shapes do not match: X %s, W %s, Y %s",
-                         apx_cu_dims_str(x, sx, sizeof sx), apx_cu_dims_str(w, sw, sizeof sw),
-                         apx_cu_dims_str(y, sy, sizeof sy));
+                         apx_dims_str(x, sx, sizeof sx), apx_dims_str(w, sw, sizeof sw),
+                         apx_dims_str(y, sy, sizeof sy));
   if (*M > 0x7fffffff || *N > 0x7fffffff || *K > 0x7fffffff)
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: dims beyond 2^31");
   if (a->activation < APX_ACT_NONE || a->activation > APX_ACT_GELU_TANH)

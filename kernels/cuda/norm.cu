@@ -121,7 +121,7 @@ APX_CUDA_ENTRY(apx_cuda_layer_norm) {
   if (a->axis < 0 || a->axis >= x->rank)
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
                          (long long)a->axis, x->rank);
-  int64_t rows = apx_cu_prod(x->dims, 0, (int32_t)a->axis), D = apx_cu_prod(x->dims, (int32_t)a->axis, x->rank);
+  int64_t rows = apx_dims_prod(x->dims, 0, (int32_t)a->axis), D = apx_dims_prod(x->dims, (int32_t)a->axis, x->rank);
   const ApxTensor *b = opt(ins, n_in, 2), *mean = opt(outs, n_out, 1), *istd = opt(outs, n_out, 2);
   APX_TRY(need_numel(ctx, &ins[1], D, "Scale"));
   APX_TRY(need_numel(ctx, b, D, "B"));
@@ -147,7 +147,7 @@ APX_CUDA_ENTRY(apx_cuda_layer_norm_grad) {
   if (a->axis < 0 || a->axis >= x->rank)
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
                          (long long)a->axis, x->rank);
-  int64_t rows = apx_cu_prod(x->dims, 0, (int32_t)a->axis), D = apx_cu_prod(x->dims, (int32_t)a->axis, x->rank);
+  int64_t rows = apx_dims_prod(x->dims, 0, (int32_t)a->axis), D = apx_dims_prod(x->dims, (int32_t)a->axis, x->rank);
   const ApxTensor *dx = opt(outs, n_out, 0), *dsc = opt(outs, n_out, 1), *db = opt(outs, n_out, 2);
   /* dY and dX may have other float types than X (passes/fuse_casts.c) */
   APX_TRY(need_numel(ctx, &ins[0], rows * D, "dY"));
@@ -317,7 +317,7 @@ static ApxStatus bn_shape(ApxCudaCtx *ctx, const ApxTensor *x, int64_t *N, int64
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "X must have rank >= 2, got %d", x->rank);
   *N = x->dims[0];
   *C = x->dims[1];
-  *S = apx_cu_prod(x->dims, 2, x->rank);
+  *S = apx_dims_prod(x->dims, 2, x->rank);
   return APX_STATUS_OK;
 }
 

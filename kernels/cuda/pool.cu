@@ -13,7 +13,7 @@ struct PoolArgs {
   int32_t storage_order, count_include_pad;
 };
 
-static PoolArgs pool_args(const ApxCuPool *g) {
+static PoolArgs pool_args(const ApxPoolGeom *g) {
   PoolArgs a = {g->N, g->C, g->H, g->W, g->OH, g->OW, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw,
                 g->pt, g->pl, g->pb, g->pr, g->storage_order, g->count_include_pad};
   return a;
@@ -145,14 +145,14 @@ __global__ void gap_grad_kernel(const T *dy, T *dx, int64_t planes, int64_t S) {
 APX_CUDA_ENTRY(apx_cuda_pool) {
   APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
   APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
-  ApxCuPool pg;
-  if (apx_cu_pool_geom((const ApxAttrPool *)attrs, &ins[0], &outs[0], &pg, ctx->err, sizeof ctx->err))
+  ApxPoolGeom pg;
+  if (apx_pool_geom((const ApxAttrPool *)attrs, &ins[0], &outs[0], &pg, ctx->err, sizeof ctx->err))
     return APX_STATUS_BAD_INPUT;
   ApxDType dt = ins[0].dtype;
   if (outs[0].dtype != dt) return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "X and Y: types differ");
   long long *idx = NULL;
   if (op == APX_OP_MaxPool && apx_cu_has(outs, n_out, 1)) {
-    if (outs[1].dtype != APX_DT_I64 || !apx_cu_same_dims(&outs[0], &outs[1]))
+    if (outs[1].dtype != APX_DT_I64 || !apx_same_dims(&outs[0], &outs[1]))
       return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Indices must be int64 of Y's shape");
     idx = (long long *)outs[1].data;
   }
@@ -177,12 +177,12 @@ APX_CUDA_ENTRY(apx_cuda_pool_grad) {
   APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
   if (is_max) APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
   APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
-  ApxCuPool pg;
-  if (apx_cu_pool_geom((const ApxAttrPool *)attrs, &outs[0], &ins[0], &pg, ctx->err, sizeof ctx->err))
+  ApxPoolGeom pg;
+  if (apx_pool_geom((const ApxAttrPool *)attrs, &outs[0], &ins[0], &pg, ctx->err, sizeof ctx->err))
     return APX_STATUS_BAD_INPUT;
   ApxDType dt = outs[0].dtype;
   if (ins[0].dtype != dt) return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY and dX: types differ");
-  if (is_max && (!apx_cu_same_dims(&ins[1], &outs[0]) || ins[1].dtype != dt))
+  if (is_max && (!apx_same_dims(&ins[1], &outs[0]) || ins[1].dtype != dt))
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "X and dX must have one shape and type");
   if (pg.H * pg.W > 0x7fffffff)
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: planes beyond 2^31");
@@ -214,7 +214,7 @@ static ApxStatus gap_shape(ApxCudaCtx *ctx, const ApxTensor *x, const ApxTensor 
   if (x->rank < 3 || x->dtype != y->dtype)
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "X must be (N, C, spatial...) of Y's type");
   *planes = x->dims[0] * x->dims[1];
-  *S = apx_cu_prod(x->dims, 2, x->rank);
+  *S = apx_dims_prod(x->dims, 2, x->rank);
   if (apx_tensor_numel(y) != *planes)
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Y must have N * C elements");
   return APX_STATUS_OK;
@@ -226,8 +226,8 @@ APX_CUDA_ENTRY(apx_cuda_global_avg_pool) {
   int64_t planes = 0, S = 0;
   APX_TRY(gap_shape(ctx, &ins[0], &outs[0], &planes, &S));
   int64_t dims[2] = {planes, S};
-  ApxCuReduce p;
-  apx_cu_reduce_plan(&p, dims, 2, 2u);
+  ApxReducePlan p;
+  apx_reduce_plan(&p, dims, 2, 2u);
   return apx_cuda_reduce_sum(ctx, ins[0].data, ins[0].dtype, &p, (float)S, APX_CU_MEAN_FP64,
                              outs[0].data, outs[0].dtype);
 }

@@ -30,14 +30,14 @@ struct SumStore {
 };
 
 template <typename T>
-static ApxStatus launch_reduce_sum(ApxCudaCtx *ctx, const T *x, const ApxCuReduce *p, float div,
+static ApxStatus launch_reduce_sum(ApxCudaCtx *ctx, const T *x, const ApxReducePlan *p, float div,
                                    int mode, void *out, ApxDType odt) {
   SumLoad<T> f = {x, apx_cu_red_args(p)};
   SumStore s = {out, (int32_t)odt, div, mode};
   return apx_cu_reduce(ctx, f, s, p->ny, p->empty ? 0 : p->nred, p->inner_reduced);
 }
 
-ApxStatus apx_cuda_reduce_sum(ApxCudaCtx *ctx, const void *x, ApxDType dt, const ApxCuReduce *p,
+ApxStatus apx_cuda_reduce_sum(ApxCudaCtx *ctx, const void *x, ApxDType dt, const ApxReducePlan *p,
                               float div, int mode, void *out, ApxDType odt) {
   if (!apx_cu_is_float16(odt))
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: type %s",
@@ -47,8 +47,8 @@ ApxStatus apx_cuda_reduce_sum(ApxCudaCtx *ctx, const void *x, ApxDType dt, const
 }
 
 static ApxStatus run_sum(ApxCudaCtx *ctx, const ApxTensor *x, uint32_t mask, ApxTensor *y, int mean) {
-  ApxCuReduce p;
-  apx_cu_reduce_plan(&p, x->dims, x->rank, mask);
+  ApxReducePlan p;
+  apx_reduce_plan(&p, x->dims, x->rank, mask);
   if (apx_tensor_numel(y) != p.ny)
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output has %lld elements, expected %lld",
                          (long long)apx_tensor_numel(y), (long long)p.ny);
@@ -65,7 +65,7 @@ APX_CUDA_ENTRY(apx_cuda_reduce) {
   APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
   APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   uint32_t mask = 0;
-  if (apx_cu_reduce_mask((const ApxAttrReduce *)attrs, ins[0].rank, &mask, ctx->err, sizeof ctx->err))
+  if (apx_reduce_mask((const ApxAttrReduce *)attrs, ins[0].rank, &mask, ctx->err, sizeof ctx->err))
     return APX_STATUS_BAD_INPUT;
   return run_sum(ctx, &ins[0], mask, &outs[0], op == APX_OP_ReduceMean);
 }
@@ -74,13 +74,13 @@ APX_CUDA_ENTRY(apx_cuda_reduce_sum_to) {
   APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
   APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   char a[96], b[96];
-  if (apx_cu_has(ins, n_in, 1) && !apx_cu_same_dims(&ins[1], &outs[0]) &&
+  if (apx_cu_has(ins, n_in, 1) && !apx_same_dims(&ins[1], &outs[0]) &&
       apx_tensor_numel(&ins[1]) != apx_tensor_numel(&outs[0]))
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output shape %s differs from Like %s",
-                         apx_cu_dims_str(&outs[0], a, sizeof a), apx_cu_dims_str(&ins[1], b, sizeof b));
-  int64_t mask = apx_cu_sum_to_mask(&ins[0], &outs[0]);
+                         apx_dims_str(&outs[0], a, sizeof a), apx_dims_str(&ins[1], b, sizeof b));
+  int64_t mask = apx_sum_to_mask(&ins[0], &outs[0]);
   if (mask < 0)
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output shape %s does not broadcast to %s",
-                         apx_cu_dims_str(&outs[0], a, sizeof a), apx_cu_dims_str(&ins[0], b, sizeof b));
+                         apx_dims_str(&outs[0], a, sizeof a), apx_dims_str(&ins[0], b, sizeof b));
   return run_sum(ctx, &ins[0], (uint32_t)mask, &outs[0], 0);
 }

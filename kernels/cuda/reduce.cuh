@@ -106,13 +106,13 @@ static ApxStatus apx_cu_reduce(ApxCudaCtx *ctx, F f, S s, int64_t ny, int64_t nr
   return APX_STATUS_OK;
 }
 
-/* Group offsets of a reduction plan (ApxCuReduce), as kernel arguments. */
+/* Group offsets of a reduction plan (ApxReducePlan), as kernel arguments. */
 struct ApxCuRedArgs {
   int32_t nk, nr;
   int64_t kd[APX_MAX_RANK], ks[APX_MAX_RANK], rd[APX_MAX_RANK], rs[APX_MAX_RANK];
 };
 
-static inline ApxCuRedArgs apx_cu_red_args(const ApxCuReduce *p) {
+static inline ApxCuRedArgs apx_cu_red_args(const ApxReducePlan *p) {
   ApxCuRedArgs a;
   a.nk = p->nk;
   a.nr = p->nr;

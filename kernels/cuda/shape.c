@@ -1,324 +1,31 @@
-/* shape.c - host-side shape planning for the CUDA kernels (shape.h). */
+/* shape.c - host-side planning only the CUDA kernels need (shape.h). */
 #include "kernels/cuda/shape.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-static int fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t cap, const char *fmt, ...) {
-  if (err && cap) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
-
-int64_t apx_cu_prod(const int64_t *dims, int32_t from, int32_t to) {
-  int64_t p = 1;
-  for (int32_t i = from; i < to; i++) p *= dims[i];
-  return p;
-}
-
-static void strides_of(const int64_t *dims, int32_t rank, int64_t *st) {
-  int64_t s = 1;
-  for (int32_t i = rank - 1; i >= 0; i--) {
-    st[i] = s;
-    s *= dims[i];
-  }
-}
-
-int apx_cu_same_dims(const ApxTensor *a, const ApxTensor *b) {
-  if (a->rank != b->rank) return 0;
-  for (int32_t i = 0; i < a->rank; i++)
-    if (a->dims[i] != b->dims[i]) return 0;
-  return 1;
-}
-
-const char *apx_cu_dims_str(const ApxTensor *t, char *buf, size_t cap) {
-  size_t k = (size_t)snprintf(buf, cap, "[");
-  for (int32_t i = 0; i < t->rank && k < cap; i++)
-    k += (size_t)snprintf(buf + k, cap - k, i ? ",%lld" : "%lld", (long long)t->dims[i]);
-  if (k < cap) snprintf(buf + k, cap - k, "]");
-  return buf;
-}
-
-/* ---- broadcasting ------------------------------------------------------------------ */
-
-int apx_cu_bcast_init(ApxCuBcast *b, int32_t out_rank, const int64_t *out_dims, int32_t n_in,
-                      const int32_t *in_ranks, const int64_t (*in_dims)[APX_MAX_RANK], int *bad) {
-  int64_t st[APX_CU_BCAST_MAX_IN][APX_MAX_RANK];
-  memset(b, 0, sizeof *b);
-  if (n_in < 0 || n_in > APX_CU_BCAST_MAX_IN || out_rank < 0 || out_rank > APX_MAX_RANK) {
-    if (bad) *bad = 0;
-    return -1;
-  }
-  b->n_in = n_in;
-  for (int32_t k = 0; k < n_in; k++) {
-    int32_t r = in_ranks[k];
-    int64_t cs[APX_MAX_RANK];
-    if (r > out_rank || r < 0) {
-      if (bad) *bad = k;
-      return -1;
-    }
-    strides_of(in_dims[k], r, cs);
-    for (int32_t d = 0; d < out_rank; d++) {
-      int32_t id = d - (out_rank - r);
-      if (id < 0) {
-        st[k][d] = 0;
-        continue;
-      }
-      int64_t dim = in_dims[k][id];
-      if (dim == 1) {
-        st[k][d] = 0;
-      } else if (dim == out_dims[d]) {
-        st[k][d] = cs[id];
-      } else {
-        if (bad) *bad = k;
-        return -1;
-      }
-    }
-  }
-  int32_t n = 0;
-  for (int32_t d = 0; d < out_rank; d++) {
-    if (out_dims[d] == 1) continue;
-    int merge = n > 0;
-    for (int32_t k = 0; k < n_in && merge; k++)
-      if (b->strides[k][n - 1] != st[k][d] * out_dims[d]) merge = 0;
-    if (merge) {
-      b->dims[n - 1] *= out_dims[d];
-      for (int32_t k = 0; k < n_in; k++) b->strides[k][n - 1] = st[k][d];
-    } else {
-      b->dims[n] = out_dims[d];
-      for (int32_t k = 0; k < n_in; k++) b->strides[k][n] = st[k][d];
-      n++;
-    }
-  }
-  b->rank = n;
-  b->numel = apx_cu_prod(out_dims, 0, out_rank);
-  return 0;
-}
-
-int apx_cu_bcast_init_t(ApxCuBcast *b, const ApxTensor *out, const ApxTensor *const *ins,
-                        int32_t n_in, int *bad) {
-  int32_t ranks[APX_CU_BCAST_MAX_IN];
-  int64_t dims[APX_CU_BCAST_MAX_IN][APX_MAX_RANK];
-  if (n_in > APX_CU_BCAST_MAX_IN) n_in = APX_CU_BCAST_MAX_IN + 1; /* rejected below */
-  for (int32_t k = 0; k < n_in && k < APX_CU_BCAST_MAX_IN; k++) {
-    ranks[k] = ins[k]->rank;
-    memcpy(dims[k], ins[k]->dims, sizeof dims[k]);
-  }
-  return apx_cu_bcast_init(b, out->rank, out->dims, n_in, ranks,
-                           (const int64_t(*)[APX_MAX_RANK])dims, bad);
-}
-
-int apx_cu_bcast_is_contig(const ApxCuBcast *b, int k) {
-  int64_t s = 1;
-  for (int32_t d = b->rank - 1; d >= 0; d--) {
-    if (b->strides[k][d] != s) return 0;
-    s *= b->dims[d];
-  }
-  return 1;
-}
-
-void apx_cu_bcast_offsets(const ApxCuBcast *b, int64_t i, int64_t *off) {
-  for (int32_t k = 0; k < b->n_in; k++) off[k] = 0;
-  for (int32_t d = b->rank - 1; d >= 0; d--) {
-    int64_t id = i % b->dims[d];
-    i /= b->dims[d];
-    for (int32_t k = 0; k < b->n_in; k++) off[k] += id * b->strides[k][d];
-  }
-}
-
-/* ---- reductions -------------------------------------------------------------------- */
-
-void apx_cu_reduce_plan(ApxCuReduce *p, const int64_t *dims, int32_t rank, uint32_t mask) {
-  memset(p, 0, sizeof *p);
-  int64_t xs[APX_MAX_RANK], gd[APX_MAX_RANK], gs[APX_MAX_RANK];
-  int gr[APX_MAX_RANK], ng = 0;
-  strides_of(dims, rank, xs);
-  p->ny = 1;
-  p->nred = 1;
-  for (int32_t d = 0; d < rank; d++) {
-    if (mask >> d & 1u)
-      p->nred *= dims[d];
-    else
-      p->ny *= dims[d];
-    if (dims[d] == 0) p->empty = 1;
-  }
-  if (p->empty) return;
-  for (int32_t d = 0; d < rank; d++) {
-    if (dims[d] == 1) continue;
-    int red = (int)(mask >> d & 1u);
-    if (ng > 0 && gr[ng - 1] == red) {
-      gd[ng - 1] *= dims[d];
-      gs[ng - 1] = xs[d];
-    } else {
-      gd[ng] = dims[d];
-      gs[ng] = xs[d];
-      gr[ng] = red;
-      ng++;
-    }
-  }
-  for (int g = 0; g < ng; g++) {
-    if (gr[g]) {
-      p->rd[p->nr] = gd[g];
-      p->rs[p->nr++] = gs[g];
-    } else {
-      p->kd[p->nk] = gd[g];
-      p->ks[p->nk++] = gs[g];
-    }
-  }
-  p->inner_reduced = ng > 0 && gr[ng - 1];
-}
-
-int64_t apx_cu_group_offset(int64_t i, const int64_t *d, const int64_t *s, int32_t n) {
-  int64_t off = 0;
-  for (int32_t g = n - 1; g >= 0 && i > 0; g--) {
-    off += (i % d[g]) * s[g];
-    i /= d[g];
-  }
-  return off;
-}
-
-int64_t apx_cu_sum_to_mask(const ApxTensor *from, const ApxTensor *to) {
-  int64_t mask = 0;
-  int32_t lead = from->rank - to->rank;
-  for (int32_t d = 0; d < -lead; d++)
-    if (to->dims[d] != 1) return -1;
-  for (int32_t d = 0; d < from->rank; d++) {
-    int32_t td = d - lead;
-    if (td < 0) {
-      mask |= 1ll << d;
-    } else if (to->dims[td] == from->dims[d]) {
-      continue;
-    } else if (to->dims[td] == 1) {
-      mask |= 1ll << d;
-    } else {
-      return -1;
-    }
-  }
-  return mask;
-}
-
-int apx_cu_reduce_mask(const ApxAttrReduce *a, int32_t rank, uint32_t *mask, char *err,
-                       size_t cap) {
-  *mask = 0;
-  if (a->n_axes < 0 || a->n_axes > rank)
-    return fail(err, cap, "%d axes for rank %d", a->n_axes, rank);
-  if (a->n_axes == 0) {
-    *mask = a->noop_with_empty_axes ? 0u : (uint32_t)((1u << rank) - 1u);
-    return 0;
-  }
-  for (int32_t i = 0; i < a->n_axes; i++) {
-    if (a->axes[i] < 0 || a->axes[i] >= rank)
-      return fail(err, cap, "axis %lld out of range for rank %d", (long long)a->axes[i], rank);
-    *mask |= 1u << a->axes[i];
-  }
-  return 0;
-}
-
 /* ---- matrix products --------------------------------------------------------------- */
-
-int apx_cu_matmul_plan(ApxCuMatMul *p, const ApxTensor *A, const ApxTensor *B,
-                       const ApxTensor *Y, char *err, size_t cap) {
-  char sa[96], sb[96], sy[96];
-  int32_t ta = p->ta, tb = p->tb;
-  memset(p, 0, sizeof *p);
-  p->ta = ta;
-  p->tb = tb;
-  int a1 = A->rank == 1, b1 = B->rank == 1;
-  if (A->rank < 1 || B->rank < 1) return fail(err, cap, "operands must have rank >= 1");
-  if ((a1 && ta) || (b1 && tb)) return fail(err, cap, "transpose of a 1-D operand");
-  int64_t Kb;
-  if (a1) {
-    p->M = 1;
-    p->K = A->dims[0];
-  } else {
-    int64_t r = A->dims[A->rank - 2], c = A->dims[A->rank - 1];
-    p->M = ta ? c : r;
-    p->K = ta ? r : c;
-  }
-  if (b1) {
-    Kb = B->dims[0];
-    p->N = 1;
-  } else {
-    int64_t r = B->dims[B->rank - 2], c = B->dims[B->rank - 1];
-    Kb = tb ? c : r;
-    p->N = tb ? r : c;
-  }
-  if (Kb != p->K)
-    return fail(err, cap, "inner dims differ: A %s, B %s", apx_cu_dims_str(A, sa, sizeof sa),
-                apx_cu_dims_str(B, sb, sizeof sb));
-  if (p->M > 0x7fffffff || p->N > 0x7fffffff || p->K > 0x7fffffff)
-    return fail(err, cap, "not supported yet: dims beyond 2^31");
-  int32_t nma = a1 ? 1 : 2, nmb = b1 ? 1 : 2, nmy = (!a1) + (!b1);
-  int32_t ra = A->rank - nma, rb = B->rank - nmb, ry = Y->rank - nmy;
-  if (ry < 0) return fail(err, cap, "output rank %d too small", Y->rank);
-  int64_t want[2];
-  int nw = 0;
-  if (!a1) want[nw++] = p->M;
-  if (!b1) want[nw++] = p->N;
-  for (int i = 0; i < nw; i++)
-    if (Y->dims[ry + i] != want[i])
-      return fail(err, cap, "output %s does not match A %s, B %s",
-                  apx_cu_dims_str(Y, sy, sizeof sy), apx_cu_dims_str(A, sa, sizeof sa),
-                  apx_cu_dims_str(B, sb, sizeof sb));
-  int32_t rf = ra > rb ? ra : rb;
-  if (ry > rf) rf = ry;
-  int64_t full[APX_MAX_RANK];
-  int32_t ranks[3] = {ra, rb, ry};
-  int64_t dims[3][APX_MAX_RANK];
-  memcpy(dims[0], A->dims, sizeof dims[0]);
-  memcpy(dims[1], B->dims, sizeof dims[1]);
-  memcpy(dims[2], Y->dims, sizeof dims[2]);
-  for (int32_t d = 0; d < rf; d++) {
-    int64_t m = 1;
-    for (int k = 0; k < 2; k++) {
-      int32_t id = d - (rf - ranks[k]);
-      if (id < 0) continue;
-      int64_t v = dims[k][id];
-      if (v != 1) {
-        if (m != 1 && m != v)
-          return fail(err, cap, "batch dims do not broadcast: A %s, B %s",
-                      apx_cu_dims_str(A, sa, sizeof sa), apx_cu_dims_str(B, sb, sizeof sb));
-        m = v;
-      }
-    }
-    full[d] = m;
-  }
-  int bad = 0;
-  if (apx_cu_bcast_init(&p->bc, rf, full, 3, ranks, (const int64_t(*)[APX_MAX_RANK])dims, &bad))
-    return fail(err, cap, "output batch dims %s do not match A %s, B %s",
-                apx_cu_dims_str(Y, sy, sizeof sy), apx_cu_dims_str(A, sa, sizeof sa),
-                apx_cu_dims_str(B, sb, sizeof sb));
-  p->y_batches = apx_cu_prod(Y->dims, 0, ry);
-  p->reduce = p->y_batches < p->bc.numel;
-  return 0;
-}
 
 /* Collapsed batch dims of input k are "all batches, contiguous" when its strides are the
  * contiguous strides of the broadcast dims. */
-static int batch_contig(const ApxCuBcast *b, int k) { return apx_cu_bcast_is_contig(b, k); }
+static int batch_contig(const ApxBcast *b, int k) { return apx_bcast_is_contig(b, k); }
 
-static int batch_shared(const ApxCuBcast *b, int k) {
+static int batch_shared(const ApxBcast *b, int k) {
   for (int32_t d = 0; d < b->rank; d++)
     if (b->strides[k][d] != 0) return 0;
   return 1;
 }
 
-int64_t apx_cu_matmul_n_calls(const ApxCuMatMul *p, int32_t *folded) {
-  const ApxCuBcast *b = &p->bc;
+int64_t apx_cu_matmul_n_calls(const ApxMatMulPlan *p, int32_t *folded) {
+  const ApxBcast *b = &p->bc;
   *folded = !p->reduce && !p->ta && b->numel > 1 && batch_shared(b, 1) && batch_contig(b, 0) &&
             batch_contig(b, 2) && p->M * b->numel <= 0x7fffffff;
   if (*folded || b->rank == 0) return 1;
   return b->numel / b->dims[b->rank - 1];
 }
 
-void apx_cu_matmul_call(const ApxCuMatMul *p, int64_t c, int32_t folded, ApxCuGemmCall *out) {
-  const ApxCuBcast *b = &p->bc;
+void apx_cu_matmul_call(const ApxMatMulPlan *p, int64_t c, int32_t folded, ApxCuGemmCall *out) {
+  const ApxBcast *b = &p->bc;
   int64_t sA = p->M * p->K, sB = p->K * p->N, sY = p->M * p->N;
   memset(out, 0, sizeof *out);
   out->M = p->M;
@@ -345,8 +52,8 @@ void apx_cu_matmul_call(const ApxCuMatMul *p, int64_t c, int32_t folded, ApxCuGe
   out->y_stride = b->strides[2][last] * sY;
 }
 
-int apx_cu_matmul_stacked(const ApxCuMatMul *p, ApxCuGemmCall *out) {
-  const ApxCuBcast *b = &p->bc;
+int apx_cu_matmul_stacked(const ApxMatMulPlan *p, ApxCuGemmCall *out) {
+  const ApxBcast *b = &p->bc;
   if (!p->reduce || !p->ta || p->tb || p->y_batches != 1 || !batch_contig(b, 0) ||
       !batch_contig(b, 1) || p->K * b->numel > 0x7fffffff)
     return 0;
@@ -357,166 +64,19 @@ int apx_cu_matmul_stacked(const ApxCuMatMul *p, ApxCuGemmCall *out) {
   return 1;
 }
 
-/* ---- data movement ----------------------------------------------------------------- */
-
-int apx_cu_slice_view(const ApxAttrSlice *a, const ApxTensor *full, const ApxTensor *part,
-                      int64_t *base, int64_t *strides, char *err, size_t cap) {
-  if (a->rank != full->rank || part->rank != full->rank)
-    return fail(err, cap, "slice rank %d, tensors %d and %d", a->rank, full->rank, part->rank);
-  int64_t fs[APX_MAX_RANK];
-  strides_of(full->dims, full->rank, fs);
-  *base = 0;
-  for (int32_t d = 0; d < full->rank; d++) {
-    int64_t st = a->starts[d], step = a->steps[d], cnt = part->dims[d];
-    if (cnt > 0) {
-      int64_t last = st + (cnt - 1) * step;
-      if (step == 0 || st < 0 || st >= full->dims[d] || last < 0 || last >= full->dims[d])
-        return fail(err, cap, "dim %d: start %lld step %lld count %lld outside [0, %lld)", d,
-                    (long long)st, (long long)step, (long long)cnt, (long long)full->dims[d]);
-      *base += st * fs[d];
-    }
-    strides[d] = step * fs[d];
-  }
-  return 0;
-}
+/* ---- gathers ---------------------------------------------------------------------- */
 
 int apx_cu_gather_shape(int64_t axis, const ApxTensor *data, const ApxTensor *idx,
                         const ApxTensor *out, int64_t *outer, int64_t *A, int64_t *inner,
                         char *err, size_t cap) {
-  char sd[96], si[96], so[96];
-  if (axis < 0 || axis >= data->rank)
-    return fail(err, cap, "axis %lld out of range for rank %d", (long long)axis, data->rank);
-  switch (idx->dtype) {
-    case APX_DT_I64:
-    case APX_DT_I32:
-      break;
-    default:
-      return fail(err, cap, "not supported yet on cuda: indices of type %s",
-                  apx_dtype_name(idx->dtype));
+  int axis_ok = axis >= 0 && axis < data->rank;
+  if (axis_ok && idx->dtype != APX_DT_I64 && idx->dtype != APX_DT_I32) {
+    if (err && cap)
+      snprintf(err, cap, "not supported yet on cuda: indices of type %s",
+               apx_dtype_name(idx->dtype));
+    return -1;
   }
-  int ok = out->rank == data->rank - 1 + idx->rank;
-  for (int32_t d = 0; ok && d < out->rank; d++) {
-    int64_t want = d < axis ? data->dims[d]
-                   : d < axis + idx->rank ? idx->dims[d - axis]
-                                          : data->dims[d - idx->rank + 1];
-    ok = out->dims[d] == want;
-  }
-  if (!ok)
-    return fail(err, cap, "output %s does not match data %s, indices %s",
-                apx_cu_dims_str(out, so, sizeof so), apx_cu_dims_str(data, sd, sizeof sd),
-                apx_cu_dims_str(idx, si, sizeof si));
-  *outer = apx_cu_prod(data->dims, 0, (int32_t)axis);
-  *A = data->dims[axis];
-  *inner = apx_cu_prod(data->dims, (int32_t)axis + 1, data->rank);
-  return 0;
-}
-
-int apx_cu_transpose_plan(const ApxAttrTranspose *a, const ApxTensor *x, const ApxTensor *y,
-                          int64_t *src_strides, char *err, size_t cap) {
-  int32_t r = x->rank;
-  if (a->rank != r || y->rank != r)
-    return fail(err, cap, "perm has %d entries, input rank %d", a->rank, r);
-  int64_t xs[APX_MAX_RANK];
-  uint32_t seen = 0;
-  strides_of(x->dims, r, xs);
-  for (int32_t i = 0; i < r; i++) {
-    int64_t p = a->perm[i];
-    if (p < 0 || p >= r || (seen >> p & 1u) || y->dims[i] != x->dims[p])
-      return fail(err, cap, "bad perm or output dims at %d", i);
-    seen |= 1u << p;
-    src_strides[i] = xs[p];
-  }
-  return 0;
-}
-
-/* ---- convolution and pooling ------------------------------------------------------- */
-
-static int64_t one_if_zero(int64_t v) { return v ? v : 1; }
-
-int apx_cu_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w,
-                     const ApxTensor *y, ApxCuConv *g, char *err, size_t cap) {
-  char sx[96], sw[96], sy[96];
-  if (x->rank != 4 || w->rank != 4 || y->rank != 4)
-    return fail(err, cap, "not supported yet: convolution of rank %d (only 2-D, rank 4)",
-                x->rank);
-  g->N = x->dims[0];
-  g->C = x->dims[1];
-  g->H = x->dims[2];
-  g->W = x->dims[3];
-  g->M = w->dims[0];
-  g->kh = w->dims[2];
-  g->kw = w->dims[3];
-  g->OH = y->dims[2];
-  g->OW = y->dims[3];
-  g->G = one_if_zero(a->group);
-  g->sh = one_if_zero(a->strides[0]);
-  g->sw = one_if_zero(a->strides[1]);
-  g->dh = one_if_zero(a->dilations[0]);
-  g->dw = one_if_zero(a->dilations[1]);
-  g->pt = a->pads[0];
-  g->pl = a->pads[1];
-  g->pb = a->pads[2];
-  g->pr = a->pads[3];
-  int bad = g->G < 1 || g->C % g->G || g->M % g->G || g->sh < 1 || g->sw < 1 || g->dh < 1 ||
-            g->dw < 1 || g->pt < 0 || g->pl < 0 || g->pb < 0 || g->pr < 0;
-  if (!bad)
-    bad = w->dims[1] != g->C / g->G || (a->kernel[0] && a->kernel[0] != g->kh) ||
-          (a->kernel[1] && a->kernel[1] != g->kw) || y->dims[0] != g->N || y->dims[1] != g->M;
-  if (!bad) {
-    int64_t sph = g->H + g->pt + g->pb - (g->kh - 1) * g->dh - 1;
-    int64_t spw = g->W + g->pl + g->pr - (g->kw - 1) * g->dw - 1;
-    bad = sph < 0 || spw < 0 || g->OH != sph / g->sh + 1 || g->OW != spw / g->sw + 1;
-  }
-  if (bad)
-    return fail(err, cap, "shapes/attributes do not match: X %s, W %s, Y %s, group %lld",
-                apx_cu_dims_str(x, sx, sizeof sx), apx_cu_dims_str(w, sw, sizeof sw),
-                apx_cu_dims_str(y, sy, sizeof sy), (long long)a->group);
-  return 0;
-}
-
-static int out_size_ok(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1,
-                       int ceil_mode, int64_t out) {
-  int64_t span = in + p0 + p1 - ((k - 1) * d + 1);
-  if (span < 0) return 0;
-  int64_t fl = span / s + 1;
-  if (!ceil_mode) return out == fl;
-  int64_t ce = (span + s - 1) / s + 1;
-  if ((ce - 1) * s >= in + p0) ce--;
-  return out == ce || out == (span + s - 1) / s + 1;
-}
-
-int apx_cu_pool_geom(const ApxAttrPool *a, const ApxTensor *x, const ApxTensor *y, ApxCuPool *g,
-                     char *err, size_t cap) {
-  char sx[96], sy[96];
-  if (x->rank != 4 || y->rank != 4)
-    return fail(err, cap, "not supported yet: pooling of rank %d (only 2-D, rank 4)", x->rank);
-  g->N = x->dims[0];
-  g->C = x->dims[1];
-  g->H = x->dims[2];
-  g->W = x->dims[3];
-  g->OH = y->dims[2];
-  g->OW = y->dims[3];
-  g->kh = a->kernel[0];
-  g->kw = a->kernel[1];
-  g->sh = one_if_zero(a->strides[0]);
-  g->sw = one_if_zero(a->strides[1]);
-  g->dh = one_if_zero(a->dilations[0]);
-  g->dw = one_if_zero(a->dilations[1]);
-  g->pt = a->pads[0];
-  g->pl = a->pads[1];
-  g->pb = a->pads[2];
-  g->pr = a->pads[3];
-  g->storage_order = a->storage_order;
-  g->count_include_pad = a->count_include_pad;
-  if (g->kh < 1 || g->kw < 1 || g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->pt < 0 ||
-      g->pl < 0 || g->pb < 0 || g->pr < 0)
-    return fail(err, cap, "bad kernel/strides/dilations/pads");
-  if (y->dims[0] != g->N || y->dims[1] != g->C ||
-      !out_size_ok(g->H, g->kh, g->sh, g->dh, g->pt, g->pb, a->ceil_mode, g->OH) ||
-      !out_size_ok(g->W, g->kw, g->sw, g->dw, g->pl, g->pr, a->ceil_mode, g->OW))
-    return fail(err, cap, "output %s does not match input %s", apx_cu_dims_str(y, sy, sizeof sy),
-                apx_cu_dims_str(x, sx, sizeof sx));
-  return 0;
+  return apx_gather_shape(axis, data, idx, out, outer, A, inner, err, cap) ? -1 : 0;
 }
 
 /* ---- multi-tensor launches ---------------------------------------------------------- */

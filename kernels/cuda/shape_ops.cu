@@ -51,14 +51,6 @@ static int64_t strided_args(StridedArgs *g, const int64_t *dims, int rank, const
   return total;
 }
 
-static void contiguous_strides(const int64_t *dims, int rank, int64_t *st) {
-  int64_t s = 1;
-  for (int i = rank - 1; i >= 0; i--) {
-    st[i] = s;
-    s *= dims[i];
-  }
-}
-
 template <typename U>
 __global__ void strided_copy_kernel(U *dst, const U *src, int64_t n, StridedArgs g) {
   APX_CU_GRID_STRIDE(i, n) {
@@ -99,14 +91,14 @@ static ApxStatus strided_copy(ApxCudaCtx *ctx, void *dst, const int64_t *dst_st,
 }
 
 ApxStatus apx_cuda_broadcast_copy(ApxCudaCtx *ctx, const ApxTensor *src, ApxTensor *dst) {
-  ApxCuBcast bc;
+  ApxBcast bc;
   const ApxTensor *one[1] = {src};
   char a[96], b[96];
-  if (apx_cu_bcast_init_t(&bc, dst, one, 1, NULL) != 0)
+  if (apx_bcast_init_t(&bc, dst, one, 1, NULL) != 0)
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "input %s does not broadcast to %s",
-                         apx_cu_dims_str(src, a, sizeof a), apx_cu_dims_str(dst, b, sizeof b));
+                         apx_dims_str(src, a, sizeof a), apx_dims_str(dst, b, sizeof b));
   int64_t ds[APX_MAX_RANK];
-  contiguous_strides(bc.dims, bc.rank, ds);
+  apx_dims_strides(bc.dims, bc.rank, ds);
   return strided_copy(ctx, dst->data, ds, src->data, bc.strides[0], bc.dims, bc.rank,
                       apx_dtype_size(dst->dtype));
 }
@@ -140,43 +132,22 @@ APX_CUDA_ENTRY(apx_cuda_copy) {
 APX_CUDA_ENTRY(apx_cuda_transpose) {
   APX_TRY(io1(ctx, ins, n_in, outs, n_out));
   int64_t ss[APX_MAX_RANK], ys[APX_MAX_RANK];
-  if (apx_cu_transpose_plan((const ApxAttrTranspose *)attrs, &ins[0], &outs[0], ss, ctx->err,
+  if (apx_transpose_plan((const ApxAttrTranspose *)attrs, &ins[0], &outs[0], ss, ctx->err,
                             sizeof ctx->err))
     return APX_STATUS_BAD_INPUT;
-  contiguous_strides(outs[0].dims, outs[0].rank, ys);
+  apx_dims_strides(outs[0].dims, outs[0].rank, ys);
   return strided_copy(ctx, outs[0].data, ys, ins[0].data, ss, outs[0].dims, outs[0].rank,
                       apx_dtype_size(ins[0].dtype));
-}
-
-static int match_but_axis(const ApxTensor *t, const ApxTensor *ref, int64_t axis) {
-  if (t->rank != ref->rank) return 0;
-  for (int d = 0; d < t->rank; d++)
-    if (d != axis && t->dims[d] != ref->dims[d]) return 0;
-  return 1;
 }
 
 /* Concat / Split: each part is an (outer, len) block of bytes at column `pos` of the whole
  * (outer, row): one pitched 2-D copy per part. */
 static ApxStatus concat_split(ApxCudaCtx *ctx, int split, int64_t axis, const ApxTensor *whole,
                               const ApxTensor *parts, int n) {
-  if (axis < 0 || axis >= whole->rank)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
-                         (long long)axis, whole->rank);
-  int64_t total = 0;
-  for (int k = 0; k < n; k++) {
-    if (!match_but_axis(&parts[k], whole, axis) || parts[k].dtype != whole->dtype)
-      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "%s %d does not match along non-axis dims",
-                           split ? "output" : "input", k);
-    if (!parts[k].data && apx_tensor_numel(&parts[k]) && !split)
-      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "input %d missing", k);
-    total += parts[k].dims[axis];
-  }
-  if (total != whole->dims[axis])
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "sizes along axis add to %lld, expected %lld",
-                         (long long)total, (long long)whole->dims[axis]);
-  size_t es = apx_dtype_size(whole->dtype);
-  int64_t outer = apx_cu_prod(whole->dims, 0, (int32_t)axis);
-  int64_t inner = apx_cu_prod(whole->dims, (int32_t)axis + 1, whole->rank) * (int64_t)es;
+  int64_t outer, inner;
+  if (apx_concat_plan(axis, whole, parts, n, split, &outer, &inner, ctx->err, sizeof ctx->err))
+    return APX_STATUS_BAD_INPUT;
+  inner *= (int64_t)apx_dtype_size(whole->dtype); /* bytes */
   int64_t row = whole->dims[axis] * inner, pos = 0;
   cudaStream_t s = apx_cu_stream(ctx);
   for (int k = 0; k < n; k++) {
@@ -210,11 +181,11 @@ APX_CUDA_ENTRY(apx_cuda_split) {
 APX_CUDA_ENTRY(apx_cuda_slice) {
   APX_TRY(io1(ctx, ins, n_in, outs, n_out));
   int64_t base, ss[APX_MAX_RANK], ys[APX_MAX_RANK];
-  if (apx_cu_slice_view((const ApxAttrSlice *)attrs, &ins[0], &outs[0], &base, ss, ctx->err,
+  if (apx_slice_view((const ApxAttrSlice *)attrs, &ins[0], &outs[0], &base, ss, ctx->err,
                         sizeof ctx->err))
     return APX_STATUS_BAD_INPUT;
   size_t es = apx_dtype_size(ins[0].dtype);
-  contiguous_strides(outs[0].dims, outs[0].rank, ys);
+  apx_dims_strides(outs[0].dims, outs[0].rank, ys);
   return strided_copy(ctx, outs[0].data, ys, (const char *)ins[0].data + base * (int64_t)es, ss,
                       outs[0].dims, outs[0].rank, es);
 }
@@ -222,12 +193,12 @@ APX_CUDA_ENTRY(apx_cuda_slice) {
 APX_CUDA_ENTRY(apx_cuda_slice_grad) {
   APX_TRY(io1(ctx, ins, n_in, outs, n_out));
   int64_t base, ds[APX_MAX_RANK], ys[APX_MAX_RANK];
-  if (apx_cu_slice_view((const ApxAttrSlice *)attrs, &outs[0], &ins[0], &base, ds, ctx->err,
+  if (apx_slice_view((const ApxAttrSlice *)attrs, &outs[0], &ins[0], &base, ds, ctx->err,
                         sizeof ctx->err))
     return APX_STATUS_BAD_INPUT;
   size_t es = apx_dtype_size(outs[0].dtype);
   APX_CUDA_TRY(ctx, cudaMemsetAsync(outs[0].data, 0, apx_tensor_bytes(&outs[0]), apx_cu_stream(ctx)));
-  contiguous_strides(ins[0].dims, ins[0].rank, ys);
+  apx_dims_strides(ins[0].dims, ins[0].rank, ys);
   return strided_copy(ctx, (char *)outs[0].data + base * (int64_t)es, ds, ins[0].data, ys,
                       ins[0].dims, ins[0].rank, es);
 }
@@ -310,13 +281,8 @@ APX_CUDA_ENTRY(apx_cuda_where) {
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "condition must be bool, got %s",
                          apx_dtype_name(ins[0].dtype));
   const ApxTensor *tri[3] = {&ins[0], &ins[1], &ins[2]};
-  ApxCuBcast bc;
-  int bad = 0;
-  char a[96], b[96];
-  if (apx_cu_bcast_init_t(&bc, &outs[0], tri, 3, &bad))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "input %d shape %s does not broadcast to %s",
-                         bad, apx_cu_dims_str(tri[bad], a, sizeof a),
-                         apx_cu_dims_str(&outs[0], b, sizeof b));
+  ApxBcast bc;
+  if (apx_bcast_plan(&bc, &outs[0], tri, 3, ctx->err, sizeof ctx->err)) return APX_STATUS_BAD_INPUT;
   int64_t n = bc.numel;
   if (n == 0) return APX_STATUS_OK;
   WhereArgs g;

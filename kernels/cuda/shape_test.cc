@@ -1,11 +1,11 @@
-// shape_test.cc - the CUDA kernels' host-side index planning (shape.h), checked on CPU
-// against naive definitions: every offset a kernel will compute from a plan is compared with
-// the offset computed directly from the unplanned shapes.
+// shape_test.cc - the planning only the CUDA kernels need (shape.h: strided-batched GEMM
+// calls, multi-tensor launches, index types), checked on CPU against naive definitions. The
+// shared planning (kernels/shape.h) has its own test, kernels/shape_test.cc.
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <map>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -25,158 +25,6 @@ ApxTensor T(std::vector<int64_t> dims, ApxDType dt = APX_DT_F32) {
   return t;
 }
 
-std::vector<int64_t> Strides(const ApxTensor &t) {
-  std::vector<int64_t> s(t.rank);
-  int64_t v = 1;
-  for (int i = t.rank - 1; i >= 0; i--) {
-    s[i] = v;
-    v *= t.dims[i];
-  }
-  return s;
-}
-
-// Index of input `in` read for output multi-index idx (right-aligned numpy broadcasting).
-int64_t NaiveBcastOffset(const ApxTensor &in, const ApxTensor &out, const std::vector<int64_t> &idx) {
-  std::vector<int64_t> s = Strides(in);
-  int64_t off = 0;
-  int lead = out.rank - in.rank;
-  for (int d = 0; d < in.rank; d++)
-    if (in.dims[d] != 1) off += idx[d + lead] * s[d];
-  return off;
-}
-
-std::vector<int64_t> Unflatten(int64_t i, const ApxTensor &t) {
-  std::vector<int64_t> idx(t.rank);
-  for (int d = t.rank - 1; d >= 0; d--) {
-    idx[d] = i % t.dims[d];
-    i /= t.dims[d];
-  }
-  return idx;
-}
-
-void ExpectBcastMatchesNaive(const ApxTensor &out, std::vector<ApxTensor> ins) {
-  std::vector<const ApxTensor *> p;
-  for (auto &t : ins) p.push_back(&t);
-  ApxCuBcast b;
-  int bad = -1;
-  ASSERT_EQ(apx_cu_bcast_init_t(&b, &out, p.data(), (int32_t)p.size(), &bad), 0);
-  int64_t n = apx_tensor_numel(&out);
-  ASSERT_EQ(b.numel, n);
-  for (int64_t i = 0; i < n; i++) {
-    int64_t off[APX_CU_BCAST_MAX_IN];
-    apx_cu_bcast_offsets(&b, i, off);
-    auto idx = Unflatten(i, out);
-    for (size_t k = 0; k < ins.size(); k++)
-      ASSERT_EQ(off[k], NaiveBcastOffset(ins[k], out, idx)) << "element " << i << " input " << k;
-  }
-}
-
-TEST(CudaShape, BroadcastOffsetsMatchNumpyRules) {
-  ExpectBcastMatchesNaive(T({2, 3, 4}), {T({2, 3, 4}), T({4})});
-  ExpectBcastMatchesNaive(T({2, 3, 4}), {T({3, 1}), T({2, 1, 4})});
-  ExpectBcastMatchesNaive(T({5, 1, 7}), {T({1}), T({5, 1, 7}), T({7})});
-  ExpectBcastMatchesNaive(T({2, 1, 3, 1, 4}), {T({2, 1, 3, 1, 4}), T({3, 1, 1})});
-  ExpectBcastMatchesNaive(T({1}), {T({}), T({1})});
-  ExpectBcastMatchesNaive(T({}), {T({}), T({})});
-}
-
-TEST(CudaShape, BroadcastCollapsesContiguousDims) {
-  ApxTensor out = T({2, 3, 4}), a = T({2, 3, 4}), b = T({2, 3, 4});
-  const ApxTensor *p[2] = {&a, &b};
-  ApxCuBcast bc;
-  ASSERT_EQ(apx_cu_bcast_init_t(&bc, &out, p, 2, nullptr), 0);
-  EXPECT_EQ(bc.rank, 1);
-  EXPECT_TRUE(apx_cu_bcast_is_contig(&bc, 0));
-  EXPECT_TRUE(apx_cu_bcast_is_contig(&bc, 1));
-  ApxTensor row = T({4});
-  const ApxTensor *q[2] = {&a, &row};
-  ASSERT_EQ(apx_cu_bcast_init_t(&bc, &out, q, 2, nullptr), 0);
-  EXPECT_EQ(bc.rank, 2);
-  EXPECT_FALSE(apx_cu_bcast_is_contig(&bc, 1));
-}
-
-TEST(CudaShape, BroadcastRejectsIncompatibleShapes) {
-  ApxTensor out = T({2, 3}), a = T({2, 3}), b = T({2});
-  const ApxTensor *p[2] = {&a, &b};
-  ApxCuBcast bc;
-  int bad = -1;
-  EXPECT_EQ(apx_cu_bcast_init_t(&bc, &out, p, 2, &bad), -1);
-  EXPECT_EQ(bad, 1);
-}
-
-// Every (output, reduced index) pair of a plan reads exactly the elements a naive reduction
-// over the masked axes reads, and each input element is read once.
-void ExpectReducePlanCovers(std::vector<int64_t> dims, uint32_t mask) {
-  ApxTensor x = T(dims);
-  ApxCuReduce p;
-  apx_cu_reduce_plan(&p, x.dims, x.rank, mask);
-  int64_t n = apx_tensor_numel(&x);
-  // naive: output index of each element = row-major index over the kept axes
-  std::map<int64_t, std::multiset<int64_t>> want;
-  for (int64_t i = 0; i < n; i++) {
-    auto idx = Unflatten(i, x);
-    int64_t o = 0;
-    for (int d = 0; d < x.rank; d++)
-      if (!(mask >> d & 1u)) o = o * x.dims[d] + idx[d];
-    want[o].insert(i);
-  }
-  ASSERT_EQ(p.ny * p.nred, n);
-  for (int64_t o = 0; o < p.ny; o++) {
-    std::multiset<int64_t> got;
-    int64_t base = apx_cu_group_offset(o, p.kd, p.ks, p.nk);
-    for (int64_t r = 0; r < p.nred; r++) got.insert(base + apx_cu_group_offset(r, p.rd, p.rs, p.nr));
-    EXPECT_EQ(got, want[o]) << "output " << o;
-  }
-}
-
-TEST(CudaShape, ReducePlanReadsEachElementOnceForItsOutput) {
-  ExpectReducePlanCovers({2, 3, 4}, 0x1);
-  ExpectReducePlanCovers({2, 3, 4}, 0x2);
-  ExpectReducePlanCovers({2, 3, 4}, 0x4);
-  ExpectReducePlanCovers({2, 3, 4}, 0x5);
-  ExpectReducePlanCovers({2, 3, 4}, 0x7);
-  ExpectReducePlanCovers({2, 1, 3, 1, 5}, 0x14);
-  ExpectReducePlanCovers({4, 3, 2, 2}, 0xd);  // conv bias gradient: axes 0, 2, 3
-  ExpectReducePlanCovers({6}, 0x0);
-}
-
-TEST(CudaShape, ReducePlanLayoutFollowsTheInnermostGroup) {
-  ApxCuReduce p;
-  int64_t d[2] = {8, 16};
-  apx_cu_reduce_plan(&p, d, 2, 0x2);
-  EXPECT_TRUE(p.inner_reduced);  // rows: sum along the contiguous axis
-  apx_cu_reduce_plan(&p, d, 2, 0x1);
-  EXPECT_FALSE(p.inner_reduced);  // columns: outputs contiguous
-  int64_t e[2] = {8, 0};
-  apx_cu_reduce_plan(&p, e, 2, 0x2);
-  EXPECT_TRUE(p.empty);
-  EXPECT_EQ(p.ny, 8);
-}
-
-TEST(CudaShape, SumToMaskMatchesBroadcastAxes) {
-  ApxTensor from = T({2, 3, 4}), to = T({3, 1}), bad = T({2});
-  EXPECT_EQ(apx_cu_sum_to_mask(&from, &to), 0x1 | 0x4);
-  EXPECT_EQ(apx_cu_sum_to_mask(&from, &bad), -1);
-  ApxTensor same = T({2, 3, 4});
-  EXPECT_EQ(apx_cu_sum_to_mask(&from, &same), 0);
-}
-
-TEST(CudaShape, ReduceMaskFromAttributes) {
-  ApxAttrReduce a;
-  memset(&a, 0, sizeof a);
-  uint32_t m = 0;
-  char err[128];
-  ASSERT_EQ(apx_cu_reduce_mask(&a, 3, &m, err, sizeof err), 0);
-  EXPECT_EQ(m, 0x7u);
-  a.noop_with_empty_axes = 1;
-  ASSERT_EQ(apx_cu_reduce_mask(&a, 3, &m, err, sizeof err), 0);
-  EXPECT_EQ(m, 0u);
-  a.n_axes = 1;
-  a.axes[0] = 3;
-  EXPECT_EQ(apx_cu_reduce_mask(&a, 3, &m, err, sizeof err), -1);
-  EXPECT_NE(std::string(err).find("out of range"), std::string::npos);
-}
-
 // Naive batched product offsets: for each broadcast batch index, the offsets of A, B and Y.
 struct Product {
   int64_t a, b, y;
@@ -184,17 +32,17 @@ struct Product {
   bool operator==(const Product &o) const { return a == o.a && b == o.b && y == o.y; }
 };
 
-std::multiset<Product> NaiveProducts(const ApxCuMatMul &p) {
+std::multiset<Product> NaiveProducts(const ApxMatMulPlan &p) {
   std::multiset<Product> s;
   for (int64_t b = 0; b < p.bc.numel; b++) {
     int64_t off[3];
-    apx_cu_bcast_offsets(&p.bc, b, off);
+    apx_bcast_offsets(&p.bc, b, off);
     s.insert({off[0] * p.M * p.K, off[1] * p.K * p.N, off[2] * p.M * p.N});
   }
   return s;
 }
 
-std::multiset<Product> PlannedProducts(const ApxCuMatMul &p) {
+std::multiset<Product> PlannedProducts(const ApxMatMulPlan &p) {
   std::multiset<Product> s;
   int32_t folded = 0;
   int64_t n = apx_cu_matmul_n_calls(&p, &folded);
@@ -216,12 +64,12 @@ std::multiset<Product> PlannedProducts(const ApxCuMatMul &p) {
 void ExpectMatMulCallsCoverBatches(std::vector<int64_t> a, std::vector<int64_t> b,
                                    std::vector<int64_t> y, int ta = 0, int tb = 0) {
   ApxTensor A = T(a), B = T(b), Y = T(y);
-  ApxCuMatMul p;
+  ApxMatMulPlan p;
   memset(&p, 0, sizeof p);
   p.ta = ta;
   p.tb = tb;
   char err[256] = "";
-  ASSERT_EQ(apx_cu_matmul_plan(&p, &A, &B, &Y, err, sizeof err), 0) << err;
+  ASSERT_EQ(apx_matmul_plan(&p, &A, &B, &Y, err, sizeof err), 0) << err;
   ASSERT_FALSE(p.reduce);
   EXPECT_EQ(PlannedProducts(p), NaiveProducts(p));
 }
@@ -239,10 +87,10 @@ TEST(CudaShape, MatMulCallsCoverEveryBatchOnce) {
 
 TEST(CudaShape, MatMulFoldsASharedRightOperand) {
   ApxTensor A = T({8, 16, 32}), B = T({32, 64}), Y = T({8, 16, 64});
-  ApxCuMatMul p;
+  ApxMatMulPlan p;
   memset(&p, 0, sizeof p);
   char err[256];
-  ASSERT_EQ(apx_cu_matmul_plan(&p, &A, &B, &Y, err, sizeof err), 0);
+  ASSERT_EQ(apx_matmul_plan(&p, &A, &B, &Y, err, sizeof err), 0);
   int32_t folded = 0;
   EXPECT_EQ(apx_cu_matmul_n_calls(&p, &folded), 1);
   EXPECT_TRUE(folded);
@@ -254,11 +102,11 @@ TEST(CudaShape, MatMulFoldsASharedRightOperand) {
 TEST(CudaShape, WeightGradientStacksBatchesAlongK) {
   // dW = sum_b X_b^T dY_b: X (B, T, C), dY (B, T, D) -> (C, D)
   ApxTensor X = T({4, 16, 32}), G = T({4, 16, 8}), W = T({32, 8});
-  ApxCuMatMul p;
+  ApxMatMulPlan p;
   memset(&p, 0, sizeof p);
   p.ta = 1;
   char err[256];
-  ASSERT_EQ(apx_cu_matmul_plan(&p, &X, &G, &W, err, sizeof err), 0) << err;
+  ASSERT_EQ(apx_matmul_plan(&p, &X, &G, &W, err, sizeof err), 0) << err;
   EXPECT_TRUE(p.reduce);
   ApxCuGemmCall g;
   ASSERT_TRUE(apx_cu_matmul_stacked(&p, &g));
@@ -267,18 +115,9 @@ TEST(CudaShape, WeightGradientStacksBatchesAlongK) {
   // not stackable: no transpose of A
   p.ta = 0;
   ApxTensor A2 = T({4, 32, 16}), W2 = T({32, 8});
-  ASSERT_EQ(apx_cu_matmul_plan(&p, &A2, &G, &W2, err, sizeof err), 0) << err;
+  ASSERT_EQ(apx_matmul_plan(&p, &A2, &G, &W2, err, sizeof err), 0) << err;
   EXPECT_TRUE(p.reduce);
   EXPECT_FALSE(apx_cu_matmul_stacked(&p, &g));
-}
-
-TEST(CudaShape, MatMulRejectsMismatchedInnerDims) {
-  ApxTensor A = T({4, 5}), B = T({6, 7}), Y = T({4, 7});
-  ApxCuMatMul p;
-  memset(&p, 0, sizeof p);
-  char err[256] = "";
-  EXPECT_EQ(apx_cu_matmul_plan(&p, &A, &B, &Y, err, sizeof err), -1);
-  EXPECT_NE(std::string(err).find("inner dims differ"), std::string::npos);
 }
 
 TEST(CudaShape, MultiTensorLaunchesCoverEveryChunkOnceInOrder) {
@@ -316,43 +155,6 @@ TEST(CudaShape, MultiTensorLaunchesCoverEveryChunkOnceInOrder) {
     }
 }
 
-TEST(CudaShape, SliceViewGivesBaseAndStrides) {
-  ApxAttrSlice a;
-  memset(&a, 0, sizeof a);
-  a.rank = 2;
-  a.starts[0] = 1;
-  a.steps[0] = 2;
-  a.starts[1] = 4;
-  a.steps[1] = -1;
-  ApxTensor full = T({5, 6}), part = T({2, 3});
-  int64_t base = 0, st[APX_MAX_RANK];
-  char err[256];
-  ASSERT_EQ(apx_cu_slice_view(&a, &full, &part, &base, st, err, sizeof err), 0) << err;
-  EXPECT_EQ(base, 1 * 6 + 4);
-  EXPECT_EQ(st[0], 12);
-  EXPECT_EQ(st[1], -1);
-  a.starts[0] = 4;  // 4 + 1 * 2 = 6 is outside [0, 5)
-  EXPECT_EQ(apx_cu_slice_view(&a, &full, &part, &base, st, err, sizeof err), -1);
-}
-
-TEST(CudaShape, TransposeSourceStrides) {
-  ApxAttrTranspose a;
-  memset(&a, 0, sizeof a);
-  a.rank = 3;
-  a.perm[0] = 2;
-  a.perm[1] = 0;
-  a.perm[2] = 1;
-  ApxTensor x = T({2, 3, 4}), y = T({4, 2, 3});
-  int64_t st[APX_MAX_RANK];
-  char err[128];
-  ASSERT_EQ(apx_cu_transpose_plan(&a, &x, &y, st, err, sizeof err), 0);
-  EXPECT_EQ(st[0], 1);
-  EXPECT_EQ(st[1], 12);
-  EXPECT_EQ(st[2], 4);
-  a.perm[2] = 0;  // repeated axis
-  EXPECT_EQ(apx_cu_transpose_plan(&a, &x, &y, st, err, sizeof err), -1);
-}
-
 TEST(CudaShape, GatherShapeAcceptsIntIndicesOnly) {
   ApxTensor data = T({10, 4}), idx = T({2, 3}, APX_DT_I64), out = T({2, 3, 4});
   int64_t outer, A, inner;
@@ -363,33 +165,6 @@ TEST(CudaShape, GatherShapeAcceptsIntIndicesOnly) {
   EXPECT_EQ(inner, 4);
   ApxTensor fidx = T({2, 3}, APX_DT_F32);
   EXPECT_EQ(apx_cu_gather_shape(0, &data, &fidx, &out, &outer, &A, &inner, err, sizeof err), -1);
-}
-
-TEST(CudaShape, ConvAndPoolGeometry) {
-  ApxAttrConv c;
-  memset(&c, 0, sizeof c);
-  c.pads[0] = c.pads[1] = c.pads[2] = c.pads[3] = 1;
-  c.strides[0] = c.strides[1] = 2;
-  ApxTensor x = T({2, 4, 9, 9}), w = T({8, 2, 3, 3}), y = T({2, 8, 5, 5});
-  c.group = 2;
-  ApxCuConv g;
-  char err[256];
-  ASSERT_EQ(apx_cu_conv_geom(&c, &x, &w, &y, &g, err, sizeof err), 0) << err;
-  EXPECT_EQ(g.G, 2);
-  ApxTensor ybad = T({2, 8, 4, 5});
-  EXPECT_EQ(apx_cu_conv_geom(&c, &x, &w, &ybad, &g, err, sizeof err), -1);
-
-  ApxAttrPool p;
-  memset(&p, 0, sizeof p);
-  p.kernel[0] = p.kernel[1] = 3;
-  p.strides[0] = p.strides[1] = 2;
-  p.ceil_mode = 1;
-  ApxTensor px = T({1, 1, 6, 6}), py = T({1, 1, 3, 3});
-  ApxCuPool pg;
-  ASSERT_EQ(apx_cu_pool_geom(&p, &px, &py, &pg, err, sizeof err), 0) << err;
-  p.ceil_mode = 0;
-  ApxTensor pyf = T({1, 1, 2, 2});
-  EXPECT_EQ(apx_cu_pool_geom(&p, &px, &pyf, &pg, err, sizeof err), 0) << err;
 }
 
 }  // namespace
