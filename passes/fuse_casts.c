@@ -3,7 +3,6 @@
 #include "passes/fuse_casts.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "compiler/infer.h"
@@ -77,21 +76,5 @@ static int try_cast(FzCtx *c, int cast) {
 }
 
 int pass_fuse_casts(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
-  FzCtx c;
-  int rc = fz_begin(&c, g, o, d, "fuse_casts");
-  if (rc <= 0) {
-    fz_end(&c);
-    return rc;
-  }
-  int n = g->n_order, *order = malloc(((size_t)n + 1) * sizeof(int));
-  if (!order) {
-    fz_end(&c);
-    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);
-  }
-  memcpy(order, g->order, (size_t)n * sizeof(int));
-  for (int k = 0; k < n && rc >= 0; k++)
-    if (fz_is_cast(g, order[k])) rc = try_cast(&c, order[k]);
-  free(order);
-  int changed = fz_end(&c);
-  return rc < 0 ? APX_PASS_ERROR : changed;
+  return fz_run(g, o, d, "fuse_casts", fz_is_cast, try_cast);
 }

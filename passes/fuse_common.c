@@ -166,6 +166,31 @@ int fz_end(FzCtx *c) {
   return c->changed ? APX_PASS_CHANGED : APX_PASS_UNCHANGED;
 }
 
+int fz_run(ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char *pass, FzWant want,
+           FzTry try_node) {
+  FzCtx c;
+  int rc = fz_begin(&c, g, o, d, pass);
+  if (rc <= 0) {
+    fz_end(&c);
+    return rc;
+  }
+  int n = g->n_order, *order = malloc(((size_t)n + 1) * sizeof(int));
+  if (!order) {
+    fz_end(&c);
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);
+  }
+  memcpy(order, g->order, (size_t)n * sizeof(int));
+  for (int k = 0; k < n && rc >= 0; k++)
+    if (want(g, order[k])) rc = try_node(&c, order[k]);
+  free(order);
+  int changed = fz_end(&c);
+  return rc < 0 ? APX_PASS_ERROR : changed;
+}
+
+int fz_fwd_op(const ApxGraph *g, int node, ApxOp op) {
+  return fz_live(g, node) && g->nodes[node].section == APX_SEC_FORWARD && g->nodes[node].op == op;
+}
+
 /* Registers node (created or rewired since the index was built) as a reader of each of
  * its current inputs; index entries of a rewired node are ignored from now on. */
 static int add_extra(FzCtx *c, int node) {

@@ -115,6 +115,18 @@ int fz_begin(FzCtx *c, ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char 
 /* Ends a pass; returns APX_PASS_CHANGED / APX_PASS_UNCHANGED. */
 int fz_end(FzCtx *c);
 
+/* Selects the nodes a pass tries (FzRun), and tries one (1 fused, 0 not, -1 error). */
+typedef int (*FzWant)(const ApxGraph *g, int node);
+typedef int (*FzTry)(FzCtx *c, int node);
+/* The driver of every fusion pass: fz_begin, then try_node for each node of the schedule as
+ * it was when the pass started (fusions append nodes and mark others dead) that `want`
+ * accepts when its turn comes, until one fails; fz_end. Returns -1 error, 0 unchanged,
+ * 1 changed (the pass result). */
+int fz_run(ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char *pass, FzWant want,
+           FzTry try_node);
+/* 1 for a live FORWARD-section node with op `op` (for FzWant functions). */
+int fz_fwd_op(const ApxGraph *g, int node, ApxOp op);
+
 /* Tries fusion f: 1 fused, 0 not fused (recorded with the reason), -1 error. */
 int fz_apply(FzCtx *c, const FzFusion *f);
 /* Records a candidate the matcher rejected itself. Returns 0, or -1 (out of memory). */

@@ -268,25 +268,10 @@ static int try_dense(FzCtx *c, int mm) {
   return attempt(c, &dn, 0);
 }
 
+static int is_product(const ApxGraph *g, int node) {
+  return fz_fwd_op(g, node, APX_OP_MatMul) || fz_fwd_op(g, node, APX_OP_Gemm);
+}
+
 int pass_fuse_dense(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
-  FzCtx c;
-  int rc = fz_begin(&c, g, o, d, "fuse_dense");
-  if (rc <= 0) {
-    fz_end(&c);
-    return rc;
-  }
-  int n = g->n_order, *order = malloc(((size_t)n + 1) * sizeof(int));
-  if (!order) {
-    fz_end(&c);
-    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);
-  }
-  memcpy(order, g->order, (size_t)n * sizeof(int));
-  for (int k = 0; k < n && rc >= 0; k++) {
-    int id = order[k];
-    if (!fz_live(g, id) || g->nodes[id].section != APX_SEC_FORWARD) continue;
-    if (g->nodes[id].op == APX_OP_MatMul || g->nodes[id].op == APX_OP_Gemm) rc = try_dense(&c, id);
-  }
-  free(order);
-  int changed = fz_end(&c);
-  return rc < 0 ? APX_PASS_ERROR : changed;
+  return fz_run(g, o, d, "fuse_dense", is_product, try_dense);
 }

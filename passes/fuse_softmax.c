@@ -3,7 +3,6 @@
 #include "passes/fuse_softmax.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "passes/fuse_common.h"
@@ -94,25 +93,8 @@ static int try_softmax(FzCtx *c, int sm) {
   return fz_apply(c, &f);
 }
 
+static int is_softmax(const ApxGraph *g, int node) { return fz_fwd_op(g, node, APX_OP_Softmax); }
+
 int pass_fuse_softmax(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
-  FzCtx c;
-  int rc = fz_begin(&c, g, o, d, "fuse_softmax");
-  if (rc <= 0) {
-    fz_end(&c);
-    return rc;
-  }
-  int n = g->n_order, *order = malloc(((size_t)n + 1) * sizeof(int));
-  if (!order) {
-    fz_end(&c);
-    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);
-  }
-  memcpy(order, g->order, (size_t)n * sizeof(int));
-  for (int k = 0; k < n && rc >= 0; k++) {
-    int id = order[k];
-    if (fz_live(g, id) && g->nodes[id].section == APX_SEC_FORWARD && g->nodes[id].op == APX_OP_Softmax)
-      rc = try_softmax(&c, id);
-  }
-  free(order);
-  int changed = fz_end(&c);
-  return rc < 0 ? APX_PASS_ERROR : changed;
+  return fz_run(g, o, d, "fuse_softmax", is_softmax, try_softmax);
 }
