@@ -12,25 +12,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/fileio.h"
+
 static const char k_magic[8] = {'A', 'P', 'X', 'C', 'K', 'P', 'T', 0};
 enum { HEADER_BYTES = 64, N_STATE_FIELDS = 16 };
 
-static void put_u32(uint8_t *b, uint32_t v) {
-  for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *b, uint64_t v) {
-  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get_u32(const uint8_t *b) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) v |= (uint32_t)b[i] << (8 * i);
-  return v;
-}
-static uint64_t get_u64(const uint8_t *b) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
-  return v;
-}
 static uint64_t dbits(double x) {
   uint64_t u;
   memcpy(&u, &x, 8);
@@ -51,10 +37,10 @@ int apx_checkpoint_saves(const ApxPlanBuffer *b) {
 uint64_t apx_plan_hash(const ApxPlan *p) {
   if (!p->map || p->map_len < 64) return 0;
   const uint8_t *b = p->map;
-  uint64_t meta_len = get_u64(b + 24);
+  uint64_t meta_len = apx_le_get_u64(b + 24);
   if (meta_len > p->map_len - 64) return 0;
   uint32_t meta = apx_crc32c(0, b + 64, (size_t)meta_len);
-  return (uint64_t)meta << 32 | get_u32(b + 48);
+  return (uint64_t)meta << 32 | apx_le_get_u32(b + 48);
 }
 
 static void state_encode(const ApxTrainState *s, uint8_t *b) {
@@ -64,12 +50,12 @@ static void state_encode(const ApxTrainState *s, uint8_t *b) {
       (uint64_t)s->dropout_step, s->dropout_seed, dbits(s->scale), (uint64_t)s->scale_clean,
       (uint64_t)s->scale_hysteresis_left, (uint64_t)s->scale_overflow_run,
       (uint64_t)s->scale_overflows, (uint64_t)s->scale_below_one_warned};
-  for (int i = 0; i < N_STATE_FIELDS; i++) put_u64(b + 8 * i, f[i]);
+  for (int i = 0; i < N_STATE_FIELDS; i++) apx_le_put_u64(b + 8 * i, f[i]);
 }
 
 static void state_decode(const uint8_t *b, ApxTrainState *s) {
   uint64_t f[N_STATE_FIELDS];
-  for (int i = 0; i < N_STATE_FIELDS; i++) f[i] = get_u64(b + 8 * i);
+  for (int i = 0; i < N_STATE_FIELDS; i++) f[i] = apx_le_get_u64(b + 8 * i);
   s->step = (int64_t)f[0];
   s->batches = (int64_t)f[1];
   s->epoch = (int64_t)f[2];
@@ -186,11 +172,11 @@ int apx_checkpoint_write(const char *dir, const ApxTrainState *st, ApxExec *ex, 
   }
   uint8_t h[HEADER_BYTES] = {0};
   memcpy(h, k_magic, 8);
-  put_u32(h + 8, APX_CHECKPOINT_VERSION);
-  put_u64(h + 16, apx_plan_hash(p));
-  put_u64(h + 24, size);
-  put_u32(h + 32, n_tensors);
-  put_u32(h + 40, 8 * N_STATE_FIELDS);
+  apx_le_put_u32(h + 8, APX_CHECKPOINT_VERSION);
+  apx_le_put_u64(h + 16, apx_plan_hash(p));
+  apx_le_put_u64(h + 24, size);
+  apx_le_put_u32(h + 32, n_tensors);
+  apx_le_put_u32(h + 40, 8 * N_STATE_FIELDS);
   if ((rc = w_bytes(&w, h, sizeof h))) goto out;
   uint8_t sb[8 * N_STATE_FIELDS];
   state_encode(st, sb);
@@ -200,12 +186,12 @@ int apx_checkpoint_write(const char *dir, const ApxTrainState *st, ApxExec *ex, 
     if (!apx_checkpoint_saves(b)) continue;
     uint8_t rec[16 + 8 * APX_MAX_RANK];
     size_t nl = strlen(b->name);
-    put_u32(rec, (uint32_t)nl);
+    apx_le_put_u32(rec, (uint32_t)nl);
     if ((rc = w_bytes(&w, rec, 4)) || (rc = w_bytes(&w, b->name, nl))) break;
-    put_u32(rec, (uint32_t)b->dtype);
-    put_u32(rec + 4, (uint32_t)b->rank);
-    for (int k = 0; k < b->rank; k++) put_u64(rec + 8 + 8 * k, (uint64_t)b->dims[k]);
-    put_u64(rec + 8 + 8 * b->rank, (uint64_t)b->bytes);
+    apx_le_put_u32(rec, (uint32_t)b->dtype);
+    apx_le_put_u32(rec + 4, (uint32_t)b->rank);
+    for (int k = 0; k < b->rank; k++) apx_le_put_u64(rec + 8 + 8 * k, (uint64_t)b->dims[k]);
+    apx_le_put_u64(rec + 8 + 8 * b->rank, (uint64_t)b->bytes);
     if ((rc = w_bytes(&w, rec, 16 + 8 * (size_t)b->rank))) break;
     if ((rc = w_bytes(&w, NULL, (size_t)(pad_to(w.pos, 64) - w.pos)))) break;
     if ((rc = apx_exec_read(ex, i, buf, (size_t)b->bytes, d))) break;
@@ -219,7 +205,7 @@ int apx_checkpoint_write(const char *dir, const ApxTrainState *st, ApxExec *ex, 
     goto out;
   }
   uint8_t cb[4];
-  put_u32(cb, w.crc);
+  apx_le_put_u32(cb, w.crc);
   if (pwrite(w.fd, cb, 4, 36) != 4 || fsync(w.fd)) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: checkpoint write failed: %s", tmp, strerror(errno));
     goto out;
@@ -234,11 +220,7 @@ int apx_checkpoint_write(const char *dir, const ApxTrainState *st, ApxExec *ex, 
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot rename into place: %s", path, strerror(errno));
     goto out;
   }
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
+  apx_fsync_dir_of(path); /* dir: make the rename durable */
 out:
   if (w.fd >= 0) close(w.fd);
   if (rc) unlink(tmp);
@@ -290,12 +272,12 @@ int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxChe
     rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not an apexrun checkpoint (bad magic)", path);
     goto out;
   }
-  if (get_u32(b + 8) != APX_CHECKPOINT_VERSION) {
+  if (apx_le_get_u32(b + 8) != APX_CHECKPOINT_VERSION) {
     rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: checkpoint version %u, this apexrun reads %u", path,
-                        get_u32(b + 8), APX_CHECKPOINT_VERSION);
+                        apx_le_get_u32(b + 8), APX_CHECKPOINT_VERSION);
     goto out;
   }
-  uint64_t want_size = get_u64(b + 24);
+  uint64_t want_size = apx_le_get_u64(b + 24);
   if (want_size != size) {
     char msg[160];
     snprintf(msg, sizeof msg, "%" PRIu64 " bytes, the header says %" PRIu64 " (truncated or torn write)",
@@ -303,7 +285,7 @@ int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxChe
     rc = corrupt(d, path, msg);
     goto out;
   }
-  uint32_t stored = get_u32(b + 36);
+  uint32_t stored = apx_le_get_u32(b + 36);
   uint8_t zero4[4] = {0};
   uint32_t crc = apx_crc32c(0, b, 36);
   crc = apx_crc32c(crc, zero4, 4);
@@ -314,7 +296,7 @@ int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxChe
     rc = corrupt(d, path, msg);
     goto out;
   }
-  uint64_t hash = get_u64(b + 16), mine = apx_plan_hash(p);
+  uint64_t hash = apx_le_get_u64(b + 16), mine = apx_plan_hash(p);
   if (hash != mine) {
     rc = apx_diag_error(d, APX_EXIT_BAD_INPUT,
                         "%s: checkpoint of another plan (its plan hash %016" PRIx64 ", %s has %016" PRIx64
@@ -322,11 +304,11 @@ int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxChe
                         path, hash, p->path ? p->path : "this plan", mine);
     goto out;
   }
-  if (get_u32(b + 12) != 0 || get_u32(b + 40) != 8 * N_STATE_FIELDS) {
+  if (apx_le_get_u32(b + 12) != 0 || apx_le_get_u32(b + 40) != 8 * N_STATE_FIELDS) {
     rc = corrupt(d, path, "unknown flags or state layout");
     goto out;
   }
-  uint32_t n = get_u32(b + 32);
+  uint32_t n = apx_le_get_u32(b + 32);
   uint64_t pos = HEADER_BYTES;
   if (size - pos < 8 * N_STATE_FIELDS) {
     rc = corrupt(d, path, "no training state");
@@ -344,20 +326,20 @@ int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxChe
   for (int32_t i = 0; i < p->n_bufs; i++) ids[i] = 0; /* 1: found in the file */
   for (uint32_t t = 0; t < n; t++) {
     if (size - pos < 4) goto trunc;
-    uint32_t nl = get_u32(b + pos);
+    uint32_t nl = apx_le_get_u32(b + pos);
     pos += 4;
     if (nl > 4096 || size - pos < (uint64_t)nl + 8) goto trunc;
     char name[4097];
     memcpy(name, b + pos, nl);
     name[nl] = 0;
     pos += nl;
-    uint32_t dt = get_u32(b + pos), rank = get_u32(b + pos + 4);
+    uint32_t dt = apx_le_get_u32(b + pos), rank = apx_le_get_u32(b + pos + 4);
     pos += 8;
     if (rank > APX_MAX_RANK || size - pos < 8 * (uint64_t)rank + 8) goto trunc;
     int64_t dims[APX_MAX_RANK];
-    for (uint32_t k = 0; k < rank; k++) dims[k] = (int64_t)get_u64(b + pos + 8 * k);
+    for (uint32_t k = 0; k < rank; k++) dims[k] = (int64_t)apx_le_get_u64(b + pos + 8 * k);
     pos += 8 * rank;
-    uint64_t nbytes = get_u64(b + pos);
+    uint64_t nbytes = apx_le_get_u64(b + pos);
     pos += 8;
     pos = pad_to(pos, 64);
     if (pos > size || size - pos < nbytes) goto trunc;

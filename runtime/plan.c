@@ -15,45 +15,6 @@
 
 static const char k_magic[8] = {'A', 'P', 'X', 'P', 'L', 'A', 'N', 0};
 
-/* ---- CRC32C --------------------------------------------------------------------------- */
-
-static uint32_t crc32c_sw(uint32_t crc, const uint8_t *p, size_t n) {
-  while (n--) {
-    crc ^= *p++;
-    for (int k = 0; k < 8; k++) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
-  }
-  return crc;
-}
-
-#if defined(__x86_64__)
-#include <nmmintrin.h>
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p,
-                                                             size_t n) {
-  uint64_t c = crc;
-  while (n && ((uintptr_t)p & 7)) {
-    c = _mm_crc32_u8((uint32_t)c, *p++);
-    n--;
-  }
-  while (n >= 8) {
-    uint64_t w;
-    memcpy(&w, p, 8);
-    c = _mm_crc32_u64(c, w);
-    p += 8;
-    n -= 8;
-  }
-  while (n--) c = _mm_crc32_u8((uint32_t)c, *p++);
-  return (uint32_t)c;
-}
-#endif
-
-uint32_t apx_crc32c(uint32_t crc, const void *buf, size_t n) {
-  crc = ~crc;
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("sse4.2")) return ~crc32c_hw(crc, buf, n);
-#endif
-  return ~crc32c_sw(crc, buf, n);
-}
-
 /* ---- little-endian header ------------------------------------------------------------- */
 
 typedef struct Header {
@@ -62,33 +23,16 @@ typedef struct Header {
   uint32_t checksum;
 } Header;
 
-static void put_u32(uint8_t *b, uint32_t v) {
-  for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *b, uint64_t v) {
-  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get_u32(const uint8_t *b) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) v |= (uint32_t)b[i] << (8 * i);
-  return v;
-}
-static uint64_t get_u64(const uint8_t *b) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
-  return v;
-}
-
 static void header_encode(const Header *h, uint8_t b[APX_PLAN_HEADER_BYTES]) {
   memset(b, 0, APX_PLAN_HEADER_BYTES);
   memcpy(b, k_magic, 8);
-  put_u32(b + 8, h->version);
-  put_u32(b + 12, h->flags);
-  put_u64(b + 16, h->meta_offset);
-  put_u64(b + 24, h->meta_len);
-  put_u64(b + 32, h->data_offset);
-  put_u64(b + 40, h->data_len);
-  put_u32(b + 48, h->checksum);
+  apx_le_put_u32(b + 8, h->version);
+  apx_le_put_u32(b + 12, h->flags);
+  apx_le_put_u64(b + 16, h->meta_offset);
+  apx_le_put_u64(b + 24, h->meta_len);
+  apx_le_put_u64(b + 32, h->data_offset);
+  apx_le_put_u64(b + 40, h->data_len);
+  apx_le_put_u32(b + 48, h->checksum);
 }
 
 static uint64_t align_up(uint64_t x) { return (x + APX_PLAN_ALIGN - 1) & ~(uint64_t)(APX_PLAN_ALIGN - 1); }
@@ -883,17 +827,7 @@ int apx_plan_write(ApxPlan *p, const char *path, ApxDiag *d) {
     rc = w_error(&w, "cannot rename the temporary plan file into place");
     goto out;
   }
-  { /* make the rename durable */
-    char *dir = strdup(path);
-    char *slash = dir ? strrchr(dir, '/') : NULL;
-    const char *dn = slash ? (slash == dir ? "/" : (*slash = 0, dir)) : ".";
-    int dfd = open(dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      fsync(dfd);
-      close(dfd);
-    }
-    free(dir);
-  }
+  apx_fsync_dir_of(path); /* make the rename durable */
 out:
   if (w.fd >= 0) close(w.fd);
   if (rc) unlink(tmp_path);
@@ -966,13 +900,13 @@ int apx_plan_read(ApxPlan *p, const char *path, ApxDiag *d) {
   if (memcmp(b, k_magic, 8))
     return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not an apexc plan (bad magic)", path);
   Header h;
-  h.version = get_u32(b + 8);
-  h.flags = get_u32(b + 12);
-  h.meta_offset = get_u64(b + 16);
-  h.meta_len = get_u64(b + 24);
-  h.data_offset = get_u64(b + 32);
-  h.data_len = get_u64(b + 40);
-  h.checksum = get_u32(b + 48);
+  h.version = apx_le_get_u32(b + 8);
+  h.flags = apx_le_get_u32(b + 12);
+  h.meta_offset = apx_le_get_u64(b + 16);
+  h.meta_len = apx_le_get_u64(b + 24);
+  h.data_offset = apx_le_get_u64(b + 32);
+  h.data_len = apx_le_get_u64(b + 40);
+  h.checksum = apx_le_get_u32(b + 48);
   if (h.version != APX_PLAN_FORMAT_VERSION)
     return apx_diag_error(d, APX_EXIT_BAD_INPUT,
                           "%s: plan format version %u, this apexrun reads version %u "

@@ -37,6 +37,7 @@
 #include "compiler/ir.h" /* ApxValueKind, ApxValueFlags, ApxSection, ApxMemRegion */
 #include "kernels/dtype.h"
 #include "kernels/op.h"
+#include "runtime/fileio.h" /* apx_crc32c: the header checksum */
 
 #ifdef __cplusplus
 extern "C" {
@@ -203,10 +204,6 @@ int32_t apx_plan_find_buffer(const ApxPlan *p, const char *name);
 const char *apx_plan_region_name(ApxMemRegion r);
 const char *apx_plan_kind_name(ApxValueKind k);
 const char *apx_plan_section_name(ApxSection s);
-
-/* CRC32C (Castagnoli, reflected, as iSCSI/ext4): crc = apx_crc32c(0, buf, n) for a whole
- * buffer, chain by passing the previous result. SSE4.2 instruction when available. */
-uint32_t apx_crc32c(uint32_t crc, const void *buf, size_t n);
 
 #ifdef __cplusplus
 }
