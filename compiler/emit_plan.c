@@ -17,37 +17,11 @@ _Static_assert(APX_SEC_FORWARD == 0 && APX_SEC_BACKWARD == 1 && APX_SEC_OPTIMIZE
                "plan.proto section values");
 
 static void options_to_plan(const ApxOptions *o, ApxPlanOptions *po) {
-  po->opt_level = o->opt_level;
-  po->half = o->half;
-  po->cast_model_type = o->cast_model_type;
-  po->keep_batchnorm_fp32 = o->keep_batchnorm_fp32 == APX_TRI_ON;
-  po->master_weights = o->master_weights == APX_TRI_ON;
-  po->training = o->training;
-  po->loss_scale_mode = o->loss_scale_mode;
-  po->loss_scale = o->loss_scale;
-  po->min_loss_scale = o->min_loss_scale;
-  po->max_loss_scale = o->max_loss_scale;
-  po->scale_window = o->scale_window;
-  po->hysteresis = o->hysteresis;
-  po->optimizer = o->optimizer;
-  po->lr = o->lr;
-  po->momentum = o->momentum;
-  po->beta1 = o->beta1;
-  po->beta2 = o->beta2;
-  po->eps = o->eps;
-  po->weight_decay = o->weight_decay;
-  po->nesterov = o->nesterov;
-  po->clip_grad_norm = o->clip_grad_norm;
-  po->accumulate = o->accumulate;
-  po->warmup_steps = o->warmup_steps;
-  po->schedule = o->schedule;
-  po->total_steps = o->total_steps;
-  po->seed = o->seed;
-  po->bucket_mb = o->bucket_mb;
-  po->first_bucket_mb = o->first_bucket_mb;
-  po->allreduce_fp32 = o->allreduce_fp32;
-  po->grad_predivide = o->grad_predivide;
-  po->sync_bn = o->sync_bn;
+#define COPY(f) po->f = o->f;
+#define TRI_ON(f) po->f = o->f == APX_TRI_ON;
+  APX_PLAN_OPTIONS(COPY, TRI_ON)
+#undef COPY
+#undef TRI_ON
 }
 
 /* Size and CRC32C of the model file; 0 and 0 when it cannot be read. */

@@ -370,37 +370,9 @@ static Apexc__Plan *to_message(const ApxPlan *p, ApxArena *tmp) {
   m->model_crc32c = p->model_crc32c;
   m->model_bytes = p->model_bytes;
   const ApxPlanOptions *po = &p->opts;
-  o->opt_level = po->opt_level;
-  o->half = po->half;
-  o->cast_model_type = po->cast_model_type;
-  o->keep_batchnorm_fp32 = po->keep_batchnorm_fp32;
-  o->master_weights = po->master_weights;
-  o->training = po->training;
-  o->loss_scale_mode = po->loss_scale_mode;
-  o->loss_scale = po->loss_scale;
-  o->min_loss_scale = po->min_loss_scale;
-  o->max_loss_scale = po->max_loss_scale;
-  o->scale_window = po->scale_window;
-  o->hysteresis = po->hysteresis;
-  o->optimizer = po->optimizer;
-  o->lr = po->lr;
-  o->momentum = po->momentum;
-  o->beta1 = po->beta1;
-  o->beta2 = po->beta2;
-  o->eps = po->eps;
-  o->weight_decay = po->weight_decay;
-  o->nesterov = po->nesterov;
-  o->clip_grad_norm = po->clip_grad_norm;
-  o->accumulate = po->accumulate;
-  o->warmup_steps = po->warmup_steps;
-  o->schedule = po->schedule;
-  o->total_steps = po->total_steps;
-  o->seed = po->seed;
-  o->bucket_mb = po->bucket_mb;
-  o->first_bucket_mb = po->first_bucket_mb;
-  o->allreduce_fp32 = po->allreduce_fp32;
-  o->grad_predivide = po->grad_predivide;
-  o->sync_bn = po->sync_bn;
+#define COPY(f) o->f = po->f;
+  APX_PLAN_OPTIONS(COPY, COPY)
+#undef COPY
   m->options = o;
   mem->arena_bytes = p->mem.arena_bytes;
   mem->peak_live_bytes = p->mem.peak_live_bytes;
@@ -530,37 +502,9 @@ static int from_message(ApxPlan *p, const Apexc__Plan *m, ApxDiag *d) {
   if (m->options) {
     const Apexc__PlanOptions *o = m->options;
     ApxPlanOptions *po = &p->opts;
-    po->opt_level = o->opt_level;
-    po->half = (ApxDType)o->half;
-    po->cast_model_type = (ApxDType)o->cast_model_type;
-    po->keep_batchnorm_fp32 = o->keep_batchnorm_fp32;
-    po->master_weights = o->master_weights;
-    po->training = o->training;
-    po->loss_scale_mode = o->loss_scale_mode;
-    po->loss_scale = o->loss_scale;
-    po->min_loss_scale = o->min_loss_scale;
-    po->max_loss_scale = o->max_loss_scale;
-    po->scale_window = o->scale_window;
-    po->hysteresis = o->hysteresis;
-    po->optimizer = o->optimizer;
-    po->lr = o->lr;
-    po->momentum = o->momentum;
-    po->beta1 = o->beta1;
-    po->beta2 = o->beta2;
-    po->eps = o->eps;
-    po->weight_decay = o->weight_decay;
-    po->nesterov = o->nesterov;
-    po->clip_grad_norm = o->clip_grad_norm;
-    po->accumulate = o->accumulate;
-    po->warmup_steps = o->warmup_steps;
-    po->schedule = o->schedule;
-    po->total_steps = o->total_steps;
-    po->seed = o->seed;
-    po->bucket_mb = o->bucket_mb;
-    po->first_bucket_mb = o->first_bucket_mb;
-    po->allreduce_fp32 = o->allreduce_fp32;
-    po->grad_predivide = o->grad_predivide;
-    po->sync_bn = o->sync_bn;
+#define COPY(f) po->f = o->f;
+    APX_PLAN_OPTIONS(COPY, COPY)
+#undef COPY
   }
   if (m->memory) {
     p->mem.arena_bytes = m->memory->arena_bytes;

@@ -52,6 +52,19 @@ extern "C" {
 #define APX_PLAN_BUF_FLAGS \
   (APX_VALF_GRAPH_OUTPUT | APX_VALF_LOSS | APX_VALF_FROZEN | APX_VALF_GRAD | APX_VALF_MASTER)
 
+/* The fields of ApxPlanOptions, each with the same name in plan.proto's PlanOptions and in
+ * ApxOptions (compiler/options.h): the one list that the plan emission and the protobuf
+ * conversions expand. TRI marks the two that are tri-states (ApxTriState) in ApxOptions;
+ * the others are copied as they are. A new option goes here, in the struct and in
+ * plan.proto. */
+#define APX_PLAN_OPTIONS(X, TRI)                                                            \
+  X(opt_level) X(half) X(cast_model_type) TRI(keep_batchnorm_fp32) TRI(master_weights)      \
+  X(training) X(loss_scale_mode) X(loss_scale) X(min_loss_scale) X(max_loss_scale)          \
+  X(scale_window) X(hysteresis) X(optimizer) X(lr) X(momentum) X(beta1) X(beta2) X(eps)     \
+  X(weight_decay) X(nesterov) X(clip_grad_norm) X(accumulate) X(warmup_steps) X(schedule)   \
+  X(total_steps) X(seed) X(bucket_mb) X(first_bucket_mb) X(allreduce_fp32)                  \
+  X(grad_predivide) X(sync_bn)
+
 typedef struct ApxPlanOptions {
   int32_t opt_level;
   ApxDType half, cast_model_type;
