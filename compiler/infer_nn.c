@@ -454,6 +454,28 @@ typedef struct Window {
   int32_t ceil_mode;
 } Window;
 
+/* The window of typed attributes (ApxAttrConv / ApxAttrPool fields). */
+static Window window_of(const int64_t *kernel, const int64_t *strides, const int64_t *pads,
+                        const int64_t *dilations, int32_t ceil_mode) {
+  Window w;
+  memset(&w, 0, sizeof w);
+  memcpy(w.kernel, kernel, sizeof w.kernel);
+  memcpy(w.strides, strides, sizeof w.strides);
+  memcpy(w.pads, pads, sizeof w.pads);
+  memcpy(w.dilations, dilations, sizeof w.dilations);
+  w.ceil_mode = ceil_mode;
+  return w;
+}
+
+/* Stores a canonical window into typed attributes (ApxAttrConv / ApxAttrPool fields). */
+static void window_to_attrs(const Window *w, int64_t *kernel, int64_t *strides, int64_t *pads,
+                            int64_t *dilations) {
+  memcpy(kernel, w->kernel, sizeof w->kernel);
+  memcpy(strides, w->strides, sizeof w->strides);
+  memcpy(pads, w->pads, sizeof w->pads);
+  memcpy(dilations, w->dilations, sizeof w->dilations);
+}
+
 static int check_spatial_rank(const ApxGraph *g, int node, const char *what, ApxDiag *d) {
   const ApxValue *x = infer_in(g, node, 0);
   if (x->rank == 4) return 0;
@@ -561,22 +583,9 @@ static int canon_conv(ApxGraph *g, int node, ApxDiag *d) {
   int64_t group;
   if (infer_attr_int(g, node, "group", 1, &group, d)) return -1;
   if (group < 1) return apx_node_error(d, g, node, "attribute 'group' = %" PRId64 " must be >= 1", group);
-  memcpy(a->kernel, w.kernel, sizeof a->kernel);
-  memcpy(a->strides, w.strides, sizeof a->strides);
-  memcpy(a->pads, w.pads, sizeof a->pads);
-  memcpy(a->dilations, w.dilations, sizeof a->dilations);
+  window_to_attrs(&w, a->kernel, a->strides, a->pads, a->dilations);
   a->group = group;
   return 0;
-}
-
-static Window conv_window(const ApxAttrConv *a) {
-  Window w;
-  memset(&w, 0, sizeof w);
-  memcpy(w.kernel, a->kernel, sizeof w.kernel);
-  memcpy(w.strides, a->strides, sizeof w.strides);
-  memcpy(w.pads, a->pads, sizeof w.pads);
-  memcpy(w.dilations, a->dilations, sizeof w.dilations);
-  return w;
 }
 
 /* Conv output shape from X (x_slot) and W (w_slot); checks channels and group. */
@@ -592,7 +601,7 @@ static int conv_shape(ApxGraph *g, int node, int x_slot, int w_slot, IShape *y, 
     int64_t want[4] = {m, c / a->group, a->kernel[0], a->kernel[1]};
     return infer_err_expected(g, node, w_slot, 4, want, d);
   }
-  Window w = conv_window(a);
+  Window w = window_of(a->kernel, a->strides, a->pads, a->dilations, 0);
   int64_t o[2];
   if (window_out(g, node, &w, X->dims + 2, o, d)) return -1;
   IShape s = {4, {X->dims[0], m, o[0], o[1]}};
@@ -655,10 +664,7 @@ static int canon_pool(ApxGraph *g, int node, ApxDiag *d) {
   w.ceil_mode = (int32_t)v;
   if (canon_window(g, node, &w, 1, d)) return -1;
   memset(a, 0, sizeof *a);
-  memcpy(a->kernel, w.kernel, sizeof a->kernel);
-  memcpy(a->strides, w.strides, sizeof a->strides);
-  memcpy(a->pads, w.pads, sizeof a->pads);
-  memcpy(a->dilations, w.dilations, sizeof a->dilations);
+  window_to_attrs(&w, a->kernel, a->strides, a->pads, a->dilations);
   a->ceil_mode = w.ceil_mode;
   if (is_max) {
     if (infer_attr_int(g, node, "storage_order", 0, &v, d)) return -1;
@@ -674,22 +680,21 @@ static int canon_pool(ApxGraph *g, int node, ApxDiag *d) {
   return 0;
 }
 
-static int pool_shape(ApxGraph *g, int node, int x_slot, IShape *y, ApxDiag *d) {
+/* Pooling output spatial size from the node's typed attributes for input spatial dims in. */
+static int pool_out(const ApxGraph *g, int node, const int64_t *in, int64_t *out, ApxDiag *d) {
   const ApxAttrPool *a = APX_NODE_ATTRS(g, node, ApxAttrPool);
-  if (infer_check_rank(g, node, x_slot, 4, 4, d)) return -1;
-  const ApxValue *X = infer_in(g, node, x_slot);
-  Window w;
-  memset(&w, 0, sizeof w);
-  memcpy(w.kernel, a->kernel, sizeof w.kernel);
-  memcpy(w.strides, a->strides, sizeof w.strides);
-  memcpy(w.pads, a->pads, sizeof w.pads);
-  memcpy(w.dilations, a->dilations, sizeof w.dilations);
-  w.ceil_mode = a->ceil_mode;
+  Window w = window_of(a->kernel, a->strides, a->pads, a->dilations, a->ceil_mode);
   for (int i = 0; i < 2; i++)
     if (w.kernel[i] < 1 || w.strides[i] < 1 || w.dilations[i] < 1)
       return apx_node_error(d, g, node, "typed attributes: kernel, strides and dilations must be >= 1");
+  return window_out(g, node, &w, in, out, d);
+}
+
+static int pool_shape(ApxGraph *g, int node, int x_slot, IShape *y, ApxDiag *d) {
+  if (infer_check_rank(g, node, x_slot, 4, 4, d)) return -1;
+  const ApxValue *X = infer_in(g, node, x_slot);
   int64_t o[2];
-  if (window_out(g, node, &w, X->dims + 2, o, d)) return -1;
+  if (pool_out(g, node, X->dims + 2, o, d)) return -1;
   IShape s = {4, {X->dims[0], X->dims[1], o[0], o[1]}};
   *y = s;
   return 0;
@@ -725,19 +730,8 @@ static int infer_avg_pool_grad(ApxGraph *g, int node, ApxDiag *d) {
   if (infer_preset_shape(g, node, 0, &xs, d)) return -1;
   if (xs.rank != 4)
     return apx_node_error(d, g, node, "output 0 must have rank 4, has rank %d", xs.rank);
-  const ApxAttrPool *a = APX_NODE_ATTRS(g, node, ApxAttrPool);
-  Window w;
-  memset(&w, 0, sizeof w);
-  memcpy(w.kernel, a->kernel, sizeof w.kernel);
-  memcpy(w.strides, a->strides, sizeof w.strides);
-  memcpy(w.pads, a->pads, sizeof w.pads);
-  memcpy(w.dilations, a->dilations, sizeof w.dilations);
-  w.ceil_mode = a->ceil_mode;
-  for (int i = 0; i < 2; i++)
-    if (w.kernel[i] < 1 || w.strides[i] < 1 || w.dilations[i] < 1)
-      return apx_node_error(d, g, node, "typed attributes: kernel, strides and dilations must be >= 1");
   int64_t o[2];
-  if (window_out(g, node, &w, xs.dims + 2, o, d)) return -1;
+  if (pool_out(g, node, xs.dims + 2, o, d)) return -1;
   IShape y = {4, {xs.dims[0], xs.dims[1], o[0], o[1]}};
   if (check_input_shape(g, node, 0, &y, d)) return -1;
   return infer_set_out_shape(g, node, 0, infer_in(g, node, 0)->dtype, &xs, d);
@@ -782,6 +776,14 @@ static int canon_loss(ApxGraph *g, int node, ApxDiag *d) {
   return 0;
 }
 
+/* The labels' shape (N, d1..dk) of scores (N, C, d1..dk), rank >= 2. */
+static IShape labels_of(const IShape *scores) {
+  IShape l = {scores->rank - 1, {0}};
+  l.dims[0] = scores->dims[0];
+  for (int i = 2; i < scores->rank; i++) l.dims[i - 1] = scores->dims[i];
+  return l;
+}
+
 /* scores (N, C, d1..dk), labels (N, d1..dk), weights? [C]: the loss shape into *loss. */
 static int loss_shapes(const ApxGraph *g, int node, int s_slot, int l_slot, int w_slot,
                        IShape *labels, IShape *loss, ApxDiag *d) {
@@ -791,9 +793,7 @@ static int loss_shapes(const ApxGraph *g, int node, int s_slot, int l_slot, int 
       infer_check_dtype(g, node, l_slot, INFER_DT_INDEX, d))
     return -1;
   IShape s = infer_shape_of(infer_in(g, node, s_slot));
-  labels->rank = s.rank - 1;
-  labels->dims[0] = s.dims[0];
-  for (int i = 2; i < s.rank; i++) labels->dims[i - 1] = s.dims[i];
+  *labels = labels_of(&s);
   if (check_input_shape(g, node, l_slot, labels, d)) return -1;
   if (w_slot >= 0 && infer_in(g, node, w_slot)) {
     if (infer_same_dtype(g, node, s_slot, w_slot, d) || infer_check_shape(g, node, w_slot, 1, &s.dims[1], d))
@@ -850,9 +850,7 @@ static int infer_nll_grad(ApxGraph *g, int node, ApxDiag *d) {
   IShape xs;
   if (infer_preset_shape(g, node, 0, &xs, d)) return -1;
   if (xs.rank < 2) return apx_node_error(d, g, node, "output 0 must have rank >= 2, has rank %d", xs.rank);
-  IShape labels = {xs.rank - 1, {0}};
-  labels.dims[0] = xs.dims[0];
-  for (int i = 2; i < xs.rank; i++) labels.dims[i - 1] = xs.dims[i];
+  IShape labels = labels_of(&xs);
   if (check_input_shape(g, node, 1, &labels, d)) return -1;
   if (infer_in(g, node, 2) && (infer_same_dtype(g, node, 0, 2, d) || infer_check_shape(g, node, 2, 1, &xs.dims[1], d)))
     return -1;
