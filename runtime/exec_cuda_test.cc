@@ -22,6 +22,8 @@ extern "C" {
 #include "runtime/plan.h"
 }
 
+#include "kernels/cuda/plan_check.h"
+
 namespace {
 
 struct Case {
@@ -184,36 +186,18 @@ TEST(CudaPlans, ExamplePlansUseOnlySupportedKernels) {
             for (int32_t k = 0; k < plan.n_kernels; k++) {
               const ApxPlanKernel *kn = &plan.kernels[k];
               if (kn->op == APX_OP_Allreduce) continue;
-              ApxDType t = APX_DT_UNDEFINED;
-              for (int32_t i = 0; i < kn->n_out && t == APX_DT_UNDEFINED; i++)
-                if (kn->out[i] >= 0) t = plan.bufs[kn->out[i]].dtype;
-              for (int32_t i = 0; i < kn->n_in && t == APX_DT_UNDEFINED; i++)
-                if (kn->in[i] >= 0) t = plan.bufs[kn->in[i]].dtype;
+              ApxDType t = apx_cuda_test::KernelType(plan, *kn);
               EXPECT_TRUE(apx_cuda_supports(kn->op, t))
                   << m << " O" << (int)level << (bf16 ? " bf16" : "") << ": kernel " << k << " node '"
                   << kn->node << "' (" << apx_op_name(kn->op) << ", " << apx_dtype_name(t) << ")";
               // the CUDA entry's host-side checks accept the kernel's real shapes, types and
               // attributes: with fake device addresses it may only fail at its first CUDA call
-              std::vector<ApxTensor> args((size_t)(kn->n_in + kn->n_out) + 1);
-              for (int32_t i = 0; i < kn->n_in + kn->n_out; i++) {
-                int32_t id = i < kn->n_in ? kn->in[i] : kn->out[i - kn->n_in];
-                ApxTensor &a = args[(size_t)i];
-                memset(&a, 0, sizeof a);
-                if (id < 0) continue;
-                const ApxPlanBuffer *pb = &plan.bufs[id];
-                a.data = reinterpret_cast<void *>(0x7f0000000000ull + ((uint64_t)id << 24));
-                a.dtype = pb->dtype;
-                a.rank = pb->rank;
-                memcpy(a.dims, pb->dims, sizeof a.dims);
-              }
               if (gpu) {
                 checked++;
                 continue;
               }
               ApxCudaCtx ctx;
-              memset(&ctx, 0, sizeof ctx);
-              ApxStatus st = apx_cuda_run(&ctx, kn->op, kn->attrs, args.data(), kn->n_in,
-                                          args.data() + kn->n_in, kn->n_out);
+              ApxStatus st = apx_cuda_test::HostCheck(plan, *kn, &ctx);
               EXPECT_TRUE(st == APX_STATUS_OK || st == APX_STATUS_RUNTIME || st == APX_STATUS_OOM)
                   << m << " O" << (int)level << ": node '" << kn->node << "': " << apx_status_name(st)
                   << ": " << ctx.err;

@@ -3,7 +3,7 @@
 //
 // For every test directory whose model uses only apexc v1 / compile-time ops: load the model
 // (apx_onnx_load_file), bind test_data_set_0's inputs with the harness rule of
-// tests/onnx_node/node_shape_test.cc (inputs feeding static-input slots or compile-time ops
+// tests/onnx_node/node_harness.h (inputs feeding static-input slots or compile-time ops
 // become constants), fold constants, infer shapes, run the graph on the CPU reference
 // kernels (tests/testing/graph_eval) and compare every output with output_K.pb:
 //   integers and bool exactly; floats with ONNX's backend-test tolerance
@@ -13,17 +13,16 @@
 // Tests rejected by the loader / inference are the shape test's business and are skipped
 // here (counted in the summary). Tests whose reference outputs cannot be reproduced by
 // design are listed in kDifferent with the reason.
-#include <dirent.h>
+// tests/onnx_node:node_conformance_test runs the same tests through the whole compiler
+// (fusion included) and the executor; this one runs each graph's own nodes on the kernels,
+// unfused and without a plan (the *_expanded tests' LayerNorm / Softmax subgraphs, for
+// instance, which the pipeline fuses).
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -32,19 +31,14 @@ extern "C" {
 #include "compiler/ir.h"
 #include "compiler/onnx_load.h"
 #include "compiler/options.h"
-#include "kernels/half.h"
-#include "onnx.pb-c.h"
 #include "passes/fold_constants.h"
 #include "passes/infer_shapes.h"
 #include "tests/testing/graph_eval.h"
 }
 
-namespace {
+#include "tests/onnx_node/node_harness.h"
 
-const char *node_dir() {
-  const char *e = getenv("APX_NODE_DIR");
-  return e && *e ? e : "/usr/share/libonnx-testdata/data/node";
-}
+namespace {
 
 // Reference outputs that apexc does not reproduce by design.
 const std::map<std::string, std::string> kDifferent = {
@@ -60,84 +54,6 @@ struct Summary {
 };
 Summary g_sum;
 
-std::vector<std::string> list_tests() {
-  std::vector<std::string> out;
-  DIR *dir = opendir(node_dir());
-  if (!dir) return out;
-  while (struct dirent *e = readdir(dir)) {
-    std::string n = e->d_name;
-    if (n.rfind("test_", 0) != 0) continue;
-    struct stat st;
-    std::string model = std::string(node_dir()) + "/" + n + "/model.onnx";
-    if (stat(model.c_str(), &st) == 0) out.push_back(n);
-  }
-  closedir(dir);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-bool read_file(const std::string &path, std::vector<uint8_t> *buf) {
-  FILE *f = fopen(path.c_str(), "rb");
-  if (!f) return false;
-  uint8_t tmp[65536];
-  size_t n;
-  while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) buf->insert(buf->end(), tmp, tmp + n);
-  fclose(f);
-  return true;
-}
-
-// v1 when every node is an ai.onnx op with ops.def V1 or FOLD; *ops lists the op types.
-bool model_is_v1(const std::string &path, std::string *ops) {
-  std::vector<uint8_t> buf;
-  if (!read_file(path, &buf)) return false;
-  Onnx__ModelProto *m = onnx__model_proto__unpack(nullptr, buf.size(), buf.data());
-  if (!m) return false;
-  bool v1 = m->graph != nullptr;
-  std::set<std::string> seen;
-  for (size_t k = 0; m->graph && k < m->graph->n_node; k++) {
-    const Onnx__NodeProto *n = m->graph->node[k];
-    std::string dom = n->domain ? n->domain : "";
-    std::string ot = n->op_type ? n->op_type : "";
-    if (seen.insert(ot).second) *ops += (ops->empty() ? "" : ",") + ot;
-    ApxOp op = apx_op_from_name(ot.c_str());
-    if (!((dom.empty() || dom == "ai.onnx") && op != APX_OP_INVALID &&
-          (apx_op_info(op)->flags & (APX_OPF_V1 | APX_OPF_FOLD))))
-      v1 = false;
-  }
-  onnx__model_proto__free_unpacked(m, nullptr);
-  return v1;
-}
-
-double elem(const void *p, ApxDType dt, int64_t i) {
-  switch (dt) {
-    case APX_DT_F32: return ((const float *)p)[i];
-    case APX_DT_F64: return ((const double *)p)[i];
-    case APX_DT_F16: return apx_f16_to_f32(((const uint16_t *)p)[i]);
-    case APX_DT_BF16: return apx_bf16_to_f32(((const uint16_t *)p)[i]);
-    case APX_DT_I64: return (double)((const int64_t *)p)[i];
-    case APX_DT_I32: return ((const int32_t *)p)[i];
-    case APX_DT_I16: return ((const int16_t *)p)[i];
-    case APX_DT_I8: return ((const int8_t *)p)[i];
-    case APX_DT_U8: case APX_DT_BOOL: return ((const uint8_t *)p)[i];
-    case APX_DT_U16: return ((const uint16_t *)p)[i];
-    case APX_DT_U32: return ((const uint32_t *)p)[i];
-    case APX_DT_U64: return (double)((const uint64_t *)p)[i];
-    default: return NAN;
-  }
-}
-
-std::set<int> static_fed_inputs(const ApxGraph *g) {
-  std::set<int> s;
-  for (int i = 0; i < g->n_nodes; i++) {
-    const ApxNode *n = &g->nodes[i];
-    const ApxOpInfo *info = apx_op_info(n->op);
-    bool fold = (info->flags & APX_OPF_FOLD) && n->op != APX_OP_Shape;
-    for (int k = 0; k < n->n_in; k++)
-      if (n->in[k] >= 0 && (fold || (k < 32 && (info->static_inputs >> k) & 1))) s.insert(n->in[k]);
-  }
-  return s;
-}
-
 double rtol_of(ApxDType t) {
   if (t == APX_DT_F16) return 4 * std::ldexp(1.0, -10);
   if (t == APX_DT_BF16) return 4 * std::ldexp(1.0, -7);
@@ -147,9 +63,10 @@ double rtol_of(ApxDType t) {
 // The test directories whose models use only v1 / compile-time ops.
 std::vector<std::string> list_v1_tests() {
   std::vector<std::string> out;
-  for (const std::string &n : list_tests()) {
+  for (const std::string &n : apx_node::list_tests()) {
     std::string ops;
-    if (model_is_v1(std::string(node_dir()) + "/" + n + "/model.onnx", &ops)) out.push_back(n);
+    if (apx_node::model_is_v1(std::string(apx_node::node_dir()) + "/" + n + "/model.onnx", &ops))
+      out.push_back(n);
   }
   return out;
 }
@@ -158,9 +75,9 @@ class NodeValue : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(NodeValue, CpuKernelsReproduceTheReferenceOutputs) {
   const std::string name = GetParam();
-  const std::string dir = std::string(node_dir()) + "/" + name;
+  const std::string dir = std::string(apx_node::node_dir()) + "/" + name;
   std::string ops;
-  ASSERT_TRUE(model_is_v1(dir + "/model.onnx", &ops));
+  ASSERT_TRUE(apx_node::model_is_v1(dir + "/model.onnx", &ops));
   g_sum.v1++;
   if (kDifferent.count(name)) {
     g_sum.different++;
@@ -169,10 +86,7 @@ TEST_P(NodeValue, CpuKernelsReproduceTheReferenceOutputs) {
   ApxGraph g;
   apx_graph_init(&g, (dir + "/model.onnx").c_str());
   ApxOptions o;
-  apx_options_init(&o);
-  o.opset_min = 7;
-  o.ir_version_min = 3;
-  o.training = 0;
+  apx_node::options_init(&o);
   ApxDiag d;
   apx_diag_init(&d);
   d.quiet = 1;
@@ -181,30 +95,9 @@ TEST_P(NodeValue, CpuKernelsReproduceTheReferenceOutputs) {
     apx_graph_free(&g);
     GTEST_SKIP() << "rejected by the loader: " << d.msg;
   }
-  std::set<int> stat = static_fed_inputs(&g);
-  std::vector<int> keep;
-  std::vector<ApxTensorConst> data;
-  for (int k = 0; k < g.n_inputs; k++) {
-    int v = g.inputs[k];
-    std::string path = dir + "/test_data_set_0/input_" + std::to_string(k) + ".pb";
-    ApxTensorConst t;
-    ApxDiag rd;
-    apx_diag_init(&rd);
-    ASSERT_EQ(apx_onnx_read_tensor_file(path.c_str(), &g.arena, &t, nullptr, &rd), 0) << rd.msg;
-    ApxValue *val = &g.vals[v];
-    if (!(t.dtype == APX_DT_U16 && val->dtype == APX_DT_BF16)) val->dtype = t.dtype;
-    val->dim_params = nullptr;
-    apx_value_set_shape(val, t.rank, t.dims);
-    if (stat.count(v)) {
-      val->kind = APX_VAL_CONST;
-      val->data = t.data;
-    } else {
-      keep.push_back(v);
-      data.push_back(t);
-    }
-  }
-  for (size_t i = 0; i < keep.size(); i++) g.inputs[i] = keep[i];
-  g.n_inputs = (int32_t)keep.size();
+  std::vector<ApxTensorConst> data;  // the data inputs' tensors, g.inputs order
+  std::string err;
+  ASSERT_TRUE(apx_node::bind_inputs(&g, dir + "/test_data_set_0", &data, &err)) << err;
   int rc = pass_fold_constants(&g, &o, &d);
   if (rc >= 0 && apx_graph_toposort(&g, &d) == 0) rc = pass_infer_shapes(&g, &o, &d);
   else rc = -1;
@@ -215,9 +108,9 @@ TEST_P(NodeValue, CpuKernelsReproduceTheReferenceOutputs) {
   }
   ApxEval e;
   ASSERT_EQ(apx_eval_init(&e, &g), 0) << e.err;
-  for (size_t i = 0; i < keep.size(); i++) {
-    size_t bytes = (size_t)apx_value_bytes(&g.vals[keep[i]]);
-    if (bytes) memcpy(apx_eval_buf(&e, keep[i]), data[i].data, bytes);
+  for (int i = 0; i < g.n_inputs; i++) {
+    size_t bytes = (size_t)apx_value_bytes(&g.vals[g.inputs[i]]);
+    if (bytes) memcpy(apx_eval_buf(&e, g.inputs[i]), data[(size_t)i].data, bytes);
   }
   g_sum.evaluated++;
   bool ok = apx_eval_run(&e, APX_EVAL_FORWARD) == 0;
@@ -227,16 +120,14 @@ TEST_P(NodeValue, CpuKernelsReproduceTheReferenceOutputs) {
     const ApxValue *val = &g.vals[v];
     std::string path = dir + "/test_data_set_0/output_" + std::to_string(k) + ".pb";
     ApxTensorConst t;
-    ApxDiag rd;
-    apx_diag_init(&rd);
-    ASSERT_EQ(apx_onnx_read_tensor_file(path.c_str(), &g.arena, &t, nullptr, &rd), 0) << rd.msg;
-    ApxDType want = (t.dtype == APX_DT_U16 && val->dtype == APX_DT_BF16) ? APX_DT_BF16 : t.dtype;
+    ASSERT_TRUE(apx_node::read_tensor(path, &g.arena, &t, &err)) << err;
+    ApxDType want = apx_node::data_dtype(t.dtype, val->dtype);
     ASSERT_EQ(val->dtype, want) << name << " output " << k;
     int64_t n = apx_value_numel(val);
     const void *got = apx_eval_buf(&e, v);
     int bad = 0;
     for (int64_t i = 0; i < n && bad < 3; i++) {
-      double a = elem(got, val->dtype, i), b = elem(t.data, want, i);
+      double a = apx_node::elem(got, val->dtype, i), b = apx_node::elem(t.data, want, i);
       bool eq;
       if (apx_dtype_is_float(want))
         eq = (std::isnan(a) && std::isnan(b)) || a == b ||
@@ -265,7 +156,8 @@ INSTANTIATE_TEST_SUITE_P(Onnx, NodeValue, ::testing::ValuesIn(list_v1_tests()), 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(NodeValue);
 
 TEST(NodeValueData, TestDataIsInstalled) {
-  EXPECT_GT(list_tests().size(), 100u) << "libonnx-testdata not found at " << node_dir();
+  EXPECT_GT(apx_node::list_tests().size(), 100u)
+      << "libonnx-testdata not found at " << apx_node::node_dir();
   EXPECT_GT(list_v1_tests().size(), 300u);
 }
 

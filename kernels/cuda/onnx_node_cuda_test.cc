@@ -21,22 +21,23 @@
 #include <vector>
 
 extern "C" {
-#include "compiler/emit_plan.h"
-#include "compiler/onnx_load.h"
-#include "compiler/pipeline.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "passes/memplan.h"
 #include "runtime/exec.h"
 #include "runtime/plan.h"
 }
 
+#include "kernels/cuda/plan_check.h"
 #include "tests/onnx_node/node_harness.h"
 
 namespace {
 
-enum Mode { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
-const char *const kModeName[3] = {"fp32", "fp16", "bf16"};
+using apx_node::Compiled;
+using apx_node::kBf16;
+using apx_node::kFp16;
+using apx_node::kFp32;
+using apx_node::kModeName;
+using apx_node::Mode;
 
 struct Summary {
   int plans = 0, kernels = 0, refused_plans = 0, compared = 0;
@@ -53,87 +54,12 @@ bool HaveGpu() {
   return have == 1;
 }
 
-struct Compiled {
-  ApxGraph g;
-  ApxPlan plan;
-  std::vector<ApxTensorConst> data;
-  std::vector<std::string> data_names;
-  explicit Compiled(const std::string &model) {
-    apx_graph_init(&g, model.c_str());
-    apx_plan_init(&plan);
-  }
-  ~Compiled() {
-    apx_plan_free(&plan);
-    apx_graph_free(&g);
-  }
-};
-
-bool Compile(const std::string &model, const std::string &data_dir, Mode mode,
-             const std::set<std::string> &opset, Compiled *c, std::string *err) {
-  ApxOptions o;
-  apx_options_init(&o);
-  o.model_path = model.c_str();
-  o.training = 0;
-  o.opset_min = 7;
-  o.ir_version_min = 3;
-  o.quiet = 1;
-  if (mode == kFp32) {
-    o.opt_level = APX_O0;
-  } else {
-    o.opt_level = APX_O3;
-    o.half = mode == kFp16 ? APX_DT_F16 : APX_DT_BF16;
-    o.half_set = 1;
-    for (const std::string &op : opset)
-      if (o.half_ops.n < APX_MAX_LIST && apx_op_from_name(op.c_str()) != APX_OP_INVALID)
-        o.half_ops.items[o.half_ops.n++] = op.c_str();
-  }
-  char perr[256];
-  if (apx_options_apply_preset(&o, perr, sizeof perr)) {
-    *err = std::string("options: ") + perr;
-    return false;
-  }
-  ApxDiag d;
-  apx_diag_init(&d);
-  d.quiet = 1;
-  if (apx_onnx_load_file(&c->g, model.c_str(), &o, &d)) {
-    *err = std::string("load: ") + d.msg;
-    return false;
-  }
-  if (!apx_node::bind_inputs(&c->g, data_dir, &c->data, err)) return false;
-  for (int i = 0; i < c->g.n_inputs; i++) c->data_names.push_back(c->g.vals[c->g.inputs[i]].name);
-  if (mode != kFp32) {
-    if (c->g.loss >= 0) c->g.vals[c->g.loss].flags &= ~(uint32_t)APX_VALF_LOSS;
-    c->g.loss = -1;
-  }
-  if (apx_compile_graph(&c->g, &o, &d)) {
-    *err = std::string("compile: ") + d.msg;
-    return false;
-  }
-  if (c->g.arena_bytes < 0 && pass_memplan(&c->g, &o, &d) < 0) {
-    *err = std::string("memplan: ") + d.msg;
-    return false;
-  }
-  if (apx_plan_from_graph(&c->g, &o, &c->plan, &d)) {
-    *err = std::string("emit plan: ") + d.msg;
-    return false;
-  }
-  return true;
-}
-
-ApxDType KernelType(const ApxPlan &p, const ApxPlanKernel *kn) {
-  for (int32_t i = 0; i < kn->n_out; i++)
-    if (kn->out[i] >= 0) return p.bufs[kn->out[i]].dtype;
-  for (int32_t i = 0; i < kn->n_in; i++)
-    if (kn->in[i] >= 0) return p.bufs[kn->in[i]].dtype;
-  return APX_DT_UNDEFINED;
-}
-
 // Host-side check of every kernel (no GPU). Returns the refused "Op type" set.
 std::set<std::string> CheckKernels(const std::string &name, const ApxPlan &p, Mode mode, bool launch) {
   std::set<std::string> refused;
   for (int32_t k = 0; k < p.n_kernels; k++) {
     const ApxPlanKernel *kn = &p.kernels[k];
-    ApxDType t = KernelType(p, kn);
+    ApxDType t = apx_cuda_test::KernelType(p, *kn);
     g_sum[mode].kernels++;
     bool sup = t == APX_DT_UNDEFINED || apx_cuda_supports(kn->op, t);
     if (!sup) {
@@ -142,22 +68,8 @@ std::set<std::string> CheckKernels(const std::string &name, const ApxPlan &p, Mo
       continue;
     }
     if (!launch) continue;
-    std::vector<ApxTensor> args((size_t)(kn->n_in + kn->n_out) + 1);
-    for (int32_t i = 0; i < kn->n_in + kn->n_out; i++) {
-      int32_t id = i < kn->n_in ? kn->in[i] : kn->out[i - kn->n_in];
-      ApxTensor &a = args[(size_t)i];
-      memset(&a, 0, sizeof a);
-      if (id < 0) continue;
-      const ApxPlanBuffer *pb = &p.bufs[id];
-      a.data = reinterpret_cast<void *>(0x7f0000000000ull + ((uint64_t)id << 24));
-      a.dtype = pb->dtype;
-      a.rank = pb->rank;
-      memcpy(a.dims, pb->dims, sizeof a.dims);
-    }
     ApxCudaCtx ctx;
-    memset(&ctx, 0, sizeof ctx);
-    ApxStatus st = apx_cuda_run(&ctx, kn->op, kn->attrs, args.data(), kn->n_in, args.data() + kn->n_in,
-                                kn->n_out);
+    ApxStatus st = apx_cuda_test::HostCheck(p, *kn, &ctx);
     EXPECT_TRUE(st == APX_STATUS_OK || st == APX_STATUS_RUNTIME || st == APX_STATUS_OOM)
         << name << " " << kModeName[mode] << ": kernel " << k << " node '" << kn->node << "': "
         << apx_status_name(st) << ": " << ctx.err;
@@ -193,16 +105,8 @@ void RunBoth(const std::string &name, Compiled *c, Mode mode) {
     cfg.device = dev[k];
     cfg.n_threads = 1;
     ASSERT_EQ(apx_exec_init(&ex[k], &c->plan, &cfg, &d), 0) << name << " " << dev[k] << ": " << d.msg;
-    for (int32_t i = 0; i < c->plan.n_inputs; i++) {
-      const char *bn = c->plan.bufs[c->plan.inputs[i]].name;
-      size_t j = 0;
-      while (j < c->data_names.size() && c->data_names[j] != bn) j++;
-      ASSERT_LT(j, c->data_names.size()) << name << ": plan input " << bn;
-      const ApxTensorConst &t = c->data[j];
-      ApxTensor h = {t.data, t.dtype, t.rank, {0}};
-      memcpy(h.dims, t.dims, sizeof h.dims);
-      ASSERT_EQ(apx_exec_set_input(&ex[k], i, &h, &d), 0) << name << ": " << d.msg;
-    }
+    std::string err;
+    ASSERT_TRUE(apx_node::set_inputs(&ex[k], *c, &err)) << name << ": " << err;
     ASSERT_EQ(apx_exec_run(&ex[k], APX_SEC_FORWARD, &d), 0) << name << " " << dev[k] << ": " << d.msg;
   }
   for (int32_t o = 0; o < c->plan.n_outputs; o++) {
@@ -256,7 +160,7 @@ class NodeCuda : public ::testing::TestWithParam<std::string> {
     if (sets.empty()) GTEST_SKIP() << "no data set";
     Compiled c(model);
     std::string err;
-    if (!Compile(model, dir + "/" + sets[0], mode, opset, &c, &err))
+    if (!apx_node::compile(model, dir + "/" + sets[0], mode, opset, false, &c, &err))
       GTEST_SKIP() << "does not compile in this mode (node_conformance_test covers it): " << err;
     g_sum[mode].plans++;
     std::set<std::string> refused = CheckKernels(name, c.plan, mode, !HaveGpu());

@@ -93,14 +93,9 @@
 
 extern "C" {
 #include "compiler/diag.h"
-#include "compiler/emit_plan.h"
 #include "compiler/ir.h"
-#include "compiler/onnx_load.h"
-#include "compiler/options.h"
-#include "compiler/pipeline.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/op.h"
-#include "passes/memplan.h"
 #include "runtime/exec.h"
 #include "runtime/plan.h"
 }
@@ -109,8 +104,12 @@ extern "C" {
 
 namespace {
 
-enum Mode { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
-const char *const kModeName[3] = {"fp32", "fp16", "bf16"};
+using apx_node::Compiled;
+using apx_node::kBf16;
+using apx_node::kFp16;
+using apx_node::kFp32;
+using apx_node::kModeName;
+using apx_node::Mode;
 
 // In-scope tests whose fp32 reference outputs cannot be reproduced by design, and what the
 // Fp32 mode checks instead (they count as passed when that check passes).
@@ -196,112 +195,22 @@ bool within_rounding(double h, double r, double e, ApxDType T, bool *undecided) 
 
 // ---- one compiled test ------------------------------------------------------------------
 
-struct Compiled {
-  ApxGraph g;
-  ApxPlan plan;
-  ApxExec ex;
-  bool have_plan = false, have_ex = false;
-  std::vector<ApxTensorConst> data;  // the data inputs' tensors, g->inputs order
-  std::vector<std::string> data_names;
-  Compiled(const std::string &model) {
-    apx_graph_init(&g, model.c_str());
-    apx_plan_init(&plan);
-    memset(&ex, 0, sizeof ex);
-  }
-  ~Compiled() {
-    if (have_ex) apx_exec_free(&ex);
-    apx_plan_free(&plan);
-    apx_graph_free(&g);
-  }
-};
-
-// Loads, binds, compiles, emits and starts the executor; false with the stage and message.
-bool compile(const std::string &model, const std::string &data_dir, Mode mode,
-             const std::set<std::string> &opset, Compiled *c, std::string *err) {
-  ApxOptions o;
-  apx_options_init(&o);
-  o.model_path = model.c_str();
-  o.training = 0;
-  o.opset_min = 7;
-  o.ir_version_min = 3;
-  o.verify_each_pass = 1;
-  o.quiet = 1;
-  if (mode == kFp32) {
-    o.opt_level = APX_O0;
-  } else {
-    o.opt_level = APX_O3;
-    o.half = mode == kFp16 ? APX_DT_F16 : APX_DT_BF16;
-    o.half_set = 1;
-    // --half-ops=<the model's op types>: also the ops that the overflow rule would keep in
-    // fp32 (Exp at fp16: unbounded input range) run in half; fixed roles (loss, Cast, integer
-    // data) are unaffected.
-    for (const std::string &op : opset)
-      if (o.half_ops.n < APX_MAX_LIST && apx_op_from_name(op.c_str()) != APX_OP_INVALID)
-        o.half_ops.items[o.half_ops.n++] = op.c_str();
-  }
-  char perr[256];
-  if (apx_options_apply_preset(&o, perr, sizeof perr)) {
-    *err = std::string("options: ") + perr;
-    return false;
-  }
+// Compiles (apx_node::compile, the verifier after every pass), starts the executor on the
+// cpu backend and feeds the data inputs; false with the stage and message.
+bool compile_and_feed(const std::string &model, const std::string &data_dir, Mode mode,
+                      const std::set<std::string> &opset, Compiled *c, std::string *err) {
+  if (!apx_node::compile(model, data_dir, mode, opset, true, c, err)) return false;
+  ApxExecConfig cfg;
+  apx_exec_config_init(&cfg);
   ApxDiag d;
   apx_diag_init(&d);
   d.quiet = 1;
-  if (apx_onnx_load_file(&c->g, model.c_str(), &o, &d)) {
-    *err = std::string("load: ") + d.msg;
-    return false;
-  }
-  if (!apx_node::bind_inputs(&c->g, data_dir, &c->data, err)) return false;
-  for (int i = 0; i < c->g.n_inputs; i++) c->data_names.push_back(c->g.vals[c->g.inputs[i]].name);
-  if (mode != kFp32) {  // inference: no loss (see the file comment)
-    if (c->g.loss >= 0) c->g.vals[c->g.loss].flags &= ~(uint32_t)APX_VALF_LOSS;
-    c->g.loss = -1;
-  }
-  if (apx_compile_graph(&c->g, &o, &d)) {
-    *err = std::string("compile: ") + d.msg;
-    return false;
-  }
-  if (c->g.arena_bytes < 0 && pass_memplan(&c->g, &o, &d) < 0) {
-    *err = std::string("memplan: ") + d.msg;
-    return false;
-  }
-  if (apx_plan_from_graph(&c->g, &o, &c->plan, &d)) {
-    *err = std::string("emit plan: ") + d.msg;
-    return false;
-  }
-  c->have_plan = true;
-  ApxExecConfig cfg;
-  apx_exec_config_init(&cfg);
   if (apx_exec_init(&c->ex, &c->plan, &cfg, &d)) {
     *err = std::string("executor: ") + d.msg;
     return false;
   }
   c->have_ex = true;
-  return true;
-}
-
-// Feeds every plan data input from the data set (matched by name).
-bool set_inputs(Compiled *c, std::string *err) {
-  for (int32_t i = 0; i < c->plan.n_inputs; i++) {
-    const char *bn = c->plan.bufs[c->plan.inputs[i]].name;
-    size_t j = 0;
-    while (j < c->data_names.size() && c->data_names[j] != bn) j++;
-    if (j == c->data_names.size()) {
-      *err = std::string("plan input '") + bn + "' is not a graph data input";
-      return false;
-    }
-    const ApxTensorConst &t = c->data[j];
-    ApxTensor h = {t.data, t.dtype, t.rank, {0}};
-    memcpy(h.dims, t.dims, sizeof h.dims);
-    ApxDiag d;
-    apx_diag_init(&d);
-    d.quiet = 1;
-    if (apx_exec_set_input(&c->ex, i, &h, &d)) {
-      *err = std::string("set input: ") + d.msg;
-      return false;
-    }
-  }
-  return true;
+  return apx_node::set_inputs(&c->ex, *c, err);
 }
 
 // ---- per-kernel reference (half modes) --------------------------------------------------
@@ -731,7 +640,7 @@ std::string NodeConformance::run(Mode mode) {
   for (const std::string &set : sets) {
     Compiled c(model);
     std::string err;
-    if (!compile(model, dir + "/" + set, mode, opset, &c, &err) || !set_inputs(&c, &err)) {
+    if (!compile_and_feed(model, dir + "/" + set, mode, opset, &c, &err)) {
       ADD_FAILURE() << name << " (" << ops << ") " << kModeName[mode] << ": " << err;
       return "";
     }

@@ -9,13 +9,18 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 extern "C" {
 #include "compiler/diag.h"
+#include "compiler/emit_plan.h"
 #include "compiler/onnx_load.h"
+#include "compiler/options.h"
+#include "compiler/pipeline.h"
 #include "kernels/half.h"
 #include "kernels/op.h"
 #include "onnx.pb-c.h"
+#include "passes/memplan.h"
 }
 
 namespace apx_node {
@@ -138,6 +143,13 @@ std::set<int> static_fed_inputs(const ApxGraph *g) {
   return s;
 }
 
+void options_init(ApxOptions *o) {
+  apx_options_init(o);
+  o->opset_min = 7;
+  o->ir_version_min = 3;
+  o->training = 0;
+}
+
 bool read_tensor(const std::string &path, ApxArena *arena, ApxTensorConst *t, std::string *err) {
   ApxDiag d;
   apx_diag_init(&d);
@@ -182,6 +194,97 @@ bool read_outputs(const std::string &data_dir, ApxArena *arena, std::vector<ApxT
     ApxTensorConst t;
     if (!read_tensor(path, arena, &t, err)) return false;
     out->push_back(t);
+  }
+  return true;
+}
+
+const char *const kModeName[3] = {"fp32", "fp16", "bf16"};
+
+Compiled::Compiled(const std::string &model) {
+  apx_graph_init(&g, model.c_str());
+  apx_plan_init(&plan);
+  memset(&ex, 0, sizeof ex);
+}
+
+Compiled::~Compiled() {
+  if (have_ex) apx_exec_free(&ex);
+  apx_plan_free(&plan);
+  apx_graph_free(&g);
+}
+
+bool compile(const std::string &model, const std::string &data_dir, Mode mode,
+             const std::set<std::string> &opset, bool verify_each_pass, Compiled *c,
+             std::string *err) {
+  ApxOptions o;
+  options_init(&o);
+  o.model_path = model.c_str();
+  o.verify_each_pass = verify_each_pass;
+  o.quiet = 1;
+  if (mode == kFp32) {
+    o.opt_level = APX_O0;
+  } else {
+    o.opt_level = APX_O3;
+    o.half = mode == kFp16 ? APX_DT_F16 : APX_DT_BF16;
+    o.half_set = 1;
+    // --half-ops=<the model's op types>: also the ops that the overflow rule would keep in
+    // fp32 (Exp at fp16: unbounded input range) run in half; fixed roles (loss, Cast, integer
+    // data) are unaffected.
+    for (const std::string &op : opset)
+      if (o.half_ops.n < APX_MAX_LIST && apx_op_from_name(op.c_str()) != APX_OP_INVALID)
+        o.half_ops.items[o.half_ops.n++] = op.c_str();
+  }
+  char perr[256];
+  if (apx_options_apply_preset(&o, perr, sizeof perr)) {
+    *err = std::string("options: ") + perr;
+    return false;
+  }
+  ApxDiag d;
+  apx_diag_init(&d);
+  d.quiet = 1;
+  if (apx_onnx_load_file(&c->g, model.c_str(), &o, &d)) {
+    *err = std::string("load: ") + d.msg;
+    return false;
+  }
+  if (!bind_inputs(&c->g, data_dir, &c->data, err)) return false;
+  for (int i = 0; i < c->g.n_inputs; i++) c->data_names.push_back(c->g.vals[c->g.inputs[i]].name);
+  if (mode != kFp32) {  // inference: no loss (node_conformance_test.cc's file comment)
+    if (c->g.loss >= 0) c->g.vals[c->g.loss].flags &= ~(uint32_t)APX_VALF_LOSS;
+    c->g.loss = -1;
+  }
+  if (apx_compile_graph(&c->g, &o, &d)) {
+    *err = std::string("compile: ") + d.msg;
+    return false;
+  }
+  if (c->g.arena_bytes < 0 && pass_memplan(&c->g, &o, &d) < 0) {
+    *err = std::string("memplan: ") + d.msg;
+    return false;
+  }
+  if (apx_plan_from_graph(&c->g, &o, &c->plan, &d)) {
+    *err = std::string("emit plan: ") + d.msg;
+    return false;
+  }
+  return true;
+}
+
+bool set_inputs(ApxExec *ex, const Compiled &c, std::string *err) {
+  for (int32_t i = 0; i < c.plan.n_inputs; i++) {
+    const char *bn = c.plan.bufs[c.plan.inputs[i]].name;
+    size_t j = 0;
+    while (j < c.data_names.size() && c.data_names[j] != bn) j++;
+    if (j == c.data_names.size()) {
+      *err = std::string("plan input '") + bn + "' is not a graph data input";
+      return false;
+    }
+    const ApxTensorConst &t = c.data[j];
+    ApxTensor h = {t.data, t.dtype, t.rank, {0}};
+    memcpy(h.dims, t.dims, sizeof h.dims);
+    ApxDiag d;
+    apx_diag_init(&d);
+    d.quiet = 1;
+    if (apx_exec_set_input(ex, i, &h, &d)) {
+      *err = std::string("set input: ") + d.msg;
+      return false;
+    }
   }
   return true;
 }

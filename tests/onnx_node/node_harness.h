@@ -1,9 +1,11 @@
 // node_harness.h - shared test-only helpers for the ONNX backend node tests (Debian
 // libonnx-testdata): listing the test folders, classifying a model as "v1" without the
-// loader, the list of v1 tests out of scope for apexc v1, reading test-data tensors, and
-// the harness rule that binds a loaded graph's inputs to a test data set.
+// loader, the list of v1 tests out of scope for apexc v1, reading test-data tensors, the
+// harness rule that binds a loaded graph's inputs to a test data set, and compiling a test
+// like `apexrun infer` and feeding its plan.
 //
-// Harness rule for inputs (used by node_shape_test and node_conformance_test): each
+// Harness rule for inputs (used by node_shape_test, node_conformance_test,
+// kernels/cpu:onnx_node_test and kernels/cuda:onnx_node_cuda_test): each
 // APX_VAL_INPUT K (index among the non-initializer graph inputs) takes dtype and shape from
 // <data set>/input_K.pb. An input that feeds a static-input slot (ops.def STATIC_INPUTS:
 // Reshape's shape, Slice's starts ...) or any input of a compile-time op other than Shape
@@ -24,6 +26,9 @@
 extern "C" {
 #include "compiler/arena.h"
 #include "compiler/ir.h"
+#include "compiler/options.h"
+#include "runtime/exec.h"
+#include "runtime/plan.h"
 }
 
 namespace apx_node {
@@ -63,6 +68,10 @@ ApxDType data_dtype(ApxDType file, ApxDType declared);
 // Value ids that must become compile-time constants under the harness rule.
 std::set<int> static_fed_inputs(const ApxGraph *g);
 
+// apx_options_init plus what every node test loads with: opset 7 and IR version 3 and newer
+// (the node tests' models are older than apexc's defaults), training off.
+void options_init(ApxOptions *o);
+
 // Reads a TensorProto file into arena; false with the reason in *err.
 bool read_tensor(const std::string &path, ApxArena *arena, ApxTensorConst *t, std::string *err);
 
@@ -76,6 +85,40 @@ bool bind_inputs(ApxGraph *g, const std::string &data_dir, std::vector<ApxTensor
 // Reads output_0.pb, output_1.pb ... of data_dir (as many as exist) into arena.
 bool read_outputs(const std::string &data_dir, ApxArena *arena, std::vector<ApxTensorConst> *out,
                   std::string *err);
+
+// ---- compiling a node test like `apexrun infer` (node_conformance_test, onnx_node_cuda_test)
+
+// Fp32: -O0; Fp16 / Bf16: -O3 --half=fp16|bf16 --half-ops=<the model's op types>, without a
+// loss (node_conformance_test.cc's file comment says why). Training off in every mode.
+enum Mode { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
+extern const char *const kModeName[3];
+
+// A compiled node test: the graph, its plan and the data set's tensors of the plan's data
+// inputs; ex is the executor when the test starts one (have_ex).
+struct Compiled {
+  ApxGraph g;
+  ApxPlan plan;
+  ApxExec ex;
+  bool have_ex = false;
+  std::vector<ApxTensorConst> data;  // the data inputs' tensors, g.inputs order
+  std::vector<std::string> data_names;
+  explicit Compiled(const std::string &model);
+  ~Compiled();
+  Compiled(const Compiled &) = delete;
+  Compiled &operator=(const Compiled &) = delete;
+};
+
+// Loads model (opset_min 7, ir_version_min 3), binds the inputs of data_dir (bind_inputs),
+// compiles in `mode` (apx_compile_graph; the verifier after every pass with
+// verify_each_pass), runs pass_memplan when the pipeline left it out and emits the plan.
+// opset: the model's op types (model_is_v1). False with the stage and message in *err.
+bool compile(const std::string &model, const std::string &data_dir, Mode mode,
+             const std::set<std::string> &opset, bool verify_each_pass, Compiled *c,
+             std::string *err);
+
+// Feeds every plan data input of ex from c's data set (matched by name). False with the
+// reason in *err.
+bool set_inputs(ApxExec *ex, const Compiled &c, std::string *err);
 
 }  // namespace apx_node
 

@@ -97,10 +97,7 @@ TEST_P(NodeShape, LoadsAndMatchesOrIsRejectedCleanly) {
   ApxGraph g;
   apx_graph_init(&g, model.c_str());
   ApxOptions o;
-  apx_options_init(&o);
-  o.opset_min = 7;
-  o.ir_version_min = 3;
-  o.training = 0;
+  apx_node::options_init(&o);
   ApxDiag d;
   apx_diag_init(&d);
   d.quiet = 1;
