@@ -225,14 +225,16 @@ int pass_bucketing(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
       free(order);
       goto out;
     }
-    /* rewire: the consumers the gradient had before this pass (UnscaleCheck; not the new
-     * casts) read the reduced value, except, with accumulation, BACKWARD nodes (they run
-     * before the reduction) */
+    /* rewire: the optimizer-side consumers the gradient had before this pass (UnscaleCheck;
+     * not the new casts) read the reduced value. Backward consumers keep the local value: a
+     * parameter added without broadcasting shares its gradient value with the activation it
+     * is added to, and the rest of backward must see this rank's gradient (reading the
+     * reduced one would also make a cycle when the Allreduce sits in backward). */
     for (int32_t j = 0; j < k; j++) {
       int from = tmp[j].grad;
       for (int e = uses.use_start[from]; e < uses.use_start[from + 1]; e++) {
         ApxNode *cn = &g->nodes[uses.use_node[e]];
-        if (sec == APX_SEC_OPTIMIZER && cn->section != APX_SEC_OPTIMIZER) continue;
+        if (cn->section != APX_SEC_OPTIMIZER) continue;
         if (cn->in[uses.use_slot[e]] == from) cn->in[uses.use_slot[e]] = outs[j];
       }
     }

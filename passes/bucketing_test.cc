@@ -132,6 +132,41 @@ TEST(Bucketing, AllreduceRightAfterItsLastMembersProducer) {
   EXPECT_GT(bs[0].overlap, 5);
 }
 
+// A parameter added without broadcasting has the same gradient value as the activation it is
+// added to: that value also feeds the rest of backward (here the first weight's gradient).
+// Only the optimizer may read the reduced gradient; backward keeps the local one (reading the
+// reduced one would be wrong under data parallelism and, at O0/O1, a cycle).
+TEST(Bucketing, SharedActivationGradientStaysLocalInBackward) {
+  for (int accumulate : {1, 2}) {
+    GraphBuilder b;
+    int x = b.Input("x", {8, 16}, APX_DT_F32);
+    int w0 = b.Param("w0", {16, 16}, -0.5, 0.5, 0, APX_DT_F32);
+    int p = b.Param("p", {8, 16}, -0.5, 0.5, 0, APX_DT_F32);  // same shape as x @ w0
+    int w1 = b.Param("w1", {16, 4}, -0.5, 0.5, 0, APX_DT_F32);
+    int h = b.Op("Relu", {b.Op("Add", {b.Op("MatMul", {x, w0}), p})});
+    b.WeightedSumLoss(b.Op("MatMul", {h, w1}));
+    ASSERT_TRUE(b.SortAndVerify());
+    b.o.accumulate = accumulate;
+    ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+    ASSERT_EQ(b.RunPass(pass_optimizer), APX_PASS_CHANGED) << b.d.msg;
+    b.o.bucket_mb = b.o.first_bucket_mb = 1e-6;
+    ASSERT_EQ(b.RunPass(pass_bucketing), APX_PASS_CHANGED) << "accumulate " << accumulate << ": " << b.d.msg;
+    ASSERT_EQ(apx_graph_verify(&b.g, &b.d), 0) << b.d.msg;
+    int reduced_reads = 0;
+    for (int i = 0; i < b.g.n_nodes; i++) {
+      const ApxNode &n = b.g.nodes[i];
+      if ((n.flags & APX_NODEF_DEAD) || n.op == APX_OP_Allreduce) continue;
+      for (int k = 0; k < n.n_in; k++) {
+        int v = n.in[k];
+        if (v < 0 || b.g.vals[v].producer < 0 || b.g.nodes[b.g.vals[v].producer].op != APX_OP_Allreduce) continue;
+        EXPECT_EQ(n.section, APX_SEC_OPTIMIZER) << "node '" << n.name << "' reads reduced gradient '" << b.g.vals[v].name << "'";
+        reduced_reads++;
+      }
+    }
+    EXPECT_GE(reduced_reads, 3) << "UnscaleCheck reads the three reduced gradients";
+  }
+}
+
 TEST(Bucketing, AllreduceBeforeUnscaleCheck) {
   Mlp m;
   ASSERT_EQ(m.RunPass(pass_bucketing), APX_PASS_CHANGED) << m.d.msg;
