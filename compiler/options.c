@@ -25,7 +25,7 @@ void apx_options_init(ApxOptions *o) {
   o->beta1 = 0.9f;
   o->beta2 = 0.999f;
   o->eps = 1e-8f;
-  o->weight_decay = 0.01f;
+  o->weight_decay = 0.01f; /* AdamW's; the preset makes it 0 for SGD unless set */
   o->accumulate = 1;
   o->seed = 0;
   o->bucket_mb = 25.0;
@@ -90,6 +90,9 @@ int apx_options_apply_preset(ApxOptions *o, char *err, size_t cap) {
     o->loss_scale_mode = APX_LOSS_SCALE_STATIC;
     o->loss_scale = 1.0f;
   }
+  /* Optimizer defaults follow PyTorch (DESIGN.md 13): weight decay 0.01 is AdamW's (and
+   * apex FusedLAMB's); torch.optim.SGD's is 0. */
+  if (o->optimizer == APX_OPTIM_SGD && !o->weight_decay_set) o->weight_decay = 0.0f;
   if (o->loss_scale_mode == APX_LOSS_SCALE_DYNAMIC && o->loss_scale_set == 0)
     o->loss_scale = 65536.0f;
   if (o->min_loss_scale < 0 || o->max_loss_scale <= 0 ||

@@ -35,7 +35,7 @@ typedef struct ApxNameList {
 
 typedef struct ApxOptions {
   const char *model_path;
-  const char *output_path; /* -o; NULL: derived from the model name (model.apx) */
+  const char *output_path; /* -o; apexc sets MODEL.apx next to the model when absent */
   ApxOptLevel opt_level;
 
   /* precision properties (DESIGN.md 5) */
