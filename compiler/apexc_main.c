@@ -73,19 +73,6 @@ static void print_summary(const ApxGraph *g, const ApxOptions *o) {
            g->arena_bytes, g->peak_live_bytes, g->no_reuse_bytes);
 }
 
-/* MODEL.onnx -> MODEL.apx next to it */
-static char *default_plan_path(const char *model) {
-  size_t n = strlen(model);
-  const char *dot = strrchr(model, '.');
-  const char *slash = strrchr(model, '/');
-  if (dot && (!slash || dot > slash)) n = (size_t)(dot - model);
-  char *p = malloc(n + 5);
-  if (!p) return NULL;
-  memcpy(p, model, n);
-  memcpy(p + n, ".apx", 5);
-  return p;
-}
-
 static int dump_plan(const char *path) {
   ApxPlan plan;
   ApxDiag d;
@@ -136,13 +123,11 @@ static int run(const ApxOptions *opts, const ApxCliArgs *args) {
   if (rc == 0 && o.fusion_report) apx_fusion_report_write(&g, stdout);
   if (rc == 0 && a.bucket_report) apx_buckets_report_write(&g, &o, a.bucket_report == 2, stdout);
   if (rc == 0 && a.summary) print_summary(&g, &o);
+  fflush(stdout); /* the summary and reports before anything later on stderr, when piped */
   if (rc == 0 && a.write_plan) {
-    char *owned = o.output_path ? NULL : default_plan_path(o.model_path);
-    const char *out = o.output_path ? o.output_path : owned;
-    rc = out ? apx_emit_plan_file(&g, &o, out, &d)
-             : apx_diag_error(&d, APX_EXIT_RUNTIME, "apexc: out of memory");
-    if (rc == 0 && !o.quiet) fprintf(stderr, "wrote %s\n", out);
-    free(owned);
+    /* the CLI sets output_path (-o, or MODEL.apx next to the model) whenever it writes */
+    rc = apx_emit_plan_file(&g, &o, o.output_path, &d);
+    if (rc == 0 && !o.quiet) fprintf(stderr, "wrote %s\n", o.output_path);
   }
   if (rc) fprintf(stderr, "%s\n", d.msg);
   int code = rc ? d.code : 0;

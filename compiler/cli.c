@@ -6,9 +6,11 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char usage_text[] =
     "usage: apexc MODEL.onnx [-O0|-O1|-O2|-O3] [-o PLAN.apx] [options]\n"
@@ -28,10 +30,12 @@ static const char usage_text[] =
     "Precision:\n"
     "  --half=fp16|bf16            half type (default fp16; bf16 defaults to loss scale 1)\n"
     "  --keep-batchnorm-fp32[=true|false]   --master-weights[=true|false]\n"
-    "  --loss-scale=dynamic|N      dynamic (init 2^16) or a static scale\n"
-    "  --min-loss-scale S          --max-loss-scale S (default 2^24)\n"
-    "  --scale-window N            clean steps before the scale grows (default 2000)\n"
-    "  --hysteresis N              overflows tolerated before backing off (default 1)\n"
+    "  --loss-scale=dynamic|N      dynamic (init 2^16) or a static scale N (defaults: dynamic\n"
+    "                              at -O1/-O2, static 1 at -O0/-O3 and with bf16)\n"
+    "  dynamic scaling only:       --min-loss-scale S (default none)  --max-loss-scale S\n"
+    "                              (default 2^24)  --scale-window N (clean steps before the\n"
+    "                              scale grows, default 2000)  --hysteresis N (overflows\n"
+    "                              tolerated before backing off, default 1)\n"
     "  --half-ops A,B  --fp32-ops A,B  --promote-ops A,B   per-op overrides (op types)\n"
     "  --fp32-nodes PATTERN        keep nodes whose name matches the glob in fp32 (repeatable)\n"
     "  --policy FILE.json          decisions from a file (the --explain=json schema)\n"
@@ -48,24 +52,36 @@ static const char usage_text[] =
     "\n"
     "Graph binding:\n"
     "  --dim NAME=V                bind a symbolic dimension (repeatable)\n"
-    "  --loss NAME                 the loss value (default: the first graph output)\n"
+    "  --loss NAME                 the loss value (default: the first graph output); one loss\n"
+    "                              only: a graph with more than one loss is not supported yet\n"
     "  --frozen A,B                float initializers that are not trained\n"
-    "  --inference                 compile the forward graph only (no training graph)\n"
+    "  --inference                 compile the forward graph only (no training graph; the\n"
+    "                              training, loss-scaling and bucketing flags are refused)\n"
     "  --allow-old-opset           accept ai.onnx opset 7..12 and ir_version 3..6\n"
     "\n"
     "Training:\n"
     "  --optimizer sgd|adamw|lamb  (default adamw)      --lr X (default 1e-3)\n"
-    "  --momentum M  --nesterov    --betas B1,B2 (0.9,0.999)  --eps E (1e-8)\n"
-    "  --weight-decay W (0.01, decoupled)  --clip-grad-norm N  --accumulate K\n"
-    "  --warmup-steps N  --lr-schedule constant|cosine|linear  --total-steps N  --seed S\n"
+    "  sgd only:    --momentum M (default 0)  --nesterov (needs momentum > 0)\n"
+    "  adamw/lamb:  --betas B1,B2 (default 0.9,0.999)  --eps E (default 1e-8; lamb 1e-6)\n"
+    "  --weight-decay W            adamw and lamb: default 0.01, decoupled (AdamW: p *= 1 - lr W;\n"
+    "                              lamb adds W p to its update); sgd: default 0, L2 added to the\n"
+    "                              gradient (torch.optim.SGD)\n"
+    "  --clip-grad-norm N (default off)  --accumulate K (default 1)  --seed S (default 0)\n"
+    "  --warmup-steps N (default 0, at most --total-steps)\n"
+    "  --lr-schedule constant|cosine|linear (default constant)\n"
+    "  --total-steps N             length of the schedule (default: apexrun's --steps)\n"
     "\n"
     "Fusion and data parallelism:\n"
     "  --no-fuse  --bucket-mb N (25)  --first-bucket-mb N (1)  --allreduce-fp32\n"
     "  --grad-predivide F  --sync-bn\n"
     "\n"
     "Debugging:\n"
-    "  --disable-pass=NAME  --dump-after=NAME  --verify-each-pass  --quiet\n"
+    "  --disable-pass=NAME  --dump-after=NAME  --verify-each-pass\n"
+    "  -q, --quiet                 print errors only (no summary, no warnings)\n"
     "\n"
+    "\n"
+    "Outputs (-o, --emit-onnx, --explain-out) must not be the input model; contradictory\n"
+    "flags (e.g. --nesterov without --momentum, --betas with sgd) are usage errors.\n"
     "Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input.\n";
 
 const char *apx_cli_usage(void) { return usage_text; }
@@ -169,16 +185,124 @@ static int add_list(Parser *p, const char *flag, const char *s, ApxNameList *lis
   return 0;
 }
 
+/* Flags that only mean something when a training graph is built (refused with --inference)
+ * and flags of the dynamic loss scaler (refused with a static loss scale). */
+static const char *const training_flags[] = {
+    "--optimizer", "--lr", "--momentum", "--nesterov", "--betas", "--eps", "--weight-decay",
+    "--clip-grad-norm", "--accumulate", "--warmup-steps", "--lr-schedule", "--total-steps",
+    "--loss-scale", "--min-loss-scale", "--max-loss-scale", "--scale-window", "--hysteresis",
+    "--master-weights", "--bucket-mb", "--first-bucket-mb", "--allreduce-fp32",
+    "--grad-predivide", "--sync-bn", NULL};
+static const char *const dynamic_scaler_flags[] = {"--min-loss-scale", "--max-loss-scale",
+                                                   "--scale-window", "--hysteresis", NULL};
+
+/* The table entry arg ("--flag" or "--flag=value") names, or NULL. */
+static const char *flag_in(const char *arg, const char *const *table) {
+  const char *v;
+  for (int i = 0; table[i]; i++)
+    if (flag_is(arg, table[i], &v)) return table[i];
+  return NULL;
+}
+
+/* path made absolute and canonical as far as it exists: realpath of the file, else realpath
+ * of its folder plus the file name. malloc'd; NULL when neither resolves. */
+static char *canonical_path(const char *path) {
+  char *r = realpath(path, NULL);
+  if (r) return r;
+  const char *slash = strrchr(path, '/');
+  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+  char *rd = dir ? realpath(dir, NULL) : NULL;
+  free(dir);
+  if (!rd) return NULL;
+  const char *base = slash ? slash + 1 : path;
+  size_t n = strlen(rd) + strlen(base) + 2;
+  char *out = malloc(n);
+  if (out) snprintf(out, n, "%s/%s", rd, base);
+  free(rd);
+  return out;
+}
+
+/* 1 if paths a and b name the same file: same device and inode when both exist, else the
+ * same canonical path (or, when that cannot be resolved, the same string). */
+static int same_file(const char *a, const char *b) {
+  struct stat sa, sb;
+  int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+  if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (ea != eb) return 0;
+  char *ca = canonical_path(a), *cb = canonical_path(b);
+  int same = ca && cb ? strcmp(ca, cb) == 0 : strcmp(a, b) == 0;
+  free(ca);
+  free(cb);
+  return same;
+}
+
+/* MODEL.onnx -> MODEL.apx next to it (in the parser's arena). */
+static const char *default_plan_path(Parser *p, const char *model) {
+  size_t n = strlen(model);
+  const char *dot = strrchr(model, '.');
+  const char *slash = strrchr(model, '/');
+  if (dot && (!slash || dot > slash)) n = (size_t)(dot - model);
+  return apx_arena_printf(p->strings, "%.*s.apx", (int)n, model);
+}
+
+/* What the flags ask for together, once the preset is applied: contradictions and outputs
+ * that would overwrite the model are usage errors. */
+static int check_combinations(Parser *p, const ApxOptions *o, const ApxCliArgs *a,
+                              const char *training_flag, const char *scaler_flag,
+                              int momentum_seen, int betas_seen, int eps_seen) {
+  static const char *const optim_names[] = {"sgd", "adamw", "lamb"};
+  const char *optim = (unsigned)o->optimizer < 3 ? optim_names[o->optimizer] : "?";
+  if (!o->training && training_flag)
+    return fail(p, "%s with --inference: it only applies to training (drop one of them)",
+                training_flag);
+  if (o->nesterov && o->optimizer != APX_OPTIM_SGD)
+    return fail(p, "--nesterov with --optimizer %s: Nesterov momentum is an sgd option", optim);
+  if (o->nesterov && !(o->momentum > 0))
+    return fail(p, "--nesterov needs --momentum M with M > 0 (momentum is %g)",
+                (double)o->momentum);
+  if (momentum_seen && o->optimizer != APX_OPTIM_SGD)
+    return fail(p, "--momentum with --optimizer %s: momentum is an sgd option (%s uses --betas)",
+                optim, optim);
+  if (betas_seen && o->optimizer == APX_OPTIM_SGD)
+    return fail(p, "--betas with --optimizer sgd: betas are adamw/lamb options (sgd uses "
+                "--momentum)");
+  if (eps_seen && o->optimizer == APX_OPTIM_SGD)
+    return fail(p, "--eps with --optimizer sgd: eps is an adamw/lamb option");
+  if (scaler_flag && o->training && o->loss_scale_mode == APX_LOSS_SCALE_STATIC)
+    return fail(p, "%s with a static loss scale (%g%s): it only applies to dynamic loss "
+                "scaling (add --loss-scale=dynamic)", scaler_flag, (double)o->loss_scale,
+                o->loss_scale_set ? ", from --loss-scale" : ", the -O0/-O3/bf16 default");
+  if (o->total_steps > 0 && o->warmup_steps > o->total_steps)
+    return fail(p, "--warmup-steps %d is more than --total-steps %lld", (int)o->warmup_steps,
+                (long long)o->total_steps);
+  if (o->explain_path && !o->explain)
+    return fail(p, "--explain-out %s without --explain: nothing to write (add --explain or "
+                "--explain=json)", o->explain_path);
+  const struct {
+    const char *flag, *path;
+  } outs[] = {{"-o", a->write_plan ? o->output_path : NULL},
+              {"--emit-onnx", o->emit_onnx},
+              {"--explain-out", o->explain_path}};
+  for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+    if (outs[i].path && same_file(outs[i].path, o->model_path))
+      return fail(p, "%s %s: refusing to overwrite the input model %s", outs[i].flag,
+                  outs[i].path, o->model_path);
+  return 0;
+}
+
 int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err, size_t cap) {
   memset(a, 0, sizeof *a);
   apx_arena_init(&a->strings);
   Parser p = {argc, 1, argv, err, cap, &a->strings};
   apx_options_init(o);
   err[0] = '\0';
-  int explicit_level = 0, inspect = 0;
+  int explicit_level = 0, inspect = 0, momentum_seen = 0, betas_seen = 0, eps_seen = 0;
+  const char *training_flag = NULL, *scaler_flag = NULL;
   for (; p.i < argc; p.i++) {
     const char *arg = argv[p.i], *v = NULL;
     long long iv;
+    if (!training_flag) training_flag = flag_in(arg, training_flags);
+    if (!scaler_flag) scaler_flag = flag_in(arg, dynamic_scaler_flags);
     if (arg[0] != '-' || arg[1] == '\0') {
       if (o->model_path) return fail(&p, "more than one model given ('%s' and '%s')", o->model_path, arg);
       o->model_path = arg;
@@ -270,12 +394,21 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
       const char *eq = strchr(s, '=');
       if (!eq || eq == s) return fail(&p, "--dim: expected NAME=VALUE, got '%s'", s);
       if (o->n_dims >= APX_MAX_DIMS_BOUND) return fail(&p, "--dim: more than %d bindings", APX_MAX_DIMS_BOUND);
+      for (int k = 0; k < o->n_dims; k++)
+        if (strlen(o->dim_names[k]) == (size_t)(eq - s) && !strncmp(o->dim_names[k], s, (size_t)(eq - s)))
+          return fail(&p, "--dim %s: '%s' is already bound to %lld", s, o->dim_names[k],
+                      (long long)o->dim_values[k]);
       if (parse_int(&p, "--dim", eq + 1, 1, (long long)1 << 40, &iv)) return -1;
       if (!(o->dim_names[o->n_dims] = apx_arena_strndup(p.strings, s, (size_t)(eq - s))))
         return fail(&p, "out of memory");
       o->dim_values[o->n_dims++] = iv;
     } else if (flag_is(arg, "--loss", &v)) {
-      if (!(o->loss_name = need_value(&p, "--loss", v))) return -1;
+      const char *s = need_value(&p, "--loss", v);
+      if (!s) return -1;
+      if (o->loss_name)
+        return fail(&p, "--loss %s: not supported yet: more than one loss (already --loss %s); "
+                    "add the losses into one graph output", s, o->loss_name);
+      o->loss_name = s;
     } else if (flag_is(arg, "--frozen", &v)) {
       const char *s = need_value(&p, "--frozen", v);
       if (!s || add_list(&p, "--frozen", s, &o->frozen)) return -1;
@@ -298,6 +431,7 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
     } else if (flag_is(arg, "--momentum", &v)) {
       const char *s = need_value(&p, "--momentum", v);
       if (!s || parse_float(&p, "--momentum", s, 0, 1, &o->momentum)) return -1;
+      momentum_seen = 1;
     } else if (!strcmp(arg, "--nesterov")) {
       o->nesterov = 1;
     } else if (flag_is(arg, "--betas", &v)) {
@@ -310,10 +444,12 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
       if (parse_float(&p, "--betas", b1, 0, 0.999999999, &o->beta1) ||
           parse_float(&p, "--betas", comma + 1, 0, 0.999999999, &o->beta2))
         return -1;
+      betas_seen = 1;
     } else if (flag_is(arg, "--eps", &v)) {
       const char *s = need_value(&p, "--eps", v);
       if (!s || parse_float(&p, "--eps", s, 0, 1, &o->eps)) return -1;
       o->eps_set = 1;
+      eps_seen = 1;
     } else if (flag_is(arg, "--weight-decay", &v)) {
       const char *s = need_value(&p, "--weight-decay", v);
       if (!s || parse_float(&p, "--weight-decay", s, 0, 1e3, &o->weight_decay)) return -1;
@@ -327,7 +463,7 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
       o->accumulate = (int32_t)iv;
     } else if (flag_is(arg, "--warmup-steps", &v)) {
       const char *s = need_value(&p, "--warmup-steps", v);
-      if (!s || parse_int(&p, "--warmup-steps", s, 0, 1LL << 40, &iv)) return -1;
+      if (!s || parse_int(&p, "--warmup-steps", s, 0, INT32_MAX, &iv)) return -1;
       o->warmup_steps = (int32_t)iv;
     } else if (flag_is(arg, "--lr-schedule", &v)) {
       const char *s = need_value(&p, "--lr-schedule", v);
@@ -386,9 +522,15 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
   if (a->action == APX_CLI_COMPILE) {
     if (!o->model_path) return fail(&p, "no model given (usage: apexc MODEL.onnx [-O0|-O1|-O2|-O3] [-o PLAN.apx]; see --help)");
     if (!inspect) a->write_plan = 1;
-    a->summary = !inspect;
+    a->summary = !inspect && !o->quiet; /* -q: errors only */
+    if (a->write_plan && !o->output_path &&
+        !(o->output_path = default_plan_path(&p, o->model_path)))
+      return fail(&p, "out of memory");
     char perr[512];
     if (apx_options_apply_preset(o, perr, sizeof perr)) return fail(&p, "%s", perr);
+    if (check_combinations(&p, o, a, training_flag, scaler_flag, momentum_seen, betas_seen,
+                           eps_seen))
+      return -1;
   }
   return 0;
 }

@@ -1,7 +1,11 @@
 // cli_test.cc - apexc argument parsing: opt-level presets, explicit overrides, Apex's invalid
-// combinations, and usage errors.
+// combinations, contradictory flags, outputs that would overwrite the model, and usage errors.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -133,8 +137,7 @@ TEST(Cli, UsageErrorsNameTheFlag) {
 
 TEST(Cli, ListsAndBindings) {
   Parsed p = parse({"m.onnx", "--fp32-ops", "Gelu,Tanh", "--fp32-ops=Erf", "--fp32-nodes", "attn*",
-                    "--dim", "batch=32", "--frozen=w1,w2", "--betas=0.8,0.99", "--explain=json",
-                    "--inference"});
+                    "--dim", "batch=32", "--frozen=w1,w2", "--explain=json", "--inference"});
   ASSERT_EQ(p.rc, 0) << p.err;
   ASSERT_EQ(p.o.fp32_ops.n, 3);
   EXPECT_STREQ(p.o.fp32_ops.items[2], "Erf");
@@ -143,12 +146,14 @@ TEST(Cli, ListsAndBindings) {
   EXPECT_STREQ(p.o.dim_names[0], "batch");
   EXPECT_EQ(p.o.dim_values[0], 32);
   EXPECT_EQ(p.o.frozen.n, 2);
-  EXPECT_FLOAT_EQ(p.o.beta1, 0.8f);
-  EXPECT_FLOAT_EQ(p.o.beta2, 0.99f);
   EXPECT_EQ(p.o.explain, 2);
   EXPECT_EQ(p.o.training, 0);
   EXPECT_EQ(p.a.summary, 0);   // an inspection flag replaces the summary
   EXPECT_EQ(p.a.write_plan, 0);
+  Parsed q = parse({"m.onnx", "--betas=0.8,0.99"});
+  ASSERT_EQ(q.rc, 0) << q.err;
+  EXPECT_FLOAT_EQ(q.o.beta1, 0.8f);
+  EXPECT_FLOAT_EQ(q.o.beta2, 0.99f);
 }
 
 TEST(Cli, HelpVersionListOps) {
@@ -159,4 +164,141 @@ TEST(Cli, HelpVersionListOps) {
   EXPECT_EQ(p.a.action, APX_CLI_DUMP_PLAN);
   EXPECT_STREQ(p.a.dump_plan_path, "x.apx");
   EXPECT_NE(std::string(apx_cli_usage()).find("-O2"), std::string::npos);
+}
+
+namespace {
+
+std::string temp_dir() {
+  const char *base = getenv("TEST_TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/cli_test_XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) return "";
+  return std::string(buf.data());
+}
+
+void expect_usage_error(std::vector<const char *> args, const char *want) {
+  Parsed p = parse(args);
+  EXPECT_EQ(p.rc, -1) << want;
+  EXPECT_NE(std::string(p.err).find(want), std::string::npos) << "got: " << p.err << "\nwant: " << want;
+  EXPECT_EQ(std::string(p.err).find('\n'), std::string::npos) << p.err;
+}
+
+}  // namespace
+
+TEST(Cli, SgdWeightDecayDefaultsToZero) {
+  Parsed p = parse({"m.onnx", "--optimizer", "sgd"});
+  ASSERT_EQ(p.rc, 0) << p.err;
+  EXPECT_EQ(p.o.weight_decay, 0.0f);  // torch.optim.SGD's default (DESIGN.md 13)
+  Parsed q = parse({"m.onnx", "--optimizer", "sgd", "--weight-decay", "0.05"});
+  ASSERT_EQ(q.rc, 0) << q.err;
+  EXPECT_FLOAT_EQ(q.o.weight_decay, 0.05f);
+  Parsed r = parse({"m.onnx"});  // AdamW: 0.01
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_FLOAT_EQ(r.o.weight_decay, 0.01f);
+  std::string help = apx_cli_usage();
+  EXPECT_NE(help.find("sgd: default 0"), std::string::npos) << help;
+}
+
+TEST(Cli, RefusesToOverwriteTheModel) {
+  std::string dir = temp_dir();
+  ASSERT_FALSE(dir.empty());
+  std::string model = dir + "/m.onnx";
+  FILE *f = fopen(model.c_str(), "wb");
+  ASSERT_TRUE(f);
+  fputs("x", f);
+  fclose(f);
+  std::string other_spelling = dir + "/./sub/../m.onnx";
+  ASSERT_EQ(mkdir((dir + "/sub").c_str(), 0755), 0);
+  std::string hard = dir + "/hard.onnx";
+  ASSERT_EQ(link(model.c_str(), hard.c_str()), 0);
+  std::string apx_model = dir + "/m.apx";  // its default plan path is itself
+  std::string missing = dir + "/nothere.onnx";
+  std::string missing_other = dir + "/sub/../nothere.onnx";
+  struct Case {
+    std::vector<const char *> args;
+    const char *flag;
+  } cases[] = {
+      {{model.c_str(), "-o", other_spelling.c_str()}, "-o "},
+      {{model.c_str(), "-o", hard.c_str()}, "-o "},
+      {{model.c_str(), "--emit-onnx", model.c_str()}, "--emit-onnx "},
+      {{model.c_str(), "--explain", "--explain-out", other_spelling.c_str()}, "--explain-out "},
+      {{apx_model.c_str()}, "-o "},
+      {{missing.c_str(), "-o", missing_other.c_str()}, "-o "},
+  };
+  for (auto &c : cases) {
+    Parsed p = parse(c.args);
+    EXPECT_EQ(p.rc, -1) << c.args[0];
+    EXPECT_NE(std::string(p.err).find("refusing to overwrite the input model"), std::string::npos)
+        << p.err;
+    EXPECT_NE(std::string(p.err).find(c.flag), std::string::npos) << p.err;
+  }
+  Parsed ok = parse({model.c_str(), "-o", (dir + "/m2.apx").c_str(), "--emit-onnx",
+                     (dir + "/mixed.onnx").c_str()});
+  EXPECT_EQ(ok.rc, 0) << ok.err;
+  Parsed def = parse({model.c_str()});
+  ASSERT_EQ(def.rc, 0) << def.err;
+  EXPECT_EQ(std::string(def.o.output_path), dir + "/m.apx");
+}
+
+TEST(Cli, RejectsContradictoryFlags) {
+  expect_usage_error({"m.onnx", "--optimizer", "sgd", "--nesterov"}, "--nesterov needs --momentum");
+  expect_usage_error({"m.onnx", "--nesterov", "--momentum", "0.9"}, "--nesterov with --optimizer adamw");
+  expect_usage_error({"m.onnx", "--momentum", "0.9"}, "--momentum with --optimizer adamw");
+  expect_usage_error({"m.onnx", "--optimizer=lamb", "--momentum", "0.9"}, "--momentum with --optimizer lamb");
+  expect_usage_error({"m.onnx", "--optimizer", "sgd", "--betas", "0.9,0.99"}, "--betas with --optimizer sgd");
+  expect_usage_error({"m.onnx", "--optimizer", "sgd", "--eps", "1e-6"}, "--eps with --optimizer sgd");
+  expect_usage_error({"m.onnx", "--loss-scale", "128", "--scale-window", "10"},
+                     "--scale-window with a static loss scale (128, from --loss-scale)");
+  expect_usage_error({"m.onnx", "-O0", "--hysteresis", "2"}, "--hysteresis with a static loss scale (1");
+  expect_usage_error({"m.onnx", "-O2", "--half=bf16", "--min-loss-scale", "1"}, "--min-loss-scale with a static");
+  expect_usage_error({"m.onnx", "--inference", "--lr", "0.1"}, "--lr with --inference");
+  expect_usage_error({"m.onnx", "--optimizer=sgd", "--inference"}, "--optimizer with --inference");
+  expect_usage_error({"m.onnx", "--inference", "--loss-scale=dynamic"}, "--loss-scale with --inference");
+  expect_usage_error({"m.onnx", "--warmup-steps", "100", "--total-steps", "50"},
+                     "--warmup-steps 100 is more than --total-steps 50");
+  expect_usage_error({"m.onnx", "--dim", "batch=2", "--dim", "batch=4"},
+                     "--dim batch=4: 'batch' is already bound to 2");
+  expect_usage_error({"m.onnx", "--explain-out", "x.txt"}, "--explain-out x.txt without --explain");
+  expect_usage_error({"m.onnx", "--loss", "a", "--loss", "b"}, "not supported yet: more than one loss");
+  // consistent combinations still parse
+  for (std::vector<const char *> ok : {
+           std::vector<const char *>{"m.onnx", "--optimizer", "sgd", "--momentum", "0.9", "--nesterov"},
+           std::vector<const char *>{"m.onnx", "--optimizer", "lamb", "--betas", "0.9,0.99", "--eps", "1e-6"},
+           std::vector<const char *>{"m.onnx", "-O2", "--scale-window", "5", "--hysteresis", "2"},
+           std::vector<const char *>{"m.onnx", "-O0", "--loss-scale=dynamic", "--scale-window", "5"},
+           std::vector<const char *>{"m.onnx", "--warmup-steps", "50", "--total-steps", "50"},
+           std::vector<const char *>{"m.onnx", "--warmup-steps", "50"},  // total from apexrun --steps
+           std::vector<const char *>{"m.onnx", "--inference", "--dim", "a=1", "--dim", "b=1"},
+           std::vector<const char *>{"m.onnx", "--explain=json", "--explain-out", "x.json"},
+       }) {
+    Parsed p = parse(ok);
+    EXPECT_EQ(p.rc, 0) << p.err;
+  }
+}
+
+TEST(Cli, IntegerFlagsOutOfInt32RangeNameTheFlag) {
+  expect_usage_error({"m.onnx", "--warmup-steps", "3000000000"},
+                     "--warmup-steps: '3000000000' is not an integer in [0, 2147483647]");
+  expect_usage_error({"m.onnx", "--warmup-steps", "99999999999999999999999"}, "--warmup-steps: '9");
+  expect_usage_error({"m.onnx", "--warmup-steps", "-1"}, "--warmup-steps: '-1'");
+  expect_usage_error({"m.onnx", "--warmup-steps", "12x"}, "--warmup-steps: '12x'");
+  expect_usage_error({"m.onnx", "--scale-window", "4294967296"}, "--scale-window: '4294967296'");
+  expect_usage_error({"m.onnx", "--hysteresis", "2147483648"}, "--hysteresis: '2147483648'");
+  expect_usage_error({"m.onnx", "--accumulate", "2147483648"}, "--accumulate: '2147483648'");
+  expect_usage_error({"m.onnx", "--total-steps", "9223372036854775808"}, "--total-steps: '9");
+  Parsed p = parse({"m.onnx", "--warmup-steps", "2147483647", "--total-steps", "4000000000"});
+  ASSERT_EQ(p.rc, 0) << p.err;
+  EXPECT_EQ(p.o.warmup_steps, 2147483647);
+  EXPECT_EQ(p.o.total_steps, 4000000000LL);
+}
+
+TEST(Cli, QuietPrintsNoSummary) {
+  Parsed p = parse({"m.onnx", "-q"});
+  ASSERT_EQ(p.rc, 0) << p.err;
+  EXPECT_EQ(p.a.summary, 0);
+  EXPECT_EQ(p.a.write_plan, 1);
+  Parsed q = parse({"m.onnx", "--quiet", "--explain"});
+  ASSERT_EQ(q.rc, 0) << q.err;
+  EXPECT_EQ(q.o.explain, 1);  // asked-for output is still printed
 }
