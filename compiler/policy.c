@@ -127,8 +127,11 @@ int apx_policy_load_file(ApxPolicy *p, const char *path, ApxDiag *d) {
   if (!f) return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot open policy: %s", path, strerror(errno));
   size_t cap = 1 << 16, len = 0;
   char *buf = malloc(cap);
+  int read_errno = 0;
   while (buf) {
+    errno = 0;
     size_t r = fread(buf + len, 1, cap - len, f);
+    if (r < cap - len && ferror(f)) read_errno = errno ? errno : EIO;
     len += r;
     if (len < cap) break;
     char *nb = realloc(buf, cap * 2);
@@ -145,7 +148,8 @@ int apx_policy_load_file(ApxPolicy *p, const char *path, ApxDiag *d) {
   if (!buf) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory reading the policy", path);
   if (bad) {
     free(buf);
-    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: read error", path);
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot read policy: %s", path,
+                          strerror(read_errno ? read_errno : EIO));
   }
   int rc = apx_policy_parse(p, path, buf, len, d);
   free(buf);
