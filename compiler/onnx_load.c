@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kernels/half.h"
 #include "onnx.pb-c.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -569,6 +570,39 @@ static int apply_hint(Loader *L, int v, const Onnx__TypeProto *tp, const char *w
   return 0;
 }
 
+/* Without --loss, the loss is the first graph output. A training graph with several float
+ * scalar outputs computed from parameters has more than one loss candidate: training only
+ * the first would be silently wrong, so it is refused (--loss NAME picks one). Runs after
+ * the toposort; scalar means declared rank 0 in graph.output. */
+static int check_one_loss(Loader *L) {
+  ApxGraph *g = L->g;
+  int first = -1, second = -1;
+  char *dep = calloc((size_t)g->n_vals + 1, 1); /* value computed from a parameter */
+  if (!dep) return loom(L);
+  for (int v = 0; v < g->n_vals; v++) dep[v] = g->vals[v].kind == APX_VAL_PARAM;
+  for (int k = 0; k < g->n_order; k++) {
+    const ApxNode *n = &g->nodes[g->order[k]];
+    int any = 0;
+    for (int i = 0; i < n->n_in; i++) any |= n->in[i] >= 0 && dep[n->in[i]];
+    for (int i = 0; any && i < n->n_out; i++)
+      if (n->out[i] >= 0) dep[n->out[i]] = 1;
+  }
+  for (int i = 0; i < g->n_outputs && second < 0; i++) {
+    const ApxValue *val = &g->vals[g->outputs[i]];
+    if (val->kind != APX_VAL_ACTIVATION || !dep[g->outputs[i]] || val->rank != 0 ||
+        !apx_dtype_is_float(val->dtype))
+      continue;
+    if (first < 0) first = g->outputs[i];
+    else if (first != g->outputs[i]) second = g->outputs[i];
+  }
+  free(dep);
+  if (second < 0) return 0;
+  return lerr(L, "not supported yet: more than one loss: graph outputs '%s' and '%s' are both "
+              "float scalars computed from parameters (apexc trains one loss: name it with "
+              "--loss NAME, or add the losses into one output)", g->vals[first].name,
+              g->vals[second].name);
+}
+
 static int load_initializers(Loader *L) {
   const Onnx__GraphProto *gp = L->gp;
   for (size_t k = 0; k < gp->n_initializer; k++) {
@@ -628,6 +662,28 @@ static const Onnx__AttributeProto *find_attr(const Onnx__NodeProto *n, const cha
   return NULL;
 }
 
+/* Node k's output j names a value already defined: say by what (the first definition). */
+static int redefined(Loader *L, size_t k, size_t j) {
+  const Onnx__GraphProto *gp = L->gp;
+  const char *name = gp->node[k]->output[j];
+  for (size_t k2 = 0; k2 <= k; k2++) {
+    const Onnx__NodeProto *n2 = gp->node[k2];
+    for (size_t j2 = 0; j2 < n2->n_output && (k2 < k || j2 < j); j2++) {
+      if (!n2->output[j2] || strcmp(n2->output[j2], name) != 0) continue;
+      if (k2 == k) return node_err(L, k, "output '%s' is listed twice", name);
+      return node_err(L, k, "output '%s' is already produced by node '%s' (%s)", name,
+                      L->node_names[k2], op_type_of(n2));
+    }
+  }
+  for (size_t i = 0; i < gp->n_initializer; i++)
+    if (gp->initializer[i] && gp->initializer[i]->name && !strcmp(gp->initializer[i]->name, name))
+      return node_err(L, k, "output '%s' is already an initializer", name);
+  for (size_t i = 0; i < gp->n_input; i++)
+    if (gp->input[i] && gp->input[i]->name && !strcmp(gp->input[i]->name, name))
+      return node_err(L, k, "output '%s' is already a graph input", name);
+  return node_err(L, k, "output '%s' is defined twice", name);
+}
+
 /* Constant node k -> a CONST value named after its output. */
 static int load_constant(Loader *L, size_t k) {
   const Onnx__NodeProto *n = L->gp->node[k];
@@ -667,6 +723,7 @@ static int load_constant(Loader *L, size_t k) {
     return node_err(L, k, "Constant has no value attribute");
   }
   if (!tc.data) return loom(L);
+  if (apx_graph_find_value(L->g, n->output[0]) >= 0) return redefined(L, k, 0);
   int v = apx_graph_add_value(L->g, L->d, n->output[0], APX_VAL_CONST, tc.dtype, tc.rank,
                               tc.dims);
   if (v < 0) return -1;
@@ -752,6 +809,7 @@ static int load_nodes(Loader *L) {
     }
     for (size_t j = 0; j < n->n_output; j++) {
       if (!n->output[j] || !*n->output[j]) continue;
+      if (apx_graph_find_value(g, n->output[j]) >= 0) return redefined(L, k, j);
       int v = apx_graph_add_value(g, L->d, n->output[j], APX_VAL_ACTIVATION, APX_DT_UNDEFINED,
                                   -1, NULL);
       if (v < 0) return -1;
@@ -842,11 +900,97 @@ static int load_outputs(Loader *L) {
   int loss = g->outputs[0];
   if (L->opt.loss_name && *L->opt.loss_name) {
     loss = apx_graph_find_value(g, L->opt.loss_name);
+    if (loss < 0 && strchr(L->opt.loss_name, ','))
+      return lerr(L, "--loss '%s': not supported yet: more than one loss (add the losses into "
+                  "one graph output)", L->opt.loss_name);
     if (loss < 0) return lerr(L, "--loss '%s': no such value", L->opt.loss_name);
+  } else if (L->opt.training && check_one_loss(L)) {
+    return -1;
   }
   g->loss = loss;
   g->vals[loss].flags |= APX_VALF_LOSS;
   return 0;
+}
+
+/* Element i of a float value, as double. */
+static double float_at(const ApxValue *v, int64_t i) {
+  switch (v->dtype) {
+    case APX_DT_F32: return ((const float *)v->data)[i];
+    case APX_DT_F64: return ((const double *)v->data)[i];
+    case APX_DT_F16: return apx_f16_to_f32(((const uint16_t *)v->data)[i]);
+    case APX_DT_BF16: return apx_bf16_to_f32(((const uint16_t *)v->data)[i]);
+    default: return 0;
+  }
+}
+
+#define MAX_CONSTANT_LIKE_WARNINGS 5
+
+/* Every float initializer not --frozen is a trained parameter (DESIGN.md 2). Warns, one
+ * line each (at most MAX_CONSTANT_LIKE_WARNINGS, then a count), about those that look like
+ * constants: a scalar Pow exponent, an epsilon-like scalar (0 < |x| <= 1e-3) added or
+ * divided by, and values outside fp16 range when the opt level casts the model to fp16
+ * (-O2/-O3), e.g. a -1e9 attention mask. */
+typedef struct ConstLike {
+  char *seen; /* [n_vals] already reported */
+  int shown, more;
+} ConstLike;
+
+static void const_like(Loader *L, ConstLike *c, int v, const char *why) {
+  const ApxValue *val = &L->g->vals[v];
+  c->seen[v] = 1;
+  if (c->shown++ < MAX_CONSTANT_LIKE_WARNINGS)
+    apx_diag_warn(L->d, "%s: initializer '%s' looks like a constant, not a weight: %s; it will "
+                  "be trained (add --frozen %s if it is a constant)", L->g->file, val->name, why,
+                  val->name);
+  else
+    c->more++;
+}
+
+static int is_float_param(const ApxValue *val) {
+  return val->kind == APX_VAL_PARAM && val->data && apx_dtype_is_float(val->dtype);
+}
+
+static void warn_constant_like_params(Loader *L) {
+  ApxGraph *g = L->g;
+  ConstLike c = {calloc((size_t)g->n_vals + 1, 1), 0, 0};
+  if (!c.seen) return;
+  char why[400];
+  for (int k = 0; k < g->n_order; k++) { /* scalars by the role their consumer gives them */
+    const ApxNode *n = &g->nodes[g->order[k]];
+    for (int j = 0; j < n->n_in; j++) {
+      int v = n->in[j];
+      if (v < 0 || c.seen[v] || !is_float_param(&g->vals[v]) || apx_value_numel(&g->vals[v]) != 1)
+        continue;
+      double x = float_at(&g->vals[v], 0), ax = x < 0 ? -x : x;
+      if (n->op == APX_OP_Pow && j == 1) {
+        snprintf(why, sizeof why, "a scalar exponent (%g) of node '%s' (Pow)", x, n->name);
+        const_like(L, &c, v, why);
+      } else if ((n->op == APX_OP_Add || (n->op == APX_OP_Div && j == 1)) && ax > 0 && ax <= 1e-3) {
+        snprintf(why, sizeof why, "an epsilon-like scalar (%g) in node '%s' (%s)", x, n->name,
+                 apx_op_name(n->op));
+        const_like(L, &c, v, why);
+      }
+    }
+  }
+  if (L->opt.opt_level >= APX_O2 && L->opt.half == APX_DT_F16) { /* the model is cast */
+    for (int v = 0; v < g->n_vals; v++) {
+      if (c.seen[v] || !is_float_param(&g->vals[v])) continue;
+      int64_t numel = apx_value_numel(&g->vals[v]);
+      for (int64_t i = 0; i < numel; i++) {
+        double x = float_at(&g->vals[v], i);
+        if (x == x && !(x >= -65504.0 && x <= 65504.0)) {
+          snprintf(why, sizeof why, "it holds %g, outside fp16 range, and -O%d casts the model "
+                   "to fp16", x, (int)L->opt.opt_level);
+          const_like(L, &c, v, why);
+          break;
+        }
+      }
+    }
+  }
+  if (c.more)
+    apx_diag_warn(L->d, "%s: and %d more initializers that look like constants (--frozen A,B "
+                  "keeps them constant)", g->file, c.more);
+  free(c.seen);
 }
 
 static int load_model(Loader *L, const Onnx__ModelProto *m, size_t len) {
@@ -874,6 +1018,7 @@ static int load_model(Loader *L, const Onnx__ModelProto *m, size_t len) {
   if (load_nodes(L)) return -1;
   if (apx_graph_toposort(L->g, L->d)) return -1;
   if (load_outputs(L)) return -1;
+  if (L->opt.training) warn_constant_like_params(L);
   for (int b = 0; b < L->opt.n_dims; b++)
     if (!L->dim_used[b] && L->opt.dim_names[b])
       apx_diag_warn(L->d, "%s: --dim %s: no graph input has this symbolic dim", L->g->file,
@@ -914,6 +1059,12 @@ static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_ow
   char dim_used[APX_MAX_DIMS_BOUND + 1] = {0};
   L.dim_used = dim_used;
 
+  /* runtime/plan.h's magic: a compiled plan given where the model goes */
+  static const char plan_magic[8] = {'A', 'P', 'X', 'P', 'L', 'A', 'N', 0};
+  if (buf && len >= sizeof plan_magic && memcmp(buf, plan_magic, sizeof plan_magic) == 0) {
+    free(buf_owned);
+    return lerr(&L, "this is an apexc plan, not an ONNX model (run it with apexrun)");
+  }
   int oom = 0;
   ProtobufCAllocator pa = {pb_alloc, pb_free, &oom};
   Onnx__ModelProto *m = NULL;

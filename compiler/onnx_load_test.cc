@@ -930,7 +930,7 @@ TEST(OnnxLoad, GraphStructureErrors) {
     m.node("Relu", {"x"}, {"w"});
     m.output("w");
     auto L = load(m);
-    EXPECT_REJECTS(L, "m.onnx: value 'w' is defined twice");
+    EXPECT_REJECTS(L, "m.onnx: node 'Relu_0' (Relu): output 'w' is already an initializer");
   }
   {
     Model m;
@@ -954,6 +954,207 @@ TEST(OnnxLoad, GraphStructureErrors) {
     m.node("Relu", {"x"}, {"y"});
     auto L = load(m);
     EXPECT_REJECTS(L, "m.onnx: graph has no outputs");
+  }
+}
+
+// A value defined twice: the message names the node that redefines it and what defined it
+// first.
+TEST(OnnxLoad, RedefinedOutputNamesBothDefinitions) {
+  {
+    Model m;
+    m.input("x", {2});
+    m.node("Relu", {"x"}, {"y"}, "r1");
+    m.node("Neg", {"x"}, {"y"}, "r2");
+    m.output("y");
+    auto L = load(m);
+    EXPECT_REJECTS(L, "m.onnx: node 'r2' (Neg): output 'y' is already produced by node 'r1' (Relu)");
+  }
+  {
+    Model m;
+    m.input("x", {2});
+    m.node("Relu", {"x"}, {"x"}, "r");
+    m.output("x");
+    auto L = load(m);
+    EXPECT_REJECTS(L, "m.onnx: node 'r' (Relu): output 'x' is already a graph input");
+  }
+  {
+    Model m;
+    m.input("x", {2});
+    m.node("Relu", {"x"}, {"c"}, "r");
+    m.node("Constant", {}, {"c"}, "k", {m.attr_f("value_float", 1.0f)});
+    m.node("Add", {"x", "c"}, {"y"}, "add");
+    m.output("y");
+    auto L = load(m);
+    EXPECT_REJECTS(L, "m.onnx: node 'k' (Constant): output 'c' is already produced by node 'r' (Relu)");
+  }
+  {
+    Model m;
+    m.input("x", {2});
+    m.node("Split", {"x"}, {"a", "a"}, "s");
+    m.output("a");
+    auto L = load(m);
+    EXPECT_REJECTS(L, "m.onnx: node 's' (Split): output 'a' is listed twice");
+  }
+}
+
+TEST(OnnxLoad, PlanFileIsNamedAsSuch) {
+  std::string plan("APXPLAN\0\x01\x00\x00\x00 rest of a plan", 28);
+  ApxGraph g;
+  apx_graph_init(&g, "m.apx");
+  ApxDiag d;
+  apx_diag_init(&d);
+  EXPECT_EQ(apx_onnx_load_memory(&g, plan.data(), plan.size(), nullptr, nullptr, &d), -1);
+  EXPECT_EQ(d.code, APX_EXIT_BAD_INPUT);
+  EXPECT_STREQ(d.msg, "m.apx: this is an apexc plan, not an ONNX model (run it with apexrun)");
+  apx_graph_free(&g);
+}
+
+namespace {
+
+std::string le_floats(std::vector<float> v) {
+  return std::string(reinterpret_cast<const char *>(v.data()), v.size() * sizeof(float));
+}
+
+// x * w -> ReduceSum -> l1 and ReduceMean -> l2, both declared float scalars.
+void two_scalar_outputs(Model &m) {
+  m.input("x", {2});
+  m.init_raw("w", APX_DT_F32, {2}, le_floats({1, 2}));
+  m.node("Mul", {"x", "w"}, {"a"}, "mul");
+  m.node("ReduceSum", {"a"}, {"l1"}, "sum", {m.attr_i("keepdims", 0)});
+  m.node("ReduceMean", {"a"}, {"l2"}, "mean", {m.attr_i("keepdims", 0)});
+  m.outputs.push_back(m.vi("l1", APX_DT_F32, {}));
+  m.outputs.push_back(m.vi("l2", APX_DT_F32, {}));
+}
+
+}  // namespace
+
+TEST(OnnxLoad, MoreThanOneLossIsNotSupportedYet) {
+  {
+    Model m;
+    two_scalar_outputs(m);
+    auto L = load(m);
+    EXPECT_REJECTS(L, "m.onnx: not supported yet: more than one loss: graph outputs 'l1' and 'l2'");
+  }
+  {
+    Model m;
+    two_scalar_outputs(m);
+    ApxOptions o = default_options();
+    o.loss_name = "l2";  // the user picked one: l1 stays an output
+    auto L = load(m, &o);
+    EXPECT_LOADS(L);
+    EXPECT_EQ(L->g.loss, apx_graph_find_value(&L->g, "l2"));
+    o.loss_name = "l1,l2";
+    auto L2 = load(m, &o);
+    EXPECT_REJECTS(L2, "m.onnx: --loss 'l1,l2': not supported yet: more than one loss");
+  }
+  {
+    Model m;
+    two_scalar_outputs(m);
+    ApxOptions o = default_options();
+    o.training = 0;  // no loss at all
+    auto L = load(m, &o);
+    EXPECT_LOADS(L);
+  }
+  {
+    // a scalar computed from the data only (no parameter) is not a loss candidate
+    Model m;
+    m.input("x", {2});
+    m.init_raw("w", APX_DT_F32, {2}, le_floats({1, 2}));
+    m.node("Mul", {"x", "w"}, {"a"}, "mul");
+    m.node("ReduceSum", {"a"}, {"loss"}, "sum", {m.attr_i("keepdims", 0)});
+    m.node("ReduceMean", {"x"}, {"xmean"}, "mean", {m.attr_i("keepdims", 0)});
+    m.outputs.push_back(m.vi("loss", APX_DT_F32, {}));
+    m.outputs.push_back(m.vi("xmean", APX_DT_F32, {}));
+    auto L = load(m);
+    EXPECT_LOADS(L);
+  }
+}
+
+namespace {
+
+// Loads m with o, capturing the warning lines (not quiet).
+std::string load_warnings(Model &m, const ApxOptions &o, int *rc) {
+  ApxGraph g;
+  apx_graph_init(&g, "m.onnx");
+  ApxDiag d;
+  apx_diag_init(&d);
+  char *buf = nullptr;
+  size_t len = 0;
+  d.warn_stream = open_memstream(&buf, &len);
+  std::string b = m.bytes();
+  *rc = apx_onnx_load_memory(&g, b.data(), b.size(), nullptr, &o, &d);
+  fclose(d.warn_stream);
+  std::string out(buf ? buf : "", len);
+  free(buf);
+  apx_graph_free(&g);
+  return out;
+}
+
+int count_lines(const std::string &s) { return (int)std::count(s.begin(), s.end(), '\n'); }
+
+// y = Pow(x, p) + eps + mask with p, eps and mask float initializers (trained by default).
+void constant_like_model(Model &m, int n_eps) {
+  m.input("x", {2});
+  m.init_raw("p", APX_DT_F32, {}, le_floats({2.0f}));
+  m.init_raw("mask", APX_DT_F32, {2}, le_floats({0.0f, -1e9f}));
+  m.init_raw("w", APX_DT_F32, {2}, le_floats({0.5f, -0.25f}));  // a weight
+  m.node("Pow", {"x", "p"}, {"t0"}, "pow");
+  m.node("Mul", {"t0", "w"}, {"t1"}, "mul");
+  std::string cur = "t1";
+  for (int i = 0; i < n_eps; i++) {
+    std::string e = "eps" + std::to_string(i), out = "u" + std::to_string(i);
+    m.init_raw(e, APX_DT_F32, {1}, le_floats({1e-5f}));
+    m.node("Add", {cur, e}, {out}, "add_" + e);
+    cur = out;
+  }
+  m.node("Add", {cur, "mask"}, {"y"}, "add_mask");
+  m.node("ReduceSum", {"y"}, {"loss"}, "sum", {m.attr_i("keepdims", 0)});
+  m.output("loss");
+}
+
+}  // namespace
+
+TEST(OnnxLoad, WarnsAboutInitializersThatLookLikeConstants) {
+  {
+    Model m;
+    constant_like_model(m, 1);
+    ApxOptions o = default_options();
+    o.opt_level = APX_O2;
+    int rc;
+    std::string w = load_warnings(m, o, &rc);
+    ASSERT_EQ(rc, 0);
+    EXPECT_EQ(count_lines(w), 3) << w;
+    EXPECT_NE(w.find("warning: m.onnx: initializer 'p' looks like a constant, not a weight: a scalar "
+                     "exponent (2) of node 'pow' (Pow); it will be trained (add --frozen p if it is a "
+                     "constant)\n"), std::string::npos) << w;
+    EXPECT_NE(w.find("initializer 'eps0' looks like a constant, not a weight: an epsilon-like scalar "
+                     "(1e-05) in node 'add_eps0' (Add)"), std::string::npos) << w;
+    EXPECT_NE(w.find("initializer 'mask' looks like a constant, not a weight: it holds -1e+09, outside "
+                     "fp16 range, and -O2 casts the model to fp16"), std::string::npos) << w;
+    EXPECT_EQ(w.find("'w'"), std::string::npos) << w;
+    // O1 keeps the weights fp32: the mask is left to the overflow analysis
+    o.opt_level = APX_O1;
+    w = load_warnings(m, o, &rc);
+    EXPECT_EQ(count_lines(w), 2) << w;
+    EXPECT_EQ(w.find("'mask'"), std::string::npos) << w;
+    // --frozen silences it; --inference has nothing to train
+    o.frozen.items[o.frozen.n++] = "p";
+    w = load_warnings(m, o, &rc);
+    EXPECT_EQ(count_lines(w), 1) << w;
+    o.training = 0;
+    EXPECT_EQ(load_warnings(m, o, &rc), "");
+  }
+  {
+    Model m;
+    constant_like_model(m, 8);
+    ApxOptions o = default_options();
+    o.opt_level = APX_O3;
+    int rc;
+    std::string w = load_warnings(m, o, &rc);
+    ASSERT_EQ(rc, 0);
+    EXPECT_EQ(count_lines(w), 6) << w;  // 5, then the rest counted
+    EXPECT_NE(w.find("warning: m.onnx: and 5 more initializers that look like constants (--frozen "
+                     "A,B keeps them constant)\n"), std::string::npos) << w;
   }
 }
 
