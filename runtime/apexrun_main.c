@@ -41,19 +41,31 @@ static const char *usage_text =
     "usage: apexrun infer MODEL.onnx|PLAN.apx --input-dir D --output-dir O [options]\n"
     "       apexrun PLAN.apx --data DIR --steps N [options]\n"
     "\n"
+    "Options may come before or after PLAN (infer: after the word 'infer').\n"
+    "\n"
+    "both commands:\n"
+    "  --device NAME         backend (this build: %s; default cpu)\n"
+    "  --threads N           CPU threads (default: all)\n"
+    "  -h, --help            this text\n"
+    "  --version             version and plan format\n"
+    "\n"
     "training: runs the plan's training step (forward, backward, loss scaling, optimizer).\n"
     "  --data DIR            one NAME.npy per data input of the plan, samples along axis 0\n"
+    "                        (at least one batch of samples; class labels within range)\n"
     "  --steps N             train until N optimizer steps are done (also after --resume)\n"
-    "  --seed S              data order seed (default: the plan's --seed; also Dropout's key)\n"
+    "  --seed S              data order and Dropout seed, any S >= 0 (default: the plan's --seed)\n"
     "  --no-shuffle          batches in file order: batch k = samples [kB, (k+1)B), wrapping\n"
     "  --log F.jsonl         one JSON object per step: step, loss, loss_scale, skipped,\n"
     "                        overflow_at, grad_norm, lr, ms\n"
     "  --checkpoint-dir D    write D/ckpt-STEP.apxckpt (atomic, checksummed) at the end ...\n"
     "  --checkpoint-every N  ... and every N steps\n"
-    "  --resume              continue from the newest checkpoint in D, bit for bit\n"
-    "  --export-onnx F       write the trained model as ONNX for inference (fp32 weights)\n"
-    "  --quiet               no progress line or overflow notices (the summary stays)\n"
+    "  --resume              continue from the newest checkpoint in D, bit for bit (same\n"
+    "                        seed, order and lr schedule length)\n"
+    "  --export-onnx F       write the trained model as ONNX for inference (fp32 weights);\n"
+    "                        F's folder is checked for writing before training starts\n"
+    "  -q, --quiet           no progress line or overflow notices (the summary stays)\n"
     "  --progress            progress line per step even when stdout is not a terminal\n"
+    "  A run in which every step overflowed (the model did not train) exits with 1.\n"
     "\n"
     "data parallelism: mpirun -np K apexrun PLAN.apx --data DIR --steps N ...\n"
     "  each rank trains on its slice of every global batch (K times the plan's batch); the\n"
@@ -71,12 +83,8 @@ static const char *usage_text =
     "  --half=fp16|bf16      half type when MODEL is ONNX (default fp16)\n"
     "  --dim NAME=V          bind a symbolic dimension when MODEL is ONNX (repeatable)\n"
     "  --allow-old-opset     accept ai.onnx opset 7..12 and ir_version 3..6\n"
-    "  --threads N           CPU threads (default: all)\n"
     "  --repeat N            then run the forward N more times and print the per-iteration\n"
     "                        time (median, min, mean in ms; benchmarks)\n"
-    "  --device cpu          backend (this build: %s)\n"
-    "  -h, --help            this text\n"
-    "  --version             version and plan format\n"
     "\n"
     "Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input.\n";
 
@@ -101,6 +109,7 @@ typedef struct InferArgs {
   int threads;
   long repeat; /* --repeat N: extra timed forward runs */
   ApxOptions o;
+  ApxArena strings; /* --dim names (o.dim_names point here); apx_arena_free when done */
 } InferArgs;
 
 /* "--flag=value" or "--flag value": the value, advancing *i for the second form. */
@@ -116,6 +125,7 @@ static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
 
 static int parse_infer(int argc, char **argv, InferArgs *a) {
   memset(a, 0, sizeof *a);
+  apx_arena_init(&a->strings);
   apx_options_init(&a->o);
   a->o.training = 0;
   a->device = "cpu";
@@ -158,7 +168,10 @@ static int parse_infer(int argc, char **argv, InferArgs *a) {
       if (!eq || eq == v || !end || *end || eq[1] == '\0' || n < 1)
         return usage_error("--dim: expected NAME=VALUE with VALUE >= 1, got '%s'", v);
       if (a->o.n_dims >= APX_MAX_DIMS_BOUND) return usage_error("--dim: too many bindings");
-      a->o.dim_names[a->o.n_dims] = strndup(v, (size_t)(eq - v));
+      if (!(a->o.dim_names[a->o.n_dims] = apx_arena_strndup(&a->strings, v, (size_t)(eq - v)))) {
+        fputs("apexrun: out of memory\n", stderr);
+        return APX_EXIT_RUNTIME;
+      }
       a->o.dim_values[a->o.n_dims++] = n;
     } else if (!strcmp(arg, "--allow-old-opset")) {
       a->o.opset_min = 7;
@@ -221,11 +234,15 @@ static int time_forward(ApxExec *ex, long n, ApxDiag *d) {
 static int cmd_infer(int argc, char **argv) {
   InferArgs a;
   int rc = parse_infer(argc, argv, &a);
-  if (rc) return rc;
+  if (rc) {
+    apx_arena_free(&a.strings);
+    return rc;
+  }
   ApxDiag d;
   apx_diag_init(&d);
   if (!file_exists(a.model)) {
     fprintf(stderr, "%s: cannot open model: %s\n", a.model, strerror(errno));
+    apx_arena_free(&a.strings);
     return APX_EXIT_BAD_INPUT;
   }
   ApxGraph g;
@@ -245,6 +262,7 @@ static int cmd_infer(int argc, char **argv) {
     if (apx_compile_file(&g, &a.o, &d)) goto done;
     if (g.arena_bytes < 0 && pass_memplan(&g, &a.o, &d) < 0) goto done;
     if (apx_plan_from_graph(&g, &a.o, &plan, &d)) goto done;
+    plan.path = a.model; /* errors of the compiled plan name the model file */
   }
 
   ApxExecConfig cfg;
@@ -310,6 +328,7 @@ done:
   apx_plan_free(&plan);
   if (have_graph) apx_graph_free(&g);
   apx_arena_free(&arena);
+  apx_arena_free(&a.strings);
   return rc;
 }
 
@@ -453,7 +472,6 @@ int main(int argc, char **argv) {
       printf(usage_text, apx_backend_names());
       return APX_EXIT_OK;
     }
-  if (cmd[0] == '-' && strcmp(cmd, "--data") && strcmp(cmd, "--steps"))
-    return usage_error("unknown option '%s'", cmd);
+  /* training: options in any position, before or after PLAN (cmd_train rejects unknown ones) */
   return cmd_train(argc - 1, argv + 1);
 }

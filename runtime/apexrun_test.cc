@@ -200,6 +200,55 @@ TEST(Apexrun, HelpAndVersion) {
   EXPECT_NE(v.out.find("plan format 1"), std::string::npos) << v.out;
 }
 
+// --device and --threads work for training too (cmd_train parses them): the help lists them
+// under both commands, not only under infer.
+TEST(Apexrun, HelpListsTheSharedOptionsForBothCommands) {
+  Result h = apexrun("--help");
+  ASSERT_EQ(h.code, 0);
+  size_t both = h.out.find("\nboth commands:\n"), train = h.out.find("\ntraining:"),
+         infer = h.out.find("\ninfer:");
+  ASSERT_NE(both, std::string::npos) << h.out;
+  ASSERT_NE(train, std::string::npos) << h.out;
+  ASSERT_NE(infer, std::string::npos) << h.out;
+  for (const char *opt : {"  --device ", "  --threads N "}) {
+    size_t at = h.out.find(opt);
+    EXPECT_TRUE(at > both && at < train) << opt << " is not under 'both commands':\n" << h.out;
+    EXPECT_EQ(h.out.find(opt, at + 1), std::string::npos) << opt << " listed twice";
+  }
+  EXPECT_NE(h.out.find("  -q, --quiet "), std::string::npos) << h.out;
+}
+
+// Training options may come before the plan: `apexrun -q PLAN ...` reaches the plan check
+// instead of "unknown option '-q'".
+TEST(Apexrun, TrainingOptionsBeforeThePlan) {
+  std::string missing = tmp() + "/absent.apx";
+  for (std::string args : {"-q " + missing + " --data d --steps 3", "--steps 3 --data d " + missing,
+                           "--threads 1 --device cpu --seed 0 " + missing + " --data d --steps 3"}) {
+    Result r = apexrun(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
+    EXPECT_EQ(r.out, missing + ": cannot open plan: No such file or directory\n") << args;
+  }
+}
+
+// A model compiled on the fly has no plan file: errors about the plan name the model file.
+TEST(Apexrun, InferErrorsNameTheModelFile) {
+  std::string dir = "tests/fixtures/ort/mlp";
+  Result r = apexrun("infer " + dir + "/model.onnx --device tpu --input-dir " + dir + "/test_data_set_0 --output-dir " +
+                     tmp() + "/o_dev");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out.find(dir + "/model.onnx: "), 0u) << r.out;
+  EXPECT_EQ(r.out.find("<plan>"), std::string::npos) << r.out;
+}
+
+// --dim bindings are owned by the command and freed (under --config=asan a leak fails this).
+TEST(Apexrun, InferWithDimBindingsExitsCleanly) {
+  std::string dir = "tests/fixtures/ort/mlp";
+  Result r = apexrun("infer " + dir + "/model.onnx -O0 --dim N=32 --dim M=4 --input-dir " + dir +
+                     "/test_data_set_0 --output-dir " + tmp() + "/o_dim");
+  EXPECT_EQ(r.code, 0) << r.out;
+  expect_outputs_match(dir, tmp() + "/o_dim", APX_DT_F32);
+}
+
 TEST(Apexrun, BadUsageExitsWith2AndOneLine) {
   struct {
     const char *args, *want;
