@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -140,6 +141,7 @@ static Onnx__TensorProto *with_data(const Onnx__TensorProto *t, const void *src,
   return c;
 }
 
+/* Errors name the destination the user gave (the temporary file is an implementation detail). */
 static int write_atomic(const char *path, const void *buf, size_t len, ApxDiag *d) {
   char *tmp = NULL;
   if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0)
@@ -147,7 +149,7 @@ static int write_atomic(const char *path, const void *buf, size_t len, ApxDiag *
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   int rc = 0;
   if (fd < 0) {
-    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot create: %s", tmp, strerror(errno));
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write: %s", path, strerror(errno));
     free(tmp);
     return rc;
   }
@@ -156,11 +158,12 @@ static int write_atomic(const char *path, const void *buf, size_t len, ApxDiag *
   while (left && !rc) {
     ssize_t k = write(fd, p, left);
     if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: write failed: %s", tmp, strerror(errno));
+    if (k <= 0)
+      rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write: %s", path, k < 0 ? strerror(errno) : "short write");
     else p += k, left -= (size_t)k;
   }
-  if (!rc && fsync(fd)) rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: fsync failed: %s", tmp, strerror(errno));
-  if (close(fd) && !rc) rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: close failed: %s", tmp, strerror(errno));
+  if (!rc && fsync(fd)) rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write: fsync: %s", path, strerror(errno));
+  if (close(fd) && !rc) rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write: close: %s", path, strerror(errno));
   if (!rc && rename(tmp, path))
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot rename into place: %s", path, strerror(errno));
   if (rc) unlink(tmp);
@@ -169,6 +172,32 @@ static int write_atomic(const char *path, const void *buf, size_t len, ApxDiag *
 }
 
 /* ---- export --------------------------------------------------------------------------- */
+
+int apx_export_onnx_check(const ApxPlan *plan, const char *path, ApxDiag *d) {
+  const char *pn = plan->path ? plan->path : "<plan>";
+  const ApxPlanBlob *blob = apx_plan_find_blob(plan, APX_PLAN_BLOB_MODEL);
+  if (!blob || !blob->data)
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                          "%s: not supported yet: --export-onnx of a plan without its source model "
+                          "(compile it again with this apexc, from a readable model file)", pn);
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot write: %s", path, strerror(EISDIR));
+  /* the probe is the temporary file the export itself will create (same folder, same name) */
+  char *tmp = NULL;
+  if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0)
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    int e = errno;
+    free(tmp);
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot write: %s", path, strerror(e));
+  }
+  close(fd);
+  unlink(tmp);
+  free(tmp);
+  return 0;
+}
 
 int apx_export_onnx(const ApxPlan *plan, ApxExec *ex, const char *path, ApxDiag *d) {
   const char *pn = plan->path ? plan->path : "<plan>";

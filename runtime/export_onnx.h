@@ -34,6 +34,11 @@ extern "C" {
  * plan cannot be exported: no embedded model, unsupported external data; 1 for I/O). */
 int apx_export_onnx(const ApxPlan *plan, ApxExec *ex, const char *path, ApxDiag *d);
 
+/* Before training (apexrun checks this first): the plan embeds its model, path is not a
+ * folder, and a file can be created beside it (a temporary file, created and removed).
+ * Returns 0 or -1 with "<path>: cannot write: <reason>" (code 2). */
+int apx_export_onnx_check(const ApxPlan *plan, const char *path, ApxDiag *d);
+
 #ifdef __cplusplus
 }
 #endif
