@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,7 @@
 #include "runtime/fileio.h"
 
 static const char k_magic[8] = {'A', 'P', 'X', 'C', 'K', 'P', 'T', 0};
-enum { HEADER_BYTES = 64, N_STATE_FIELDS = 16 };
+enum { HEADER_BYTES = 64, N_STATE_FIELDS = 18, N_STATE_FIELDS_V1 = 16 };
 
 static uint64_t dbits(double x) {
   uint64_t u;
@@ -49,13 +50,17 @@ static void state_encode(const ApxTrainState *s, uint8_t *b) {
       s->sampler_seed, (uint64_t)s->order, (uint64_t)s->world, (uint64_t)s->accumulate,
       (uint64_t)s->dropout_step, s->dropout_seed, dbits(s->scale), (uint64_t)s->scale_clean,
       (uint64_t)s->scale_hysteresis_left, (uint64_t)s->scale_overflow_run,
-      (uint64_t)s->scale_overflows, (uint64_t)s->scale_below_one_warned};
+      (uint64_t)s->scale_overflows, (uint64_t)s->scale_below_one_warned, (uint64_t)s->lr_total,
+      (uint64_t)s->lr_warmup};
   for (int i = 0; i < N_STATE_FIELDS; i++) apx_le_put_u64(b + 8 * i, f[i]);
 }
 
-static void state_decode(const uint8_t *b, ApxTrainState *s) {
-  uint64_t f[N_STATE_FIELDS];
-  for (int i = 0; i < N_STATE_FIELDS; i++) f[i] = apx_le_get_u64(b + 8 * i);
+/* n_fields: N_STATE_FIELDS, or N_STATE_FIELDS_V1 (the lr fields read as unknown). */
+static void state_decode(const uint8_t *b, int n_fields, ApxTrainState *s) {
+  uint64_t f[N_STATE_FIELDS] = {0};
+  f[16] = 0;                  /* lr_total: unknown */
+  f[17] = (uint64_t)-1;       /* lr_warmup: unknown */
+  for (int i = 0; i < n_fields; i++) f[i] = apx_le_get_u64(b + 8 * i);
   s->step = (int64_t)f[0];
   s->batches = (int64_t)f[1];
   s->epoch = (int64_t)f[2];
@@ -72,6 +77,8 @@ static void state_decode(const uint8_t *b, ApxTrainState *s) {
   s->scale_overflow_run = (int64_t)f[13];
   s->scale_overflows = (int64_t)f[14];
   s->scale_below_one_warned = (int64_t)f[15];
+  s->lr_total = (int64_t)f[16];
+  s->lr_warmup = (int64_t)f[17];
 }
 
 /* ---- write ---------------------------------------------------------------------------- */
@@ -121,6 +128,33 @@ static int make_dir(const char *dir, ApxDiag *d) {
   }
   return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot create the checkpoint folder: %s", dir,
                         strerror(errno));
+}
+
+/* Removes temporary files of writes that never finished (a killed run): regular files named
+ * exactly as this writer names them whose PID is not a live process (ours counts as dead:
+ * our current write is already renamed). Best effort; symlinks and other files are left. */
+static void remove_stale_temps(const char *dir) {
+  DIR *dp = opendir(dir);
+  if (!dp) return;
+  int dfd = dirfd(dp);
+  pid_t me = getpid();
+  struct dirent *e;
+  while ((e = readdir(dp))) {
+    const char *nm = e->d_name;
+    long long step;
+    long pid;
+    char canon[96];
+    if (strncmp(nm, ".ckpt-", 6) != 0 || sscanf(nm, ".ckpt-%lld.apxckpt.tmp.%ld", &step, &pid) != 2 ||
+        step < 0 || pid <= 0)
+      continue;
+    snprintf(canon, sizeof canon, ".ckpt-%012lld.apxckpt.tmp.%ld", step, pid);
+    if (strcmp(canon, nm) != 0) continue;
+    if (pid != (long)me && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) continue; /* still writing */
+    struct stat sst;
+    if (fstatat(dfd, nm, &sst, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sst.st_mode)) continue;
+    unlinkat(dfd, nm, 0);
+  }
+  closedir(dp);
 }
 
 int apx_checkpoint_write(const char *dir, const ApxTrainState *st, ApxExec *ex, char **path_out,
@@ -221,6 +255,7 @@ int apx_checkpoint_write(const char *dir, const ApxTrainState *st, ApxExec *ex, 
     goto out;
   }
   apx_fsync_dir_of(path); /* dir: make the rename durable */
+  remove_stale_temps(dir);
 out:
   if (w.fd >= 0) close(w.fd);
   if (rc) unlink(tmp);
@@ -272,11 +307,13 @@ int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxChe
     rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not an apexrun checkpoint (bad magic)", path);
     goto out;
   }
-  if (apx_le_get_u32(b + 8) != APX_CHECKPOINT_VERSION) {
-    rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: checkpoint version %u, this apexrun reads %u", path,
-                        apx_le_get_u32(b + 8), APX_CHECKPOINT_VERSION);
+  uint32_t version = apx_le_get_u32(b + 8);
+  if (version != APX_CHECKPOINT_VERSION && version != 1) {
+    rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: checkpoint version %u, this apexrun reads 1 and %u", path,
+                        version, APX_CHECKPOINT_VERSION);
     goto out;
   }
+  const int n_fields = version == 1 ? N_STATE_FIELDS_V1 : N_STATE_FIELDS;
   uint64_t want_size = apx_le_get_u64(b + 24);
   if (want_size != size) {
     char msg[160];
@@ -304,19 +341,28 @@ int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxChe
                         path, hash, p->path ? p->path : "this plan", mine);
     goto out;
   }
-  if (apx_le_get_u32(b + 12) != 0 || apx_le_get_u32(b + 40) != 8 * N_STATE_FIELDS) {
+  if (apx_le_get_u32(b + 12) != 0 || apx_le_get_u32(b + 40) != 8 * (uint32_t)n_fields) {
     rc = corrupt(d, path, "unknown flags or state layout");
     goto out;
   }
   uint32_t n = apx_le_get_u32(b + 32);
   uint64_t pos = HEADER_BYTES;
-  if (size - pos < 8 * N_STATE_FIELDS) {
+  if (size - pos < 8 * (uint64_t)n_fields) {
     rc = corrupt(d, path, "no training state");
     goto out;
   }
   ApxTrainState s;
-  state_decode(b + pos, &s);
-  pos += 8 * N_STATE_FIELDS;
+  state_decode(b + pos, n_fields, &s);
+  pos += 8 * (uint64_t)n_fields;
+  /* a state no run can produce: refused before anything else (a NaN/inf/0 scale would make
+   * every step overflow, or train with unscaled gradients) */
+  if (!isfinite(s.scale) || !(s.scale > 0) || s.step < 0) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "invalid training state (loss scale %g, step %" PRId64
+             "): the loss scale must be finite and > 0", s.scale, s.step);
+    rc = corrupt(d, path, msg);
+    goto out;
+  }
   ids = calloc((size_t)p->n_bufs + 1, sizeof *ids);
   datas = calloc((size_t)p->n_bufs + 1, sizeof *datas);
   if (!ids || !datas) {

@@ -16,17 +16,21 @@
  *   24  u64   file_size the whole file; anything else is a truncated/padded file
  *   32  u32   n_tensors
  *   36  u32   checksum  CRC32C of the whole file with these 4 bytes as zero
- *   40  u32   state_len bytes of the training-state block (8 per field)
+ *   40  u32   state_len bytes of the training-state block (8 per field: 18 in version 2,
+ *                   16 in version 1, which had no lr schedule fields)
  *   44  u8    reserved[20] zero
  *   64  training state: u64 fields in ApxTrainState order (doubles as their bits)
  *   then per tensor: u32 name_len, name bytes, u32 dtype, u32 rank, i64 dims[rank],
  *       u64 nbytes, zero padding to 64, nbytes of data, zero padding to 8
  *
  * Writing: D/.ckpt-STEP.apxckpt.tmp.PID, fsync, rename to D/ckpt-STEP.apxckpt (12-digit
- * step), fsync of D. A crash leaves at most a temporary file, which is never loaded.
+ * step), fsync of D. A crash leaves at most a temporary file, which is never loaded; the
+ * next successful write removes such leftovers (regular files named like a temporary file
+ * whose PID is not a live process).
  * (Test hook: the environment variable APX_TEST_CHECKPOINT_KILL_AT=STEP:BYTES makes the
  * writer SIGKILL its own process after BYTES bytes of step STEP's file.)
- * Reading checks magic, version, size, checksum, then every tensor against the plan
+ * Reading checks magic, version (1 and 2 are read), size, checksum, the loss scale (finite,
+ * > 0) and step (>= 0), then every tensor against the plan
  * (name, dtype, shape, and that every saved buffer of the plan is present) before touching
  * the executor: a bad checkpoint changes nothing. Errors are one line naming the file
  * (exit code 2). */
@@ -43,7 +47,7 @@
 extern "C" {
 #endif
 
-#define APX_CHECKPOINT_VERSION 1u
+#define APX_CHECKPOINT_VERSION 2u /* written; version 1 (no lr schedule fields) is still read */
 
 /* The run's position and the loss scaler, as saved (fields in file order). */
 typedef struct ApxTrainState {
@@ -63,6 +67,8 @@ typedef struct ApxTrainState {
   int64_t scale_overflow_run;
   int64_t scale_overflows;
   int64_t scale_below_one_warned;
+  int64_t lr_total;        /* lr schedule length T (lr_schedule.h); 0: unknown (version 1) */
+  int64_t lr_warmup;       /* lr schedule warmup W; -1: unknown (version 1) */
 } ApxTrainState;
 
 /* 1 when buffer b is saved in checkpoints (persistent PARAM or STATE that owns its bytes). */
