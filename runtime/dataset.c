@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attrs.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/op.h"
 
 static void dims_str(const int64_t *dims, int rank, char *buf, size_t cap) {
   size_t k = (size_t)snprintf(buf, cap, "[");
@@ -86,6 +88,75 @@ static int convert(ApxNpy *a, ApxDType want, const char *path, const char *input
   return 0;
 }
 
+/* Index operands the data can feed: class labels of a loss (input 1 of SoftmaxCrossEntropyLoss,
+ * NegativeLogLikelihoodLoss, FusedXentropy: [0, C) with C = dim 1 of the scores, or the
+ * ignore_index) and Gather indices ([-n, n) with n = the data's size along the axis). A value
+ * outside makes the kernel fail mid-training (exit code 1); found here it is bad input, named
+ * by file, sample and value. The operand may reach the kernel through shape-only ops
+ * (Reshape, Flatten, Squeeze, Unsqueeze) and aliases. */
+static int check_indices(const ApxDataset *ds, const ApxPlan *plan, int32_t i, ApxDiag *d) {
+  const ApxNpy *a = &ds->arrays[i];
+  if (apx_dtype_is_float(a->dtype) || a->dtype == APX_DT_BOOL || a->numel == 0) return 0;
+  uint8_t *from = calloc((size_t)plan->n_bufs + 1, 1); /* 1: carries input i's values */
+  if (!from) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", ds->paths[i]);
+  from[plan->inputs[i]] = 1;
+  int rc = 0;
+  for (int32_t k = 0; k < plan->n_kernels && !rc; k++) {
+    const ApxPlanKernel *pk = &plan->kernels[k];
+    for (int32_t o = 0; o < pk->n_out; o++) { /* aliases of a carrying buffer carry it too */
+      int32_t b = pk->out[o];
+      if (b >= 0 && plan->bufs[b].alias_of >= 0 && from[plan->bufs[b].alias_of]) from[b] = 1;
+    }
+    if (pk->n_in < 1 || pk->in[0] < 0) continue;
+    if ((apx_op_info(pk->op)->flags & APX_OPF_SHAPEONLY) && from[pk->in[0]] && pk->n_out > 0 &&
+        pk->out[0] >= 0) {
+      from[pk->out[0]] = 1;
+      continue;
+    }
+    if (pk->n_in < 2 || pk->in[1] < 0 || !from[pk->in[1]]) continue;
+    const ApxPlanBuffer *data = &plan->bufs[pk->in[0]];
+    int64_t lo, hi, ignore = 0;
+    int has_ignore = 0;
+    const char *what;
+    if (pk->op == APX_OP_SoftmaxCrossEntropyLoss || pk->op == APX_OP_NegativeLogLikelihoodLoss ||
+        pk->op == APX_OP_FusedXentropy) {
+      if (data->rank < 2) continue;
+      const ApxAttrLoss *la = pk->attrs;
+      lo = 0, hi = data->dims[1];
+      has_ignore = la && la->has_ignore_index;
+      ignore = has_ignore ? la->ignore_index : 0;
+      what = "class label";
+    } else if (pk->op == APX_OP_Gather) {
+      const ApxAttrAxis *ax = pk->attrs;
+      int64_t axis = ax ? ax->axis : 0;
+      if (axis < 0) axis += data->rank;
+      if (axis < 0 || axis >= data->rank) continue;
+      lo = -data->dims[axis], hi = data->dims[axis];
+      what = "index";
+    } else {
+      continue;
+    }
+    int64_t per_sample = a->dims[0] > 0 ? a->numel / a->dims[0] : 1;
+    for (int64_t e = 0; e < a->numel; e++) {
+      int big;
+      int64_t v = int_at(a, e, &big);
+      if (!big && v >= lo && v < hi) continue;
+      if (!big && has_ignore && v == ignore) continue;
+      char elem[64] = "", ign[64] = "";
+      if (per_sample > 1) snprintf(elem, sizeof elem, " (element %" PRId64 ")", e % per_sample);
+      if (has_ignore) snprintf(ign, sizeof ign, " or ignore_index %" PRId64, ignore);
+      rc = apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                          "%s: sample %" PRId64 "%s: %s %s%" PRId64 " is out of range: the plan's %s '%s' "
+                          "takes [%" PRId64 ", %" PRId64 ")%s", ds->paths[i], e / per_sample, elem, what,
+                          big ? "> " : "", big ? INT64_MAX : v, apx_op_name(pk->op), pk->node ? pk->node : "?",
+                          lo, hi, ign);
+      break;
+    }
+  }
+  free(from);
+  return rc;
+}
+
 int apx_dataset_open(ApxDataset *ds, const ApxPlan *plan, const char *dir, ApxDiag *d) {
   memset(ds, 0, sizeof *ds);
   int32_t n = plan->n_inputs;
@@ -154,6 +225,8 @@ int apx_dataset_open(ApxDataset *ds, const ApxPlan *plan, const char *dir, ApxDi
     if (convert(a, b->dtype, path, b->name, d)) return -1;
     ds->sample_bytes[i] = a->bytes / (size_t)a->dims[0];
   }
+  for (int32_t i = 0; i < n; i++)
+    if (check_indices(ds, plan, i, d)) return -1;
   return 0;
 }
 

@@ -10,6 +10,11 @@
  *   data/labels.npy: dtype float32, but the plan input 'labels' is int64
  *   data/x.npy: shape [2048,32] does not match the plan input 'x' [32,64] (expected [N,64])
  *   data/labels.npy: 1000 samples, but data/x.npy has 2048
+ *   data/labels.npy: sample 17: class label 12 is out of range: the plan's SoftmaxCrossEntropyLoss
+ *       'loss' takes [0, 10)
+ * (integer inputs that reach a loss as class labels or a Gather as indices are checked
+ * against the class count / indexed dimension, so a bad value is bad input, not a kernel
+ * failure in the middle of training)
  * Files are loaded whole into memory, converted once. */
 #ifndef APX_DATASET_H
 #define APX_DATASET_H
