@@ -82,7 +82,7 @@ int apx_exec_init(ApxExec *ex, const ApxPlan *plan, const ApxExecConfig *cfg, Ap
     apx_exec_config_init(&dflt);
     cfg = &dflt;
   }
-  ApxBackendConfig bc = {cfg->device_index, cfg->n_threads, cfg->seed ? cfg->seed : plan->opts.seed};
+  ApxBackendConfig bc = {cfg->device_index, cfg->n_threads, cfg->seed_set || cfg->seed ? cfg->seed : plan->opts.seed};
   char err[512];
   ApxStatus st = apx_backend_create(cfg->device ? cfg->device : "cpu", &bc, &ex->be, err, sizeof err);
   if (st != APX_STATUS_OK)

@@ -33,7 +33,8 @@ typedef struct ApxExecConfig {
   const char *device;  /* backend name; NULL: "cpu" */
   int32_t device_index;
   int32_t n_threads;   /* <= 0: library default */
-  uint64_t seed;       /* Dropout's Philox key; 0: the plan's seed option */
+  uint64_t seed;       /* Dropout's Philox key; 0: the plan's seed option ... */
+  int32_t seed_set;    /* ... unless seed_set: then seed is the key, 0 included */
 } ApxExecConfig;
 
 typedef struct ApxExec {

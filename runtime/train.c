@@ -108,10 +108,24 @@ int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *c
   t->sampler_seed = cfg->seed_set ? cfg->seed : po->seed;
 
   ApxExecConfig ec = cfg->exec;
-  if (cfg->seed_set && cfg->seed) ec.seed = cfg->seed;
+  if (cfg->seed_set) { /* --seed 0 is a seed like any other */
+    ec.seed = cfg->seed;
+    ec.seed_set = 1;
+  }
   if (apx_exec_init(&t->ex, plan, &ec, d)) return -1;
   t->have_ex = 1;
   if (apx_dataset_open(&t->ds, plan, cfg->data_dir, d)) return -1;
+  /* a (global) batch of distinct samples: fewer samples would repeat some within a batch */
+  int64_t world = cfg->world > 1 ? cfg->world : 1;
+  if (t->ds.n_samples < t->ds.batch * world) {
+    if (world > 1)
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                            "%s: %" PRId64 " samples, fewer than the global batch size %" PRId64
+                            " (%" PRId64 " ranks x batch size %" PRId64 ")", t->ds.paths[0],
+                            t->ds.n_samples, t->ds.batch * world, world, t->ds.batch);
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: %" PRId64 " samples, fewer than batch size %" PRId64,
+                          t->ds.paths[0], t->ds.n_samples, t->ds.batch);
+  }
   ApxSamplerConfig smp = {t->ds.n_samples, t->ds.batch, cfg->rank, cfg->world, t->sampler_seed, cfg->order};
   if (apx_sampler_init(&t->sampler, &smp, d)) return -1;
   if (apx_dp_init(&t->dp, cfg->coll, &t->ex, plan, t->ds.n_samples, t->ds.batch, cfg->check_replicas, d))
@@ -206,13 +220,15 @@ void apx_trainer_state(const ApxTrainer *t, ApxTrainState *st) {
   st->world = t->cfg.world;
   st->accumulate = t->accumulate;
   st->dropout_step = st->batches;
-  st->dropout_seed = t->cfg.seed_set && t->cfg.seed ? t->cfg.seed : t->plan->opts.seed;
+  st->dropout_seed = t->cfg.seed_set ? t->cfg.seed : t->plan->opts.seed;
   st->scale = t->scaler.scale;
   st->scale_clean = t->scaler.clean;
   st->scale_hysteresis_left = t->scaler.hysteresis_left;
   st->scale_overflow_run = t->scaler.overflow_run;
   st->scale_overflows = t->scaler.n_overflows;
   st->scale_below_one_warned = t->scaler.below_one_warned;
+  st->lr_total = t->lr.total;
+  st->lr_warmup = t->lr.warmup;
 }
 
 int apx_trainer_save(ApxTrainer *t, char **path_out, ApxDiag *d) {
@@ -223,8 +239,14 @@ int apx_trainer_save(ApxTrainer *t, char **path_out, ApxDiag *d) {
 
 /* Refuses a checkpoint whose run settings differ from this run's (before any upload). */
 static int check_settings(void *ctx, const ApxTrainState *st, const char *path, ApxDiag *d) {
-  const ApxTrainState *mine = ctx;
-  char msg[256];
+  const ApxTrainer *t = ctx;
+  ApxTrainState mine_st;
+  apx_trainer_state(t, &mine_st);
+  const ApxTrainState *mine = &mine_st;
+  /* the lr schedule's length only matters when the lr decays over it (lr_schedule.h);
+   * lr_total 0 / lr_warmup -1: a version 1 checkpoint, which did not record them */
+  int decays = t->lr.schedule != APX_LR_CONSTANT;
+  char msg[320];
   if (st->sampler_seed != mine->sampler_seed)
     snprintf(msg, sizeof msg, "data seed %" PRIu64 ", this run %" PRIu64 " (--seed)",
              st->sampler_seed, mine->sampler_seed);
@@ -241,7 +263,14 @@ static int check_settings(void *ctx, const ApxTrainState *st, const char *path, 
   else if (st->dropout_seed != mine->dropout_seed)
     snprintf(msg, sizeof msg, "Dropout seed %" PRIu64 ", this run %" PRIu64 " (--seed)",
              st->dropout_seed, mine->dropout_seed);
-  else if (st->step < 0 || !(st->scale > 0))
+  else if (st->lr_warmup >= 0 && st->lr_warmup != mine->lr_warmup)
+    snprintf(msg, sizeof msg, "%" PRId64 " lr warmup steps, this run %" PRId64, st->lr_warmup,
+             mine->lr_warmup);
+  else if (decays && st->lr_total > 0 && st->lr_total != mine->lr_total)
+    snprintf(msg, sizeof msg, "a %s lr schedule over %" PRId64 " steps, this run %" PRId64 " (--steps "
+             "sets its length when the plan has no --total-steps: resume with --steps %" PRId64 ")",
+             apx_lr_schedule_name(t->lr.schedule), st->lr_total, mine->lr_total, st->lr_total);
+  else if (st->step < 0 || !(st->scale > 0) || !isfinite(st->scale))
     snprintf(msg, sizeof msg, "an invalid state (step %" PRId64 ", loss scale %g)", st->step, st->scale);
   else
     return 0;
@@ -251,9 +280,8 @@ static int check_settings(void *ctx, const ApxTrainState *st, const char *path, 
 }
 
 int apx_trainer_load(ApxTrainer *t, const char *path, ApxDiag *d) {
-  ApxTrainState mine, st;
-  apx_trainer_state(t, &mine);
-  if (apx_checkpoint_read(path, &st, &t->ex, check_settings, &mine, d)) return -1;
+  ApxTrainState st;
+  if (apx_checkpoint_read(path, &st, &t->ex, check_settings, t, d)) return -1;
   t->step = st.step;
   t->scaler.scale = st.scale;
   t->scaler.clean = st.scale_clean;
@@ -352,8 +380,11 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   ApxDiag d;
   apx_diag_init(&d);
   ApxTrainer t;
+  memset(&t, 0, sizeof t);
   FILE *log = NULL;
   int rc = 0, pending = 0; /* pending: a progress line without its newline */
+  /* --export-onnx: a destination that cannot be written fails now, not after the training */
+  if (lead && cfg.export_onnx && apx_export_onnx_check(plan, cfg.export_onnx, &d)) goto done;
   if (apx_trainer_init(&t, plan, &cfg, &d)) goto done;
 
   int resumed = 0;
@@ -432,20 +463,41 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   if (lead && cfg.ckpt_dir && last_saved != t.step && t.step > 0) {
     if (apx_trainer_save(&t, NULL, &d)) goto done;
   }
-  if (lead && cfg.export_onnx) {
+  /* every step of this run overflowed: nothing was learned (DESIGN.md 9: a collapsing scale);
+   * the log and checkpoint are written (they say so), the model is not exported */
+  int64_t n_run = t.step - first_step;
+  int all_overflowed = n_run > 0 && skipped == n_run;
+  int exported = cfg.export_onnx && !all_overflowed;
+  if (lead && exported) {
     if (apx_export_onnx(plan, &t.ex, cfg.export_onnx, &d)) goto done;
   }
   if (lead) {
-    int64_t n = t.step - first_step;
+    int64_t n = n_run;
     if (n > 0)
       fprintf(out, "apexrun: trained steps %" PRId64 "..%" PRId64 " of %" PRId64 " in %.2f s (%.2f ms/step): "
               "loss %.6f -> %.6f, loss scale %g, %" PRId64 " skipped (overflow)%s%s\n",
               first_step + 1, t.step, cfg.steps, total_ms / 1e3, total_ms / (double)n, first_loss,
-              last_loss, t.scaler.scale, skipped, cfg.export_onnx ? ", exported " : "",
-              cfg.export_onnx ? cfg.export_onnx : "");
+              last_loss, t.scaler.scale, skipped, exported ? ", exported " : "",
+              exported ? cfg.export_onnx : "");
     else
       fprintf(out, "apexrun: nothing to train: at step %" PRId64 " of %" PRId64 "%s%s\n", t.step,
               cfg.steps, cfg.export_onnx ? ", exported " : "", cfg.export_onnx ? cfg.export_onnx : "");
+  }
+  if (all_overflowed) {
+    fflush(out);
+    /* every rank got here (found_inf is agreed): wait until rank 0 has written and printed */
+    if (t.dp.world > 1 && apx_coll_barrier(cfg.coll, "all steps overflowed", &d)) goto done;
+    if (!lead) {
+      rc = APX_EXIT_RUNTIME;
+      goto done;
+    }
+    char scale_txt[96];
+    if (t.scaler.cfg.dynamic)
+      snprintf(scale_txt, sizeof scale_txt, "loss scale fell to %g", t.scaler.scale);
+    else
+      snprintf(scale_txt, sizeof scale_txt, "static loss scale %g", t.scaler.scale);
+    apx_diag_error(&d, APX_EXIT_RUNTIME, "apexrun: all %" PRId64 " steps overflowed; %s; the model did "
+                   "not train%s", n_run, scale_txt, cfg.export_onnx ? " (not exported)" : "");
   }
 done:
   if (pending) fputc('\n', out);

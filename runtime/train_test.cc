@@ -6,9 +6,15 @@
 //    with the same bytes as a straight run (checkpoint files, exported ONNX, every loss);
 //  - a checkpoint write torn by a crash never loads; corrupt, truncated and foreign
 //    checkpoints are refused with one line;
-//  - --data validation errors; --accumulate; the exported ONNX holds the trained masters.
+//  - --data validation errors (also class labels / indices out of range, fewer samples than a
+//    batch); --accumulate; the exported ONNX holds the trained masters;
+//  - --export-onnx destination checked before training; --seed 0 is a seed; the lr schedule's
+//    length kept on resume (and version 1 checkpoints still load); non-finite loss scales in
+//    checkpoints refused; stale temporary files removed; a run whose every step overflowed
+//    exits with 1.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -29,6 +35,7 @@ extern "C" {
 #include "compiler/pipeline.h"
 #include "onnx.pb-c.h"
 #include "runtime/export_onnx.h"
+#include "runtime/fileio.h"
 #include "runtime/npy.h"
 #include "runtime/train.h"
 }
@@ -254,7 +261,8 @@ TEST(Train, StaticScaleStillSkipsNonFiniteGradients) {
   });
   std::string log = tmp() + "/static.jsonl";
   Result r = apexrun(plan_path + " --data examples/mlp/data --steps 12 --log " + log);
-  ASSERT_EQ(r.code, 0) << r.out;
+  // every step skipped: the model did not train, which is a failure (exit code 1)
+  ASSERT_EQ(r.code, 1) << r.out;
   std::vector<std::string> ls = lines(slurp(log));
   ASSERT_EQ(ls.size(), 12u);
   for (auto &l : ls) {
@@ -262,6 +270,8 @@ TEST(Train, StaticScaleStillSkipsNonFiniteGradients) {
     EXPECT_EQ(field(l, "loss_scale"), "1.00000002e+30") << l;
   }
   EXPECT_NE(r.out.find("warning: 10 overflowing steps in a row"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("apexrun: all 12 steps overflowed; static loss scale 1e+30; the model did not train\n"),
+            std::string::npos) << r.out;
 }
 
 namespace {
@@ -396,13 +406,26 @@ TEST(Train, TornCheckpointWriteNeverLoads) {
   EXPECT_FALSE(exists(ckpt(b, 20)));
   std::string torn = b + "/.ckpt-000000000020.apxckpt.tmp." + std::to_string(pid);
   ASSERT_TRUE(exists(torn));
-  EXPECT_EQ(slurp(torn).size(), 5000u);
+  std::string torn_bytes = slurp(torn);
+  EXPECT_EQ(torn_bytes.size(), 5000u);
+  // not leftovers of a dead writer: a live process's temporary file (this test's pid) and a
+  // symlink named like one; both must stay
+  std::string live = b + "/.ckpt-000000000030.apxckpt.tmp." + std::to_string(getpid());
+  std::string link = b + "/.ckpt-000000000030.apxckpt.tmp." + std::to_string(pid);
+  { std::ofstream f(live); f << "in progress"; }
+  ASSERT_EQ(symlink("ckpt-000000000010.apxckpt", link.c_str()), 0);
 
   r = apexrun(plan + " --data examples/mlp/data --steps 40 --checkpoint-every 10 --checkpoint-dir " + b +
               " --resume");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("resumed from " + ckpt(b, 10) + " (step 10"), std::string::npos) << r.out;
   EXPECT_TRUE(slurp(ckpt(a, 40)) == slurp(ckpt(b, 40))) << "resumed from 10: same final bytes";
+  // the next save removed the dead writer's temporary file, and only that
+  EXPECT_FALSE(exists(torn)) << "stale temporary file left behind";
+  EXPECT_TRUE(exists(live));
+  struct stat lst;
+  EXPECT_EQ(lstat(link.c_str(), &lst), 0);
+  EXPECT_TRUE(exists(ckpt(b, 10)));
 
   // the torn bytes renamed into place (a file system that lost the rename's ordering) are
   // refused by size/checksum, not loaded
@@ -410,7 +433,7 @@ TEST(Train, TornCheckpointWriteNeverLoads) {
   mkdir(c.c_str(), 0755);
   {
     std::ofstream f(ckpt(c, 20), std::ios::binary);
-    f << slurp(torn);
+    f << torn_bytes;
   }
   r = apexrun(plan + common + " --checkpoint-dir " + c + " --resume");
   EXPECT_EQ(r.code, 2) << r.out;
@@ -494,6 +517,14 @@ TEST(Train, DataFolderIsValidated) {
        2, "labels.npy: element 0 (> 9223372036854775807) does not fit the plan input 'labels' (int64)"},
       {folder("corrupt", "np.save(d+'/x.npy', np.zeros((64,64),'f4')); open(d+'/labels.npy','wb').write(b'junk')"),
        2, "labels.npy: not a valid .npy file"},
+      // a class label outside [0, classes): found when the data is loaded, not by the kernel
+      {folder("label_high", "np.save(d+'/x.npy', np.zeros((64,64),'f4')); y=np.arange(64)%10; y[37]=10; np.save(d+'/labels.npy', y)"),
+       2, base + "/label_high/labels.npy: sample 37: class label 10 is out of range: the plan's "},
+      {folder("label_neg", "np.save(d+'/x.npy', np.zeros((64,64),'f4')); y=np.arange(64)%10; y[5]=-1; np.save(d+'/labels.npy', y)"),
+       2, "label_neg/labels.npy: sample 5: class label -1 is out of range"},
+      // fewer samples than one batch (32) would repeat samples within a batch
+      {folder("few", "np.save(d+'/x.npy', np.zeros((20,64),'f4')); np.save(d+'/labels.npy', np.zeros(20,'i8'))"),
+       2, base + "/few/x.npy: 20 samples, fewer than batch size 32"},
       // accepted: float64 features and int32 labels are converted
       {folder("convert", "np.save(d+'/x.npy', np.random.RandomState(0).randn(64,64)); np.save(d+'/labels.npy', np.arange(64,dtype='i4')%10)"),
        0, "trained steps 1..3 of 3"},
@@ -602,4 +633,266 @@ TEST(Train, RefusesPlansItCannotTrain) {
   r = apexrun("examples/mlp/model.onnx --data examples/mlp/data --steps 3");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("not an apexc plan (compile the model first"), std::string::npos) << r.out;
+}
+
+// Every step overflowing (dynamic scale): exit code 1 with one line saying so, after the log
+// and the checkpoint are written; the untrained model is not exported.
+TEST(Train, AllStepsOverflowedExitsWith1) {
+  std::string plan_path = compile("mlp", "all_ovf", APX_O2);
+  std::string data = tmp() + "/all_ovf_data";
+  scaled_mlp_data(data, 1e6f);  // the fp16 forward itself overflows: no scale helps
+  std::string dir = tmp() + "/all_ovf_ckpt", onnx = tmp() + "/all_ovf.onnx", log = tmp() + "/all_ovf.jsonl";
+  Result r = apexrun(plan_path + " --data " + data + " --steps 20 --quiet --checkpoint-dir " + dir +
+                     " --export-onnx " + onnx + " --log " + log);
+  EXPECT_EQ(r.code, 1) << r.out;
+  std::vector<std::string> ls = lines(slurp(log));
+  ASSERT_EQ(ls.size(), 20u);
+  EXPECT_EQ(field(ls[19], "skipped"), "true");
+  // 20 halvings of 2^16
+  EXPECT_NE(r.out.find("apexrun: all 20 steps overflowed; loss scale fell to 0.0625; the model did not "
+                       "train (not exported)\n"), std::string::npos) << r.out;
+  EXPECT_TRUE(exists(ckpt(dir, 20)));
+  EXPECT_FALSE(exists(onnx));
+}
+
+// Class labels and token ids are checked when the data is loaded, also where they reach the
+// kernel through a Reshape (the transformer's labels) or feed a Gather (its tokens).
+TEST(Train, IndexValuesOutOfRangeAreBadInput) {
+  std::string plan = compile("transformer", "index_tf", APX_O2);
+  std::string base = tmp() + "/index_cases";
+  mkdir(base.c_str(), 0755);
+  auto folder = [&](const std::string &name, const std::string &edit) {
+    std::string d = base + "/" + name;
+    mkdir(d.c_str(), 0755);
+    Result g = sh("python3 -c \"import numpy as np; d='" + d + "'; "
+                  "t=np.load('examples/transformer/data/tokens.npy'); l=np.load('examples/transformer/data/labels.npy'); " +
+                  edit + "; np.save(d+'/tokens.npy', t); np.save(d+'/labels.npy', l)\"");
+    EXPECT_EQ(g.code, 0) << g.out;
+    return d;
+  };
+  std::string tok = folder("tokens", "t[500, 3] = 64");
+  Result r = apexrun(plan + " --data " + tok + " --steps 2");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, tok + "/tokens.npy: sample 500 (element 3): index 64 is out of range: the plan's Gather "
+                   "'embed/gather' takes [-64, 64)\n");
+  std::string lab = folder("labels", "l[9, 2] = -3");
+  r = apexrun(plan + " --data " + lab + " --steps 2");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(lab + "/labels.npy: sample 9 (element 2): class label -3 is out of range: the plan's "),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("takes [0, 64)"), std::string::npos) << r.out;
+  EXPECT_EQ(lines(r.out).size(), 1u) << r.out;
+  // in range (the edge values): trains
+  std::string edge = folder("edge", "t[0, 0] = 63; l[0, 0] = 63; l[1, 1] = 0");
+  r = apexrun(plan + " --data " + edge + " --steps 2 --quiet");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// --export-onnx to a place that cannot be written fails before any training (exit 2, the
+// path named), not after the training.
+TEST(Train, ExportDestinationIsCheckedBeforeTraining) {
+  std::string plan = compile("mlp", "export_dest", APX_O2);
+  std::string log = tmp() + "/export_dest.jsonl";
+  std::string bad = tmp() + "/no_such_folder/model.onnx";
+  Result r = apexrun(plan + " --data examples/mlp/data --steps 3 --log " + log + " --export-onnx " + bad);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, bad + ": cannot write: No such file or directory\n");
+  EXPECT_FALSE(exists(log)) << "trained before checking the export destination";
+  r = apexrun(plan + " --data examples/mlp/data --steps 3 --export-onnx " + tmp());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, tmp() + ": cannot write: Is a directory\n");
+  // writable: exported, and the check left nothing behind
+  std::string dir = tmp() + "/export_dest_ok";
+  mkdir(dir.c_str(), 0755);
+  r = apexrun(plan + " --data examples/mlp/data --steps 3 --quiet --export-onnx " + dir + "/m.onnx");
+  EXPECT_EQ(r.code, 0) << r.out;
+  std::set<std::string> names;
+  DIR *dp = opendir(dir.c_str());
+  ASSERT_NE(dp, nullptr);
+  for (struct dirent *e; (e = readdir(dp));)
+    if (e->d_name[0] != '.' || (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))) names.insert(e->d_name);
+  closedir(dp);
+  EXPECT_EQ(names, (std::set<std::string>{"m.onnx"}));
+}
+
+// Options before the plan, like other tools: `apexrun -q --steps 3 PLAN --data D`.
+TEST(Train, OptionsBeforeThePlan) {
+  std::string plan = compile("mlp", "opt_order", APX_O2);
+  Result r = apexrun("-q --steps 3 " + plan + " --data examples/mlp/data");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("trained steps 1..3 of 3"), std::string::npos) << r.out;
+  r = apexrun("--seed 0 --data examples/mlp/data " + plan + " --steps 2 --quiet");
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = apexrun("--bogus " + plan + " --data examples/mlp/data --steps 2");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("unknown option '--bogus'"), std::string::npos) << r.out;
+}
+
+// --seed 0 is a seed (Dropout key and data order), not "unset": a plan compiled with seed 5
+// gives other Dropout masks with --seed 0 than without --seed; --seed 0 twice is identical.
+TEST(Train, SeedZeroIsASeed) {
+  std::string dir = tmp() + "/seed0";
+  Result g = sh("python3 runtime/testdata/make_dropout_model.py " + dir);
+  ASSERT_EQ(g.code, 0) << g.out;
+  ApxOptions o;
+  apx_options_init(&o);
+  std::string src = dir + "/model.onnx", plan = dir + "/model.apx";
+  o.model_path = src.c_str();
+  o.opt_level = APX_O0;
+  o.quiet = 1;
+  o.seed = 5;
+  char err[512];
+  ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
+  ApxDiag d;
+  apx_diag_init(&d);
+  d.quiet = 1;
+  ApxGraph gr;
+  ASSERT_EQ(apx_compile_file(&gr, &o, &d), 0) << d.msg;
+  ASSERT_EQ(apx_emit_plan_file(&gr, &o, plan.c_str(), &d), 0) << d.msg;
+  apx_graph_free(&gr);
+  // file order: only the Dropout key differs between these runs
+  const std::string common = plan + " --data " + dir + "/data --quiet --no-shuffle --steps 10";
+  for (const char *run : {"none", "zero_a", "zero_b", "one"}) {
+    std::string seed = !strcmp(run, "none") ? "" : !strcmp(run, "one") ? " --seed 1" : " --seed 0";
+    Result r = apexrun(common + seed + " --log " + dir + "/" + run + ".jsonl");
+    ASSERT_EQ(r.code, 0) << run << ": " << r.out;
+  }
+  auto L = [&](const char *run) { return losses(dir + "/" + run + ".jsonl"); };
+  ASSERT_EQ(L("zero_a").size(), 10u);
+  EXPECT_EQ(L("zero_a"), L("zero_b")) << "--seed 0 twice";
+  EXPECT_NE(L("zero_a"), L("none")) << "--seed 0 fell back to the plan's seed 5";
+  EXPECT_NE(L("zero_a"), L("one"));
+  // shuffled: the data order of --seed 0 is its own too, and resume with --seed 0 continues it
+  const std::string shuf = plan + " --data " + dir + "/data --quiet --steps 20";
+  Result r = apexrun(shuf + " --seed 0 --checkpoint-dir " + dir + "/ca --log " + dir + "/sa.jsonl");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = apexrun(plan + " --data " + dir + "/data --quiet --steps 10 --seed 0 --checkpoint-dir " + dir + "/cb --log " +
+              dir + "/sb.jsonl");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = apexrun(shuf + " --seed 0 --resume --checkpoint-dir " + dir + "/cb --log " + dir + "/sb.jsonl");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(losses(dir + "/sa.jsonl"), losses(dir + "/sb.jsonl"));
+  EXPECT_TRUE(slurp(ckpt(dir + "/ca", 20)) == slurp(ckpt(dir + "/cb", 20)));
+  // a checkpoint of --seed 0 is not resumed without it (the plan's seed is 5)
+  r = apexrun(shuf + " --resume --checkpoint-dir " + dir + "/cb");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("data seed 0, this run 5"), std::string::npos) << r.out;
+}
+
+namespace {
+
+uint64_t pad(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+// A version 2 checkpoint rewritten in the version 1 layout (16 state fields: no lr schedule
+// fields), as an older apexrun wrote it.
+std::string checkpoint_v1(const std::string &v2) {
+  const uint8_t *b = (const uint8_t *)v2.data();
+  EXPECT_EQ(apx_le_get_u32(b + 8), 2u);
+  EXPECT_EQ(apx_le_get_u32(b + 40), 18u * 8);
+  std::string out = v2.substr(0, 64) + v2.substr(64, 16 * 8);
+  uint64_t pos = 64 + 18 * 8;
+  uint32_t n = apx_le_get_u32(b + 32);
+  for (uint32_t t = 0; t < n; t++) {
+    uint32_t nl = apx_le_get_u32(b + pos), rank = apx_le_get_u32(b + pos + 4 + nl + 4);
+    uint64_t hdr = 4 + nl + 8 + 8 * (uint64_t)rank + 8;
+    uint64_t nbytes = apx_le_get_u64(b + pos + hdr - 8);
+    out += v2.substr(pos, hdr);
+    pos = pad(pos + hdr, 64);
+    out.resize(pad(out.size(), 64), '\0');
+    out += v2.substr(pos, nbytes);
+    pos = pad(pos + nbytes, 8);
+    out.resize(pad(out.size(), 8), '\0');
+  }
+  EXPECT_EQ(pos, v2.size());
+  uint8_t *o = (uint8_t *)&out[0];
+  apx_le_put_u32(o + 8, 1);
+  apx_le_put_u64(o + 24, out.size());
+  apx_le_put_u32(o + 40, 16 * 8);
+  apx_le_put_u32(o + 36, 0);
+  apx_le_put_u32(o + 36, apx_crc32c(0, o, out.size()));
+  return out;
+}
+
+void put_file(const std::string &path, const std::string &bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f << bytes;
+}
+
+}  // namespace
+
+// The lr schedule's length (T = --steps when the plan has no --total-steps) is part of the
+// checkpoint: a resume continues the same cosine schedule, and one with another T is refused
+// naming both lengths. Version 1 checkpoints (without these fields) still resume.
+TEST(Train, LrScheduleLengthIsKeptOnResume) {
+  std::string plan = compile("mlp", "cosine", APX_O2, [](ApxOptions &o) {
+    o.schedule = 1;  // cosine
+    o.warmup_steps = 2;
+  });
+  const std::string common = plan + " --data examples/mlp/data --quiet --checkpoint-every 10";
+  std::string a = tmp() + "/cos_a";
+  Result r = apexrun(common + " --steps 20 --checkpoint-dir " + a + " --log " + a + ".jsonl");
+  ASSERT_EQ(r.code, 0) << r.out;
+  // extending the run would restart the schedule's decay from another length: refused
+  r = apexrun(common + " --steps 30 --resume --checkpoint-dir " + a);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(ckpt(a, 20) + ": the checkpoint was trained with a cosine lr schedule over 20 steps, "
+                       "this run 30"), std::string::npos) << r.out;
+  EXPECT_EQ(lines(r.out).size(), 1u) << r.out;
+  // resumed from step 10 with the same length: the same lr (and bytes) as the straight run
+  std::string c = tmp() + "/cos_c";
+  mkdir(c.c_str(), 0755);
+  put_file(ckpt(c, 10), slurp(ckpt(a, 10)));
+  r = apexrun(common + " --steps 20 --resume --checkpoint-dir " + c + " --log " + c + ".jsonl");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<std::string> la = lines(slurp(a + ".jsonl")), lc = lines(slurp(c + ".jsonl"));
+  ASSERT_EQ(la.size(), 20u);
+  ASSERT_EQ(lc.size(), 10u);
+  for (int i = 0; i < 10; i++) EXPECT_EQ(field(lc[i], "lr"), field(la[10 + i], "lr")) << "step " << 11 + i;
+  EXPECT_NE(field(la[10], "lr"), field(la[19], "lr")) << "the cosine decays";
+  EXPECT_TRUE(slurp(ckpt(a, 20)) == slurp(ckpt(c, 20)));
+  // a version 1 checkpoint (no schedule fields) resumes to the same bytes
+  std::string v = tmp() + "/cos_v1";
+  mkdir(v.c_str(), 0755);
+  put_file(ckpt(v, 10), checkpoint_v1(slurp(ckpt(a, 10))));
+  r = apexrun(common + " --steps 20 --resume --checkpoint-dir " + v);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(slurp(ckpt(a, 20)) == slurp(ckpt(v, 20))) << "resumed from a version 1 checkpoint";
+  // another version is refused by number
+  std::string bad = slurp(ckpt(a, 10));
+  apx_le_put_u32((uint8_t *)&bad[8], 7);
+  std::string w = tmp() + "/cos_v7";
+  mkdir(w.c_str(), 0755);
+  put_file(ckpt(w, 10), bad);
+  r = apexrun(common + " --steps 20 --resume --checkpoint-dir " + w);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("checkpoint version 7, this apexrun reads 1 and 2"), std::string::npos) << r.out;
+}
+
+// A checkpoint whose loss scale is not finite and positive (a valid checksum around a broken
+// state) is refused naming the file, never trained with.
+TEST(Train, CheckpointLossScaleMustBeFiniteAndPositive) {
+  std::string plan = compile("mlp", "scale_ckpt", APX_O2);
+  std::string dir = tmp() + "/scale_ckpt";
+  Result r = apexrun(plan + " --data examples/mlp/data --steps 3 --quiet --checkpoint-dir " + dir);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::string good = slurp(ckpt(dir, 3));
+  const double values[] = {INFINITY, -INFINITY, NAN, 0.0, -4.0};
+  int k = 0;
+  for (double v : values) {
+    std::string bytes = good;
+    uint8_t *b = (uint8_t *)&bytes[0];
+    uint64_t bits;
+    memcpy(&bits, &v, 8);
+    apx_le_put_u64(b + 64 + 8 * 10, bits);  // ApxTrainState.scale
+    apx_le_put_u32(b + 36, 0);
+    apx_le_put_u32(b + 36, apx_crc32c(0, b, bytes.size()));
+    std::string d = tmp() + "/scale_ckpt_" + std::to_string(k++);
+    mkdir(d.c_str(), 0755);
+    put_file(ckpt(d, 3), bytes);
+    r = apexrun(plan + " --data examples/mlp/data --steps 6 --quiet --resume --checkpoint-dir " + d);
+    EXPECT_EQ(r.code, 2) << v << ": " << r.out;
+    EXPECT_NE(r.out.find(ckpt(d, 3) + ": corrupt checkpoint: invalid training state (loss scale "), std::string::npos)
+        << v << ": " << r.out;
+    EXPECT_EQ(lines(r.out).size(), 1u) << r.out;
+  }
 }
