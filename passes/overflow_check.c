@@ -251,6 +251,10 @@ static void check_patterns(Ctx *c, int id) {
       }
     }
   }
+  /* A mean is bounded by its input's magnitude: the kernels accumulate in double (CPU,
+   * kernels/cpu/reduce.c) or fp32 (CUDA, kernels/cuda/reduce.cu) and only the mean is stored
+   * in half, so the count-based sum rule below is ReduceSum's alone. */
+  if (n->op == APX_OP_ReduceMean) return;
   int64_t cnt = reduce_count(g, id);
   if (cnt <= 1) return;
   double m = iv_bounded(a) ? iv_mag(a) : 1.0;

@@ -218,6 +218,23 @@ TEST(OverflowCheck, LargeSumsKeptFp32) {
   EXPECT_EQ(t.n("sum_sig").compute, APX_DT_F16);  // 1000 values in [0, 1]
 }
 
+// The mean of many values is no larger than the largest of them (the sum accumulates in
+// fp32 or wider in every kernel): not an overflow risk, unlike the sum.
+TEST(OverflowCheck, MeanOfManyElementsRunsHalf) {
+  PGraph t(APX_O2);
+  int x = t.input("x", {100000});
+  int m = t.op(APX_OP_ReduceMean, "mean_big", {x}, {});
+  int s = t.op(APX_OP_ReduceSum, "sum_big", {x}, {});
+  for (int v : {m, s}) t.output(v);
+  t.preset();
+  t.decide();
+  EXPECT_EQ(t.n("mean_big").compute, APX_DT_F16);
+  EXPECT_NE(t.n("mean_big").reason, APX_REASON_OVERFLOW_PATTERN)
+      << (t.n("mean_big").reason_detail ? t.n("mean_big").reason_detail : "");
+  EXPECT_EQ(t.n("sum_big").compute, APX_DT_F32);
+  EXPECT_EQ(t.n("sum_big").reason, APX_REASON_OVERFLOW_PATTERN);
+}
+
 TEST(OverflowCheck, Bf16AllowsLargeConstants) {
   PGraph t(APX_O1, APX_DT_BF16);
   MaskedScores m(t, -1e9f);
