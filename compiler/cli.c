@@ -79,7 +79,6 @@ static const char usage_text[] =
     "  --disable-pass=NAME  --dump-after=NAME  --verify-each-pass\n"
     "  -q, --quiet                 print errors only (no summary, no warnings)\n"
     "\n"
-    "\n"
     "Outputs (-o, --emit-onnx, --explain-out) must not be the input model; contradictory\n"
     "flags (e.g. --nesterov without --momentum, --betas with sgd) are usage errors.\n"
     "Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input.\n";
@@ -248,7 +247,7 @@ static const char *default_plan_path(Parser *p, const char *model) {
 /* What the flags ask for together, once the preset is applied: contradictions and outputs
  * that would overwrite the model are usage errors. */
 static int check_combinations(Parser *p, const ApxOptions *o, const ApxCliArgs *a,
-                              const char *training_flag, const char *scaler_flag,
+                              int default_output, const char *training_flag, const char *scaler_flag,
                               int momentum_seen, int betas_seen, int eps_seen) {
   static const char *const optim_names[] = {"sgd", "adamw", "lamb"};
   const char *optim = (unsigned)o->optimizer < 3 ? optim_names[o->optimizer] : "?";
@@ -283,10 +282,14 @@ static int check_combinations(Parser *p, const ApxOptions *o, const ApxCliArgs *
   } outs[] = {{"-o", a->write_plan ? o->output_path : NULL},
               {"--emit-onnx", o->emit_onnx},
               {"--explain-out", o->explain_path}};
-  for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
-    if (outs[i].path && same_file(outs[i].path, o->model_path))
-      return fail(p, "%s %s: refusing to overwrite the input model %s", outs[i].flag,
-                  outs[i].path, o->model_path);
+  for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+    if (!outs[i].path || !same_file(outs[i].path, o->model_path)) continue;
+    if (i == 0 && default_output) /* MODEL.apx given as the model */
+      return fail(p, "%s: refusing to overwrite the input model with the default plan path "
+                  "(give -o PLAN.apx; a compiled plan runs with apexrun)", o->model_path);
+    return fail(p, "%s %s: refusing to overwrite the input model %s", outs[i].flag,
+                outs[i].path, o->model_path);
+  }
   return 0;
 }
 
@@ -523,12 +526,13 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
     if (!o->model_path) return fail(&p, "no model given (usage: apexc MODEL.onnx [-O0|-O1|-O2|-O3] [-o PLAN.apx]; see --help)");
     if (!inspect) a->write_plan = 1;
     a->summary = !inspect && !o->quiet; /* -q: errors only */
-    if (a->write_plan && !o->output_path &&
+    int default_output = a->write_plan && !o->output_path;
+    if (default_output &&
         !(o->output_path = default_plan_path(&p, o->model_path)))
       return fail(&p, "out of memory");
     char perr[512];
     if (apx_options_apply_preset(o, perr, sizeof perr)) return fail(&p, "%s", perr);
-    if (check_combinations(&p, o, a, training_flag, scaler_flag, momentum_seen, betas_seen,
+    if (check_combinations(&p, o, a, default_output, training_flag, scaler_flag, momentum_seen, betas_seen,
                            eps_seen))
       return -1;
   }

@@ -223,7 +223,7 @@ TEST(Cli, RefusesToOverwriteTheModel) {
       {{model.c_str(), "-o", hard.c_str()}, "-o "},
       {{model.c_str(), "--emit-onnx", model.c_str()}, "--emit-onnx "},
       {{model.c_str(), "--explain", "--explain-out", other_spelling.c_str()}, "--explain-out "},
-      {{apx_model.c_str()}, "-o "},
+      {{apx_model.c_str()}, "with the default plan path (give -o PLAN.apx"},
       {{missing.c_str(), "-o", missing_other.c_str()}, "-o "},
   };
   for (auto &c : cases) {
