@@ -570,11 +570,11 @@ static int apply_hint(Loader *L, int v, const Onnx__TypeProto *tp, const char *w
   return 0;
 }
 
-/* Without --loss, the loss is the first graph output. A training graph with several float
- * scalar outputs computed from parameters has more than one loss candidate: training only
- * the first would be silently wrong, so it is refused (--loss NAME picks one). Runs after
- * the toposort; scalar means declared rank 0 in graph.output. */
-static int check_one_loss(Loader *L) {
+/* Without --loss, the loss is the first graph output (DESIGN.md §2). A training graph with
+ * several float scalar outputs computed from parameters (a second loss, or a metric) gets a
+ * warning naming the one trained, so a second loss is never dropped silently. Runs after the
+ * toposort; scalar means declared rank 0 in graph.output. */
+static int warn_other_loss_candidates(Loader *L) {
   ApxGraph *g = L->g;
   int first = -1, second = -1;
   char *dep = calloc((size_t)g->n_vals + 1, 1); /* value computed from a parameter */
@@ -596,11 +596,12 @@ static int check_one_loss(Loader *L) {
     else if (first != g->outputs[i]) second = g->outputs[i];
   }
   free(dep);
-  if (second < 0) return 0;
-  return lerr(L, "not supported yet: more than one loss: graph outputs '%s' and '%s' are both "
-              "float scalars computed from parameters (apexc trains one loss: name it with "
-              "--loss NAME, or add the losses into one output)", g->vals[first].name,
-              g->vals[second].name);
+  if (second < 0 || first != g->outputs[0]) return 0;
+  apx_diag_warn(L->d, "%s: graph outputs '%s' and '%s' are both float scalars computed from "
+                "parameters; training the first, '%s', as the loss (--loss NAME picks another; "
+                "several losses are not supported yet: add them into one output)", g->file,
+                g->vals[first].name, g->vals[second].name, g->vals[first].name);
+  return 0;
 }
 
 static int load_initializers(Loader *L) {
@@ -904,7 +905,7 @@ static int load_outputs(Loader *L) {
       return lerr(L, "--loss '%s': not supported yet: more than one loss (add the losses into "
                   "one graph output)", L->opt.loss_name);
     if (loss < 0) return lerr(L, "--loss '%s': no such value", L->opt.loss_name);
-  } else if (L->opt.training && check_one_loss(L)) {
+  } else if (L->opt.training && warn_other_loss_candidates(L)) {
     return -1;
   }
   g->loss = loss;

@@ -1028,47 +1028,6 @@ void two_scalar_outputs(Model &m) {
 
 }  // namespace
 
-TEST(OnnxLoad, MoreThanOneLossIsNotSupportedYet) {
-  {
-    Model m;
-    two_scalar_outputs(m);
-    auto L = load(m);
-    EXPECT_REJECTS(L, "m.onnx: not supported yet: more than one loss: graph outputs 'l1' and 'l2'");
-  }
-  {
-    Model m;
-    two_scalar_outputs(m);
-    ApxOptions o = default_options();
-    o.loss_name = "l2";  // the user picked one: l1 stays an output
-    auto L = load(m, &o);
-    EXPECT_LOADS(L);
-    EXPECT_EQ(L->g.loss, apx_graph_find_value(&L->g, "l2"));
-    o.loss_name = "l1,l2";
-    auto L2 = load(m, &o);
-    EXPECT_REJECTS(L2, "m.onnx: --loss 'l1,l2': not supported yet: more than one loss");
-  }
-  {
-    Model m;
-    two_scalar_outputs(m);
-    ApxOptions o = default_options();
-    o.training = 0;  // no loss at all
-    auto L = load(m, &o);
-    EXPECT_LOADS(L);
-  }
-  {
-    // a scalar computed from the data only (no parameter) is not a loss candidate
-    Model m;
-    m.input("x", {2});
-    m.init_raw("w", APX_DT_F32, {2}, le_floats({1, 2}));
-    m.node("Mul", {"x", "w"}, {"a"}, "mul");
-    m.node("ReduceSum", {"a"}, {"loss"}, "sum", {m.attr_i("keepdims", 0)});
-    m.node("ReduceMean", {"x"}, {"xmean"}, "mean", {m.attr_i("keepdims", 0)});
-    m.outputs.push_back(m.vi("loss", APX_DT_F32, {}));
-    m.outputs.push_back(m.vi("xmean", APX_DT_F32, {}));
-    auto L = load(m);
-    EXPECT_LOADS(L);
-  }
-}
 
 namespace {
 
@@ -1113,6 +1072,55 @@ void constant_like_model(Model &m, int n_eps) {
 }
 
 }  // namespace
+
+TEST(OnnxLoad, FirstScalarOutputIsTheLossOthersAreNamed) {
+  {
+    // DESIGN.md 2: the first output is the loss; the other candidate is named in a warning
+    Model m;
+    two_scalar_outputs(m);
+    int rc = -1;
+    std::string w = load_warnings(m, default_options(), &rc);
+    EXPECT_EQ(rc, 0);
+    EXPECT_NE(w.find("m.onnx: graph outputs 'l1' and 'l2' are both float scalars computed from "
+                     "parameters; training the first, 'l1', as the loss"), std::string::npos) << w;
+    auto L = load(m);
+    EXPECT_LOADS(L);
+    EXPECT_EQ(L->g.loss, apx_graph_find_value(&L->g, "l1"));
+  }
+  {
+    Model m;
+    two_scalar_outputs(m);
+    ApxOptions o = default_options();
+    o.loss_name = "l2";  // the user picked one: l1 stays an output
+    auto L = load(m, &o);
+    EXPECT_LOADS(L);
+    EXPECT_EQ(L->g.loss, apx_graph_find_value(&L->g, "l2"));
+    o.loss_name = "l1,l2";
+    auto L2 = load(m, &o);
+    EXPECT_REJECTS(L2, "m.onnx: --loss 'l1,l2': not supported yet: more than one loss");
+  }
+  {
+    Model m;
+    two_scalar_outputs(m);
+    ApxOptions o = default_options();
+    o.training = 0;  // no loss at all
+    auto L = load(m, &o);
+    EXPECT_LOADS(L);
+  }
+  {
+    // a scalar computed from the data only (no parameter) is not a loss candidate
+    Model m;
+    m.input("x", {2});
+    m.init_raw("w", APX_DT_F32, {2}, le_floats({1, 2}));
+    m.node("Mul", {"x", "w"}, {"a"}, "mul");
+    m.node("ReduceSum", {"a"}, {"loss"}, "sum", {m.attr_i("keepdims", 0)});
+    m.node("ReduceMean", {"x"}, {"xmean"}, "mean", {m.attr_i("keepdims", 0)});
+    m.outputs.push_back(m.vi("loss", APX_DT_F32, {}));
+    m.outputs.push_back(m.vi("xmean", APX_DT_F32, {}));
+    auto L = load(m);
+    EXPECT_LOADS(L);
+  }
+}
 
 TEST(OnnxLoad, WarnsAboutInitializersThatLookLikeConstants) {
   {

@@ -14,9 +14,10 @@
  *     Reason APX_REASON_OVERFLOW_PATTERN:
  *       - hand-written variance: ReduceMean/ReduceSum of Pow(x, 2) or Mul(x, x) whose
  *         squares can exceed the half max (both the square and the reduction are flagged);
- *       - large sums: ReduceSum/ReduceMean over N elements whose sum bound N * M exceeds
- *         the half max, M the input's largest magnitude; for an input of unknown range M is
- *         taken as 1 (unit-scale activations), so N > 65504 trips it in fp16;
+ *       - large sums: ReduceSum over N elements whose sum bound N * M exceeds the half
+ *         max, M the input's largest magnitude; for an input of unknown range M is taken as
+ *         1 (unit-scale activations), so N > 65504 trips it in fp16 (ReduceMean is bounded
+ *         by M: its kernels sum in fp32/double and store only the mean in half);
  *       - Exp without max subtraction: Exp whose input can exceed ln(half max) (11.09 in
  *         fp16), i.e. every Exp whose input is not known bounded (Exp of LogSoftmax or of a
  *         bounded value passes).

@@ -128,14 +128,6 @@ def main():
     # a compiled plan (runtime/plan.h magic) given where the model goes
     write("plan_given.onnx", b"APXPLAN\0" + bytes(56), "load",
           "this is an apexc plan, not an ONNX model (run it with apexrun)")
-    # two float scalar outputs computed from a parameter, no --loss: which is the loss?
-    w2 = helper.make_tensor("w", F, [2], [1.0, 2.0])
-    write("two_losses.onnx",
-          model([helper.make_node("Mul", ["x", "w"], ["a"], name="mul"),
-                 helper.make_node("ReduceSum", ["a"], ["l1"], name="sum", keepdims=0),
-                 helper.make_node("ReduceMean", ["a"], ["l2"], name="mean", keepdims=0)],
-                [vi("x", [2])], [vi("l1", []), vi("l2", [])], inits=[w2]),
-          "load", "not supported yet: more than one loss: graph outputs 'l1' and 'l2'")
     write("no_outputs.onnx",
           model([helper.make_node("Relu", ["x"], ["y"], name="r")], [vi("x", [2])], []),
           "load", "graph has no outputs")
