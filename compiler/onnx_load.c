@@ -155,7 +155,8 @@ static int read_external(TensorCtx *c, const Onnx__TensorProto *t, const char *w
               what, loc, real_file);
     goto done;
   }
-  fd = open(real_file, O_RDONLY | O_CLOEXEC);
+  /* O_NOFOLLOW: the checked path has no symlink in it; one swapped in since is refused */
+  fd = open(real_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0) {
     rc = TERR(c, "cannot open external data file '%s': %s", what, loc, strerror(errno));
