@@ -173,13 +173,19 @@ static int write_atomic(const char *path, const void *buf, size_t len, ApxDiag *
 
 /* ---- export --------------------------------------------------------------------------- */
 
-int apx_export_onnx_check(const ApxPlan *plan, const char *path, ApxDiag *d) {
-  const char *pn = plan->path ? plan->path : "<plan>";
+/* The plan's embedded source model, or NULL with the error in d. */
+static const ApxPlanBlob *source_model(const ApxPlan *plan, ApxDiag *d) {
   const ApxPlanBlob *blob = apx_plan_find_blob(plan, APX_PLAN_BLOB_MODEL);
-  if (!blob || !blob->data)
-    return apx_diag_error(d, APX_EXIT_BAD_INPUT,
-                          "%s: not supported yet: --export-onnx of a plan without its source model "
-                          "(compile it again with this apexc, from a readable model file)", pn);
+  if (blob && blob->data) return blob;
+  apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                 "%s: not supported yet: --export-onnx of a plan without its source model "
+                 "(compile it again with this apexc, from a readable model file)",
+                 plan->path ? plan->path : "<plan>");
+  return NULL;
+}
+
+int apx_export_onnx_check(const ApxPlan *plan, const char *path, ApxDiag *d) {
+  if (!source_model(plan, d)) return -1;
   struct stat st;
   if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
     return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot write: %s", path, strerror(EISDIR));
@@ -201,11 +207,8 @@ int apx_export_onnx_check(const ApxPlan *plan, const char *path, ApxDiag *d) {
 
 int apx_export_onnx(const ApxPlan *plan, ApxExec *ex, const char *path, ApxDiag *d) {
   const char *pn = plan->path ? plan->path : "<plan>";
-  const ApxPlanBlob *blob = apx_plan_find_blob(plan, APX_PLAN_BLOB_MODEL);
-  if (!blob || !blob->data)
-    return apx_diag_error(d, APX_EXIT_BAD_INPUT,
-                          "%s: not supported yet: --export-onnx of a plan without its source model "
-                          "(compile it again with this apexc, from a readable model file)", pn);
+  const ApxPlanBlob *blob = source_model(plan, d);
+  if (!blob) return -1;
   Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, (size_t)blob->data_len, blob->data);
   if (!m || !m->graph) {
     if (m) onnx__model_proto__free_unpacked(m, NULL);

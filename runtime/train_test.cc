@@ -308,6 +308,31 @@ std::vector<std::string> losses(const std::string &log) {
   return v;
 }
 
+
+// Writes the Dropout test model (runtime/testdata/make_dropout_model.py) into dir and compiles
+// it at O0 (with compile seed `seed`, 0 = none) to dir/model.apx; returns the plan path.
+std::string CompileDropoutPlan(const std::string &dir, int seed = 0) {
+  Result g = sh("python3 runtime/testdata/make_dropout_model.py " + dir);
+  EXPECT_EQ(g.code, 0) << g.out;
+  ApxOptions o;
+  apx_options_init(&o);
+  std::string src = dir + "/model.onnx", plan = dir + "/model.apx";
+  o.model_path = src.c_str();
+  o.opt_level = APX_O0;
+  o.quiet = 1;
+  if (seed) o.seed = seed;
+  char err[512];
+  EXPECT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
+  ApxDiag d;
+  apx_diag_init(&d);
+  d.quiet = 1;
+  ApxGraph gr;
+  EXPECT_EQ(apx_compile_file(&gr, &o, &d), 0) << d.msg;
+  EXPECT_EQ(apx_emit_plan_file(&gr, &o, plan.c_str(), &d), 0) << d.msg;
+  apx_graph_free(&gr);
+  return plan;
+}
+
 }  // namespace
 
 TEST(Train, ResumeAfterKill9IsBitForBit) {
@@ -352,23 +377,8 @@ TEST(Train, ResumeAfterKill9IsBitForBit) {
 
 TEST(Train, DropoutStreamContinuesAcrossResume) {
   std::string dir = tmp() + "/dropout";
-  Result g = sh("python3 runtime/testdata/make_dropout_model.py " + dir);
-  ASSERT_EQ(g.code, 0) << g.out;
-  ApxOptions o;
-  apx_options_init(&o);
-  std::string src = dir + "/model.onnx", plan = dir + "/model.apx";
-  o.model_path = src.c_str();
-  o.opt_level = APX_O0;
-  o.quiet = 1;
-  char err[512];
-  ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
-  ApxDiag d;
-  apx_diag_init(&d);
-  d.quiet = 1;
-  ApxGraph gr;
-  ASSERT_EQ(apx_compile_file(&gr, &o, &d), 0) << d.msg;
-  ASSERT_EQ(apx_emit_plan_file(&gr, &o, plan.c_str(), &d), 0) << d.msg;
-  apx_graph_free(&gr);
+  std::string plan = CompileDropoutPlan(dir);
+  ASSERT_FALSE(HasFailure());
   const std::string common = plan + " --data " + dir + "/data --quiet --no-shuffle --steps 20";
   Result r = apexrun(common + " --seed 1 --checkpoint-dir " + dir + "/a --log " + dir + "/a.jsonl");
   ASSERT_EQ(r.code, 0) << r.out;
@@ -732,24 +742,8 @@ TEST(Train, OptionsBeforeThePlan) {
 // gives other Dropout masks with --seed 0 than without --seed; --seed 0 twice is identical.
 TEST(Train, SeedZeroIsASeed) {
   std::string dir = tmp() + "/seed0";
-  Result g = sh("python3 runtime/testdata/make_dropout_model.py " + dir);
-  ASSERT_EQ(g.code, 0) << g.out;
-  ApxOptions o;
-  apx_options_init(&o);
-  std::string src = dir + "/model.onnx", plan = dir + "/model.apx";
-  o.model_path = src.c_str();
-  o.opt_level = APX_O0;
-  o.quiet = 1;
-  o.seed = 5;
-  char err[512];
-  ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
-  ApxDiag d;
-  apx_diag_init(&d);
-  d.quiet = 1;
-  ApxGraph gr;
-  ASSERT_EQ(apx_compile_file(&gr, &o, &d), 0) << d.msg;
-  ASSERT_EQ(apx_emit_plan_file(&gr, &o, plan.c_str(), &d), 0) << d.msg;
-  apx_graph_free(&gr);
+  std::string plan = CompileDropoutPlan(dir, 5);
+  ASSERT_FALSE(HasFailure());
   // file order: only the Dropout key differs between these runs
   const std::string common = plan + " --data " + dir + "/data --quiet --no-shuffle --steps 10";
   for (const char *run : {"none", "zero_a", "zero_b", "one"}) {
