@@ -929,8 +929,9 @@ static double float_at(const ApxValue *v, int64_t i) {
 
 /* Every float initializer not --frozen is a trained parameter (DESIGN.md 2). Warns, one
  * line each (at most MAX_CONSTANT_LIKE_WARNINGS, then a count), about those that look like
- * constants: a scalar Pow exponent, an epsilon-like scalar (0 < |x| <= 1e-3) added or
- * divided by, and values outside fp16 range when the opt level casts the model to fp16
+ * constants: a scalar Pow exponent, an epsilon-like scalar divided by (0 < |x| <= 1e-3) or
+ * added (0 < |x| <= 1e-5, epsilons are 1e-5..1e-12, and not to a MatMul/Gemm/Conv output,
+ * where it is a bias), and values outside fp16 range when the opt level casts the model to fp16
  * (-O2/-O3), e.g. a -1e9 attention mask. */
 typedef struct ConstLike {
   char *seen; /* [n_vals] already reported */
@@ -952,6 +953,17 @@ static int is_float_param(const ApxValue *val) {
   return val->kind == APX_VAL_PARAM && val->data && apx_dtype_is_float(val->dtype);
 }
 
+/* 1 if the other operand of Add node n (the scalar is input j) is produced by MatMul, Gemm
+ * or Conv: the scalar is then a bias (a Linear(d, 1) head exported as MatMul + Add), not an
+ * epsilon. */
+static int adds_to_linear_output(const ApxGraph *g, const ApxNode *n, int j) {
+  if (n->n_in != 2) return 0;
+  int other = n->in[1 - j];
+  if (other < 0 || g->vals[other].producer < 0) return 0;
+  ApxOp op = g->nodes[g->vals[other].producer].op;
+  return op == APX_OP_MatMul || op == APX_OP_Gemm || op == APX_OP_Conv;
+}
+
 static void warn_constant_like_params(Loader *L) {
   ApxGraph *g = L->g;
   ConstLike c = {calloc((size_t)g->n_vals + 1, 1), 0, 0};
@@ -967,7 +979,8 @@ static void warn_constant_like_params(Loader *L) {
       if (n->op == APX_OP_Pow && j == 1) {
         snprintf(why, sizeof why, "a scalar exponent (%g) of node '%s' (Pow)", x, n->name);
         const_like(L, &c, v, why);
-      } else if ((n->op == APX_OP_Add || (n->op == APX_OP_Div && j == 1)) && ax > 0 && ax <= 1e-3) {
+      } else if ((n->op == APX_OP_Div && j == 1 && ax > 0 && ax <= 1e-3) ||
+                 (n->op == APX_OP_Add && ax > 0 && ax <= 1e-5 && !adds_to_linear_output(g, n, j))) {
         snprintf(why, sizeof why, "an epsilon-like scalar (%g) in node '%s' (%s)", x, n->name,
                  apx_op_name(n->op));
         const_like(L, &c, v, why);

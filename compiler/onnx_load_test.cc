@@ -1166,6 +1166,58 @@ TEST(OnnxLoad, WarnsAboutInitializersThatLookLikeConstants) {
   }
 }
 
+// A Linear(d, 1) head exported as MatMul + Add: its one-element bias is a weight, even when
+// it is small, and must not be reported as an epsilon.
+TEST(OnnxLoad, OneOutputBiasAfterMatMulIsNotAnEpsilon) {
+  Model m;
+  m.input("x", {4, 3});
+  m.init_raw("head.weight", APX_DT_F32, {3, 1}, le_floats({0.1f, -0.2f, 0.3f}));
+  m.init_raw("head.bias", APX_DT_F32, {1}, le_floats({5e-4f}));
+  m.node("MatMul", {"x", "head.weight"}, {"mm"}, "head_matmul");
+  m.node("Add", {"mm", "head.bias"}, {"y"}, "head_add");
+  m.node("ReduceSum", {"y"}, {"loss"}, "sum", {m.attr_i("keepdims", 0)});
+  m.output("loss");
+  ApxOptions o = default_options();
+  int rc = -1;
+  EXPECT_EQ(load_warnings(m, o, &rc), "");
+  EXPECT_EQ(rc, 0);
+  // the same bias added to an activation that is not a MatMul/Gemm/Conv output: 5e-4 is
+  // still larger than any epsilon (1e-5 .. 1e-12), so no warning either
+  Model n;
+  n.input("x", {4, 1});
+  n.init_raw("b", APX_DT_F32, {1}, le_floats({5e-4f}));
+  n.node("Add", {"x", "b"}, {"y"}, "add_b");
+  n.node("ReduceSum", {"y"}, {"loss"}, "sum", {n.attr_i("keepdims", 0)});
+  n.output("loss");
+  EXPECT_EQ(load_warnings(n, o, &rc), "");
+  EXPECT_EQ(rc, 0);
+  // a bias of 1e-6 after MatMul (a tiny init) is still a bias, not an epsilon
+  Model t;
+  t.input("x", {4, 3});
+  t.init_raw("w", APX_DT_F32, {3, 1}, le_floats({0.1f, -0.2f, 0.3f}));
+  t.init_raw("b", APX_DT_F32, {1}, le_floats({1e-6f}));
+  t.node("MatMul", {"x", "w"}, {"mm"}, "mm");
+  t.node("Add", {"b", "mm"}, {"y"}, "add_b");  // either operand order
+  t.node("ReduceSum", {"y"}, {"loss"}, "sum", {t.attr_i("keepdims", 0)});
+  t.output("loss");
+  EXPECT_EQ(load_warnings(t, o, &rc), "");
+  EXPECT_EQ(rc, 0);
+  // the epsilon rule still holds elsewhere: 1e-6 added to a Relu output warns
+  Model e;
+  e.input("x", {4, 3});
+  e.init_raw("w", APX_DT_F32, {3, 1}, le_floats({0.1f, -0.2f, 0.3f}));
+  e.init_raw("eps", APX_DT_F32, {}, le_floats({1e-6f}));
+  e.node("MatMul", {"x", "w"}, {"mm"}, "mm");
+  e.node("Relu", {"mm"}, {"r"}, "relu");
+  e.node("Add", {"r", "eps"}, {"y"}, "add_eps");
+  e.node("ReduceSum", {"y"}, {"loss"}, "sum", {e.attr_i("keepdims", 0)});
+  e.output("loss");
+  std::string w = load_warnings(e, o, &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(w.find("initializer 'eps' looks like a constant, not a weight: an epsilon-like scalar "
+                   "(1e-06) in node 'add_eps' (Add)"), std::string::npos) << w;
+}
+
 TEST(OnnxLoad, VersionRanges) {
   auto relu = [](int64_t ir, int64_t opset) {
     auto m = std::make_unique<Model>(ir, opset);
