@@ -95,7 +95,11 @@ int main(int argc, char **argv) {
   if (apx_cli_parse(argc, argv, &o, &a, err, sizeof err)) {
     fprintf(stderr, "%s\n", err);
     code = APX_EXIT_BAD_INPUT;
+  } else if (apx_cli_check_outputs(&o, &a, err, sizeof err)) {
+    fprintf(stderr, "%s\n", err); /* before compiling: an output that cannot be written */
+    code = APX_EXIT_BAD_INPUT;
   } else {
+    if (a.warning[0] && !o.quiet) fprintf(stderr, "%s\n", a.warning);
     code = run(&o, &a);
   }
   apx_cli_args_free(&a);

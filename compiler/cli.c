@@ -4,6 +4,7 @@
 #include "compiler/cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const char usage_text[] =
     "usage: apexc MODEL.onnx [-O0|-O1|-O2|-O3] [-o PLAN.apx] [options]\n"
@@ -185,7 +187,8 @@ static int add_list(Parser *p, const char *flag, const char *s, ApxNameList *lis
 }
 
 /* Flags that only mean something when a training graph is built (refused with --inference)
- * and flags of the dynamic loss scaler (refused with a static loss scale). */
+ * and flags of the dynamic loss scaler (accepted with a static loss scale, as Apex does, with
+ * a warning that they have no effect). */
 static const char *const training_flags[] = {
     "--optimizer", "--lr", "--momentum", "--nesterov", "--betas", "--eps", "--weight-decay",
     "--clip-grad-norm", "--accumulate", "--warmup-steps", "--lr-schedule", "--total-steps",
@@ -194,6 +197,22 @@ static const char *const training_flags[] = {
     "--grad-predivide", "--sync-bn", NULL};
 static const char *const dynamic_scaler_flags[] = {"--min-loss-scale", "--max-loss-scale",
                                                    "--scale-window", "--hysteresis", NULL};
+
+/* Apex accepts the dynamic scaler's settings with a static loss scale (they are unused):
+ * a one-line warning in a->warning naming the flags given (bit i: dynamic_scaler_flags[i]). */
+static void warn_unused_scaler_flags(const ApxOptions *o, ApxCliArgs *a, unsigned seen) {
+  if (!seen || !o->training || o->loss_scale_mode != APX_LOSS_SCALE_STATIC) return;
+  char names[128] = "";
+  int n = 0;
+  for (int i = 0; dynamic_scaler_flags[i]; i++) {
+    if (!(seen & (1u << i))) continue;
+    size_t k = strlen(names);
+    snprintf(names + k, sizeof names - k, "%s%s", n ? ", " : "", dynamic_scaler_flags[i]);
+    n++;
+  }
+  snprintf(a->warning, sizeof a->warning, "warning: %s %s no effect with a static loss "
+           "scale (%g)", names, n > 1 ? "have" : "has", (double)o->loss_scale);
+}
 
 /* The table entry arg ("--flag" or "--flag=value") names, or NULL. */
 static const char *flag_in(const char *arg, const char *const *table) {
@@ -247,7 +266,7 @@ static const char *default_plan_path(Parser *p, const char *model) {
 /* What the flags ask for together, once the preset is applied: contradictions and outputs
  * that would overwrite the model are usage errors. */
 static int check_combinations(Parser *p, const ApxOptions *o, const ApxCliArgs *a,
-                              int default_output, const char *training_flag, const char *scaler_flag,
+                              int default_output, const char *training_flag,
                               int momentum_seen, int betas_seen, int eps_seen) {
   static const char *const optim_names[] = {"sgd", "adamw", "lamb"};
   const char *optim = (unsigned)o->optimizer < 3 ? optim_names[o->optimizer] : "?";
@@ -267,10 +286,6 @@ static int check_combinations(Parser *p, const ApxOptions *o, const ApxCliArgs *
                 "--momentum)");
   if (eps_seen && o->optimizer == APX_OPTIM_SGD)
     return fail(p, "--eps with --optimizer sgd: eps is an adamw/lamb option");
-  if (scaler_flag && o->training && o->loss_scale_mode == APX_LOSS_SCALE_STATIC)
-    return fail(p, "%s with a static loss scale (%g%s): it only applies to dynamic loss "
-                "scaling (add --loss-scale=dynamic)", scaler_flag, (double)o->loss_scale,
-                o->loss_scale_set ? ", from --loss-scale" : ", the -O0/-O3/bf16 default");
   if (o->total_steps > 0 && o->warmup_steps > o->total_steps)
     return fail(p, "--warmup-steps %d is more than --total-steps %lld", (int)o->warmup_steps,
                 (long long)o->total_steps);
@@ -293,6 +308,53 @@ static int check_combinations(Parser *p, const ApxOptions *o, const ApxCliArgs *
   return 0;
 }
 
+/* 0 if path can be written as an output (see apx_cli_check_outputs), else -1 with a message. */
+static int probe_output(const char *path, char *err, size_t cap) {
+  struct stat st;
+  const char *why = NULL;
+  if (!*path) {
+    why = strerror(ENOENT);
+  } else if (stat(path, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) why = strerror(EISDIR);
+    else if (!S_ISREG(st.st_mode))
+      why = S_ISFIFO(st.st_mode) ? "not a regular file (a FIFO)"
+            : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "not a regular file (a device)"
+            : "not a regular file";
+  } else if (errno != ENOENT) {
+    why = strerror(errno);
+  }
+  if (!why) { /* a temporary file beside it, as the writers create */
+    size_t n = strlen(path) + 32;
+    char *tmp = malloc(n);
+    if (!tmp) {
+      why = strerror(ENOMEM);
+    } else {
+      snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+      int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+      if (fd < 0) {
+        why = strerror(errno);
+      } else {
+        close(fd);
+        unlink(tmp);
+      }
+      free(tmp);
+    }
+  }
+  if (!why) return 0;
+  snprintf(err, cap, "%s: cannot write: %s", path, why);
+  return -1;
+}
+
+int apx_cli_check_outputs(const ApxOptions *o, const ApxCliArgs *a, char *err, size_t cap) {
+  err[0] = '\0';
+  if (a->action != APX_CLI_COMPILE) return 0;
+  const char *outs[] = {a->write_plan ? o->output_path : NULL, o->emit_onnx,
+                        o->explain ? o->explain_path : NULL};
+  for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+    if (outs[i] && probe_output(outs[i], err, cap)) return -1;
+  return 0;
+}
+
 int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err, size_t cap) {
   memset(a, 0, sizeof *a);
   apx_arena_init(&a->strings);
@@ -300,12 +362,15 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
   apx_options_init(o);
   err[0] = '\0';
   int explicit_level = 0, inspect = 0, momentum_seen = 0, betas_seen = 0, eps_seen = 0;
-  const char *training_flag = NULL, *scaler_flag = NULL;
+  const char *training_flag = NULL;
+  unsigned scaler_seen = 0; /* bit i: dynamic_scaler_flags[i] given */
   for (; p.i < argc; p.i++) {
     const char *arg = argv[p.i], *v = NULL;
     long long iv;
     if (!training_flag) training_flag = flag_in(arg, training_flags);
-    if (!scaler_flag) scaler_flag = flag_in(arg, dynamic_scaler_flags);
+    for (int i = 0; dynamic_scaler_flags[i]; i++)
+      if (flag_is(arg, dynamic_scaler_flags[i], &v)) scaler_seen |= 1u << i;
+    v = NULL;
     if (arg[0] != '-' || arg[1] == '\0') {
       if (o->model_path) return fail(&p, "more than one model given ('%s' and '%s')", o->model_path, arg);
       o->model_path = arg;
@@ -532,9 +597,10 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
       return fail(&p, "out of memory");
     char perr[512];
     if (apx_options_apply_preset(o, perr, sizeof perr)) return fail(&p, "%s", perr);
-    if (check_combinations(&p, o, a, default_output, training_flag, scaler_flag, momentum_seen, betas_seen,
+    if (check_combinations(&p, o, a, default_output, training_flag, momentum_seen, betas_seen,
                            eps_seen))
       return -1;
+    warn_unused_scaler_flags(o, a, scaler_seen);
   }
   return 0;
 }

@@ -27,6 +27,7 @@ typedef struct ApxCliArgs {
   int summary;         /* print the model summary (default when nothing else prints) */
   ApxArena strings;    /* copies of split list items and --dim names that o points into */
   int bucket_report;   /* --bucket-report[=text|json]: 1 text, 2 JSON (passes/bucketing.h) */
+  char warning[256];   /* one line ("warning: ...") the CLI prints unless -q, or "" */
 } ApxCliArgs;
 
 #define APX_VERSION "0.1.0"
@@ -37,6 +38,12 @@ typedef struct ApxCliArgs {
  * once o is no longer used. */
 int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err, size_t cap);
 void apx_cli_args_free(ApxCliArgs *a);
+/* Before compiling: every output the parsed flags write (-o when the plan is written,
+ * --emit-onnx, --explain-out) must be writable. Refuses a directory or an existing file that
+ * is not a regular file (FIFO, device), and checks that a temporary file "<path>.tmp.<pid>"
+ * can be created beside it (created with O_EXCL|O_NOFOLLOW, then removed). Returns 0, or -1
+ * with "<path>: cannot write: <reason>" in err (exit code 2). */
+int apx_cli_check_outputs(const ApxOptions *o, const ApxCliArgs *a, char *err, size_t cap);
 /* The --help text. */
 const char *apx_cli_usage(void);
 

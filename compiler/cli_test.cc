@@ -241,6 +241,61 @@ TEST(Cli, RefusesToOverwriteTheModel) {
   EXPECT_EQ(std::string(def.o.output_path), dir + "/m.apx");
 }
 
+// Outputs are probed before compiling (apexc exits 2 with one line, instead of 1 after the
+// whole compile): a missing folder, a directory, a FIFO; a writable path passes and leaves
+// no temporary file behind.
+TEST(Cli, OutputPathsAreProbedBeforeCompiling) {
+  std::string dir = temp_dir();
+  ASSERT_FALSE(dir.empty());
+  std::string fifo = dir + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string missing = dir + "/nonexist/d/p.apx";
+  std::string good = dir + "/p.apx", good_onnx = dir + "/mixed.onnx", good_txt = dir + "/e.txt";
+  struct Case {
+    std::vector<const char *> args;
+    std::string want;
+  } cases[] = {
+      {{"m.onnx", "-o", missing.c_str()}, missing + ": cannot write: No such file or directory"},
+      {{"m.onnx", "-o", dir.c_str()}, dir + ": cannot write: Is a directory"},
+      {{"m.onnx", "-o", fifo.c_str()}, fifo + ": cannot write: not a regular file (a FIFO)"},
+      {{"m.onnx", "--emit-onnx", missing.c_str()}, missing + ": cannot write: No such file"},
+      {{"m.onnx", "--emit-onnx", dir.c_str()}, dir + ": cannot write: Is a directory"},
+      {{"m.onnx", "--emit-onnx", fifo.c_str()}, fifo + ": cannot write: not a regular file"},
+      {{"m.onnx", "--explain", "--explain-out", missing.c_str()}, missing + ": cannot write: No such"},
+      {{"m.onnx", "--explain=json", "--explain-out", dir.c_str()}, dir + ": cannot write: Is a directory"},
+      {{"m.onnx", "--explain", "--explain-out", fifo.c_str()}, fifo + ": cannot write: not a regular"},
+      // every output is probed, not only the first
+      {{"m.onnx", "-o", good.c_str(), "--emit-onnx", good_onnx.c_str(), "--explain",
+        "--explain-out", dir.c_str()}, dir + ": cannot write: Is a directory"},
+  };
+  for (auto &c : cases) {
+    Parsed p = parse(c.args);
+    ASSERT_EQ(p.rc, 0) << p.err;  // parsing does not touch the file system
+    char err[1024];
+    EXPECT_EQ(apx_cli_check_outputs(&p.o, &p.a, err, sizeof err), -1) << c.want;
+    EXPECT_EQ(std::string(err).rfind(c.want, 0), 0u) << "got: " << err << "\nwant: " << c.want;
+    EXPECT_EQ(std::string(err).find('\n'), std::string::npos) << err;
+  }
+  Parsed ok = parse({"m.onnx", "-o", good.c_str(), "--emit-onnx", good_onnx.c_str(), "--explain",
+                     "--explain-out", good_txt.c_str()});
+  ASSERT_EQ(ok.rc, 0) << ok.err;
+  char err[1024];
+  EXPECT_EQ(apx_cli_check_outputs(&ok.o, &ok.a, err, sizeof err), 0) << err;
+  struct stat st;
+  EXPECT_NE(stat(good.c_str(), &st), 0);  // nothing created: the probe file was removed
+  std::string tmp = good + ".tmp." + std::to_string((long)getpid());
+  EXPECT_NE(stat(tmp.c_str(), &st), 0);
+  // an existing regular file is fine (it is replaced); inspection actions write nothing
+  FILE *f = fopen(good.c_str(), "wb");
+  ASSERT_TRUE(f);
+  fclose(f);
+  Parsed again = parse({"m.onnx", "-o", good.c_str()});
+  ASSERT_EQ(again.rc, 0) << again.err;
+  EXPECT_EQ(apx_cli_check_outputs(&again.o, &again.a, err, sizeof err), 0) << err;
+  Parsed dump = parse({"--dump-plan", dir.c_str()});
+  EXPECT_EQ(apx_cli_check_outputs(&dump.o, &dump.a, err, sizeof err), 0) << err;
+}
+
 TEST(Cli, RejectsContradictoryFlags) {
   expect_usage_error({"m.onnx", "--optimizer", "sgd", "--nesterov"}, "--nesterov needs --momentum");
   expect_usage_error({"m.onnx", "--nesterov", "--momentum", "0.9"}, "--nesterov with --optimizer adamw");
@@ -248,10 +303,6 @@ TEST(Cli, RejectsContradictoryFlags) {
   expect_usage_error({"m.onnx", "--optimizer=lamb", "--momentum", "0.9"}, "--momentum with --optimizer lamb");
   expect_usage_error({"m.onnx", "--optimizer", "sgd", "--betas", "0.9,0.99"}, "--betas with --optimizer sgd");
   expect_usage_error({"m.onnx", "--optimizer", "sgd", "--eps", "1e-6"}, "--eps with --optimizer sgd");
-  expect_usage_error({"m.onnx", "--loss-scale", "128", "--scale-window", "10"},
-                     "--scale-window with a static loss scale (128, from --loss-scale)");
-  expect_usage_error({"m.onnx", "-O0", "--hysteresis", "2"}, "--hysteresis with a static loss scale (1");
-  expect_usage_error({"m.onnx", "-O2", "--half=bf16", "--min-loss-scale", "1"}, "--min-loss-scale with a static");
   expect_usage_error({"m.onnx", "--inference", "--lr", "0.1"}, "--lr with --inference");
   expect_usage_error({"m.onnx", "--optimizer=sgd", "--inference"}, "--optimizer with --inference");
   expect_usage_error({"m.onnx", "--inference", "--loss-scale=dynamic"}, "--loss-scale with --inference");
@@ -275,6 +326,37 @@ TEST(Cli, RejectsContradictoryFlags) {
     Parsed p = parse(ok);
     EXPECT_EQ(p.rc, 0) << p.err;
   }
+}
+
+// Apex accepts the dynamic scaler's settings with a static loss scale (they are unused):
+// they parse, with one warning line naming them, instead of a usage error.
+TEST(Cli, DynamicScalerFlagsWithStaticScaleWarn) {
+  struct Case {
+    std::vector<const char *> args;
+    const char *want;
+  } cases[] = {
+      {{"m.onnx", "-O2", "--loss-scale=128", "--max-loss-scale", "65536"},
+       "warning: --max-loss-scale has no effect with a static loss scale (128)"},
+      {{"m.onnx", "-O0", "--min-loss-scale", "1"},
+       "warning: --min-loss-scale has no effect with a static loss scale (1)"},
+      {{"m.onnx", "-O2", "--half=bf16", "--max-loss-scale", "1024"},
+       "warning: --max-loss-scale has no effect with a static loss scale (1)"},
+      {{"m.onnx", "--loss-scale", "128", "--scale-window", "10", "--hysteresis=2"},
+       "warning: --scale-window, --hysteresis have no effect with a static loss scale (128)"},
+      {{"m.onnx", "-O3", "-q", "--hysteresis", "2"},  // -q: apexc does not print it
+       "warning: --hysteresis has no effect with a static loss scale (1)"},
+  };
+  for (auto &c : cases) {
+    Parsed p = parse(c.args);
+    EXPECT_EQ(p.rc, 0) << p.err;
+    EXPECT_STREQ(p.a.warning, c.want);
+    EXPECT_EQ(p.o.loss_scale_mode, APX_LOSS_SCALE_STATIC);
+  }
+  // with dynamic scaling they mean something: no warning
+  Parsed d = parse({"m.onnx", "-O2", "--max-loss-scale", "65536", "--scale-window", "5"});
+  ASSERT_EQ(d.rc, 0) << d.err;
+  EXPECT_STREQ(d.a.warning, "");
+  EXPECT_EQ(d.o.max_loss_scale, 65536.0f);
 }
 
 TEST(Cli, IntegerFlagsOutOfInt32RangeNameTheFlag) {
