@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "onnx.pb-c.h"
+#include "runtime/fileio.h"
 #include "runtime/model_blob.h"
 
 /* ---- a string set (open addressing) --------------------------------------------------- */
@@ -146,6 +147,10 @@ static int write_atomic(const char *path, const void *buf, size_t len, ApxDiag *
   char *tmp = NULL;
   if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0)
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", path);
+  if (apx_exists_not_regular(path)) {
+    free(tmp);
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not a regular file (refusing to replace it)", path);
+  }
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   int rc = 0;
   if (fd < 0) {
@@ -189,6 +194,8 @@ int apx_export_onnx_check(const ApxPlan *plan, const char *path, ApxDiag *d) {
   struct stat st;
   if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
     return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot write: %s", path, strerror(EISDIR));
+  if (apx_exists_not_regular(path)) /* a device or FIFO: the rename would replace it */
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not a regular file (refusing to replace it)", path);
   /* the probe is the temporary file the export itself will create (same folder, same name) */
   char *tmp = NULL;
   if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0)

@@ -35,8 +35,10 @@ extern "C" {
 int apx_export_onnx(const ApxPlan *plan, ApxExec *ex, const char *path, ApxDiag *d);
 
 /* Before training (apexrun checks this first): the plan embeds its model, path is not a
- * folder, and a file can be created beside it (a temporary file, created and removed).
- * Returns 0 or -1 with "<path>: cannot write: <reason>" (code 2). */
+ * folder nor another non-regular file (a device, a FIFO: "<path>: not a regular file
+ * (refusing to replace it)"; apx_export_onnx refuses it too), and a file can be created
+ * beside it (a temporary file, created and removed). Returns 0 or -1 with
+ * "<path>: cannot write: <reason>" (code 2). */
 int apx_export_onnx_check(const ApxPlan *plan, const char *path, ApxDiag *d);
 
 #ifdef __cplusplus

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- CRC32C --------------------------------------------------------------------------- */
@@ -57,4 +58,9 @@ void apx_fsync_dir_of(const char *path) {
     close(dfd);
   }
   free(dir);
+}
+
+int apx_exists_not_regular(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && !S_ISREG(st.st_mode);
 }

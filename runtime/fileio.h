@@ -1,6 +1,6 @@
 /* fileio.h - file helpers shared by the plan file (plan.c), checkpoints (checkpoint.c) and
- * the compiler's plan emission: little-endian header fields, CRC32C, and making a rename
- * durable (fsync of the folder). */
+ * the compiler's plan emission: little-endian header fields, CRC32C, making a rename
+ * durable (fsync of the folder), and the check that a destination is a regular file. */
 #ifndef APX_RUNTIME_FILEIO_H
 #define APX_RUNTIME_FILEIO_H
 
@@ -36,6 +36,11 @@ uint32_t apx_crc32c(uint32_t crc, const void *buf, size_t n);
 /* fsync of the folder holding `path` ("." without a slash), so that a rename into `path`
  * survives a crash. Best effort: failures are ignored. */
 void apx_fsync_dir_of(const char *path);
+
+/* 1 when `path` exists (following symlinks) and is not a regular file: a device such as
+ * /dev/null, a FIFO, a socket or a folder. Writers that rename a temporary file into place
+ * refuse such a destination rather than replace it. 0 when it is a regular file or absent. */
+int apx_exists_not_regular(const char *path);
 
 #ifdef __cplusplus
 }

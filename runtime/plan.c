@@ -668,6 +668,9 @@ int apx_plan_write(ApxPlan *p, const char *path, ApxDiag *d) {
   int rc = apx_plan_validate(p, d);
   p->path = saved_path;
   if (rc) return -1;
+  /* the rename below would replace a device or FIFO (as root, even /dev/null) */
+  if (apx_exists_not_regular(path))
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not a regular file (refusing to replace it)", path);
 
   ApxArena tmp;
   apx_arena_init(&tmp);

@@ -203,7 +203,8 @@ void apx_plan_layout_data(ApxPlan *p);
  * with "<path>: <what is wrong>" in d (exit code 2). */
 int apx_plan_validate(ApxPlan *p, ApxDiag *d);
 
-/* Atomic write (temp file, fsync, rename). Validates first. Returns 0 or -1. */
+/* Atomic write (temp file, fsync, rename). Validates first; refuses a destination that exists
+ * and is not a regular file (exit code 2). Returns 0 or -1. */
 int apx_plan_write(ApxPlan *p, const char *path, ApxDiag *d);
 /* Reads and validates; p must be freshly initialized. On error p holds nothing that needs
  * more than apx_plan_free. Returns 0 or -1 (exit code 2 for a bad file, 1 for I/O). */
