@@ -65,7 +65,8 @@ static const char *usage_text =
     "                        F's folder is checked for writing before training starts\n"
     "  -q, --quiet           no progress line or overflow notices (the summary stays)\n"
     "  --progress            progress line per step even when stdout is not a terminal\n"
-    "  A run in which every step overflowed (the model did not train) exits with 1.\n"
+    "  A run in which every step overflowed exits with 1 when the loss scale cannot recover\n"
+    "  (static, below 1, at --min-loss-scale, or 10 overflows in a row); otherwise it warns.\n"
     "\n"
     "data parallelism: mpirun -np K apexrun PLAN.apx --data DIR --steps N ...\n"
     "  each rank trains on its slice of every global batch (K times the plan's batch); the\n"
@@ -265,6 +266,19 @@ static int cmd_infer(int argc, char **argv) {
     plan.path = a.model; /* errors of the compiled plan name the model file */
   }
 
+  /* the output folder before running: created if missing, a non-folder refused */
+  struct stat ost;
+  if (stat(a.output_dir, &ost) == 0) {
+    if (!S_ISDIR(ost.st_mode)) {
+      apx_diag_error(&d, APX_EXIT_BAD_INPUT, "%s: not a folder (--output-dir)", a.output_dir);
+      goto done;
+    }
+  } else if (mkdir(a.output_dir, 0755) && errno != EEXIST) {
+    apx_diag_error(&d, APX_EXIT_BAD_INPUT, "%s: cannot create the output folder: %s", a.output_dir,
+                   strerror(errno));
+    goto done;
+  }
+
   ApxExecConfig cfg;
   apx_exec_config_init(&cfg);
   cfg.device = a.device;
@@ -303,11 +317,6 @@ static int cmd_infer(int argc, char **argv) {
   if (apx_exec_run(&ex, APX_SEC_FORWARD, &d)) goto done;
   if (a.repeat > 0 && time_forward(&ex, a.repeat, &d)) goto done;
 
-  if (mkdir(a.output_dir, 0755) && errno != EEXIST) {
-    apx_diag_error(&d, APX_EXIT_RUNTIME, "%s: cannot create the output folder: %s", a.output_dir,
-                   strerror(errno));
-    goto done;
-  }
   for (int32_t i = 0; i < plan.n_outputs; i++) {
     const ApxPlanBuffer *b = &plan.bufs[plan.outputs[i]];
     void *host = apx_arena_alloc_raw(&arena, (size_t)b->bytes + 1);
@@ -352,6 +361,8 @@ static int cmd_train(int argc, char **argv) {
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
     if (arg[0] != '-') {
+      if (!strcmp(arg, "infer")) /* `apexrun -q infer MODEL ...` */
+        return usage_error("'infer' must come first: apexrun infer MODEL ...");
       if (plan_path) return usage_error("one plan per run, got a second: '%s'", arg);
       plan_path = arg;
     } else if ((v = flag_value(argc, argv, &i, "--data"))) {
@@ -443,7 +454,8 @@ static int cmd_train(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, usage_text, apx_backend_names());
+    fputs("apexrun: no plan given (usage: apexrun PLAN.apx --data DIR --steps N ...; see apexrun --help)\n",
+          stderr);
     return APX_EXIT_BAD_INPUT;
   }
   const char *cmd = argv[1];

@@ -255,7 +255,10 @@ TEST(Apexrun, BadUsageExitsWith2AndOneLine) {
   struct {
     const char *args, *want;
   } cases[] = {
-      {"", "usage:"},
+      {"", "apexrun: no plan given (usage: apexrun PLAN.apx --data DIR --steps N ...; see apexrun --help)\n"},
+      {"-q infer model.onnx --input-dir d --output-dir o",
+       "apexrun: 'infer' must come first: apexrun infer MODEL ... (see apexrun --help)\n"},
+      {"model.apx --data d --steps 3 infer", "'infer' must come first"},
       {"--bogus", "unknown option '--bogus'"},
       {"infer", "infer needs a model"},
       {"infer m.onnx --output-dir /tmp/x", "infer needs --input-dir"},
@@ -272,10 +275,29 @@ TEST(Apexrun, BadUsageExitsWith2AndOneLine) {
     Result r = apexrun(c.args);
     EXPECT_EQ(r.code, 2) << c.args << ": " << r.out;
     EXPECT_NE(r.out.find(c.want), std::string::npos) << c.args << ": " << r.out;
-    if (c.args[0]) {
-      EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << c.args << ": " << r.out;
-    }
+    EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << c.args << ": " << r.out;
   }
+}
+
+// --output-dir is checked before the model runs: a regular file there is bad usage (exit 2,
+// one line); a missing folder is created.
+TEST(Apexrun, InferOutputDirIsCheckedBeforeRunning) {
+  std::string dir = "tests/fixtures/ort/mlp";
+  std::string afile = tmp() + "/outdir_afile";
+  FILE *f = fopen(afile.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fclose(f);
+  const std::string common = "infer " + dir + "/model.onnx -O0 --input-dir " + dir + "/test_data_set_0 --output-dir ";
+  Result r = apexrun(common + afile + " --repeat 1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, afile + ": not a folder (--output-dir)\n") << "(--repeat: nothing ran before the check)";
+  r = apexrun(common + afile + "/sub");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, afile + "/sub: cannot create the output folder: Not a directory\n");
+  std::string fresh = tmp() + "/outdir_fresh";
+  r = apexrun(common + fresh);
+  EXPECT_EQ(r.code, 0) << r.out;
+  expect_outputs_match(dir, fresh, APX_DT_F32);
 }
 
 TEST(Apexrun, BadInputsExitWith2) {
