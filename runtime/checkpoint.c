@@ -120,14 +120,58 @@ static int w_bytes(Writer *w, const void *p, size_t n) {
   return 0;
 }
 
-static int make_dir(const char *dir, ApxDiag *d) {
-  if (mkdir(dir, 0755) == 0 || errno == EEXIST) {
-    struct stat st;
-    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
-    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not a folder (checkpoint dir)", dir);
+/* mkdir -p: creates dir and any missing parent (0755). 0, or -1 with errno set. */
+static int mkdir_p(const char *dir) {
+  struct stat st;
+  if (stat(dir, &st) == 0) return S_ISDIR(st.st_mode) ? 0 : (errno = ENOTDIR, -1);
+  char *p = strdup(dir);
+  if (!p) return errno = ENOMEM, -1;
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/' || s[-1] == '/') continue;
+    *s = 0;
+    int r = mkdir(p, 0755);
+    int e = errno;
+    *s = '/';
+    if (r && e != EEXIST) {
+      free(p);
+      return errno = e, -1;
+    }
   }
+  int r = mkdir(p, 0755), e = errno;
+  free(p);
+  if (r && e != EEXIST) return errno = e, -1;
+  if (stat(dir, &st) != 0) return -1;
+  return S_ISDIR(st.st_mode) ? 0 : (errno = ENOTDIR, -1);
+}
+
+static int make_dir(const char *dir, ApxDiag *d) {
+  if (mkdir_p(dir) == 0) return 0;
+  if (errno == ENOTDIR)
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not a folder (checkpoint dir)", dir);
   return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot create the checkpoint folder: %s", dir,
                         strerror(errno));
+}
+
+int apx_checkpoint_dir_check(const char *dir, ApxDiag *d) {
+  int e = 0;
+  if (mkdir_p(dir)) {
+    e = errno;
+  } else {
+    /* the probe: a temporary file like the writer's own (created, then removed) */
+    char *probe = NULL;
+    if (asprintf(&probe, "%s/.ckpt-probe.tmp.%ld", dir, (long)getpid()) < 0)
+      return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", dir);
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      e = errno;
+    } else {
+      close(fd);
+      unlink(probe);
+    }
+    free(probe);
+  }
+  if (e) return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot write checkpoints: %s", dir, strerror(e));
+  return 0;
 }
 
 /* Removes temporary files of writes that never finished (a killed run): regular files named

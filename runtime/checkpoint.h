@@ -78,8 +78,13 @@ int apx_checkpoint_saves(const ApxPlanBuffer *b);
  * from its header (low 32 bits); 0 for a plan not read from a file. */
 uint64_t apx_plan_hash(const ApxPlan *p);
 
-/* Writes dir/ckpt-STEP.apxckpt atomically (dir is created if missing). *path_out (may be
- * NULL) receives the malloc'ed final path. Returns 0 or -1 (code 1: I/O). */
+/* Before training: creates dir if missing (with its parents, as the writer does), checks it
+ * is a folder, and probes that a temporary file can be created in it (created, removed).
+ * Returns 0 or -1 with "<dir>: cannot write checkpoints: <reason>" (code 2). */
+int apx_checkpoint_dir_check(const char *dir, ApxDiag *d);
+
+/* Writes dir/ckpt-STEP.apxckpt atomically (dir and its parents are created if missing).
+ * *path_out (may be NULL) receives the malloc'ed final path. Returns 0 or -1 (code 1: I/O). */
 int apx_checkpoint_write(const char *dir, const ApxTrainState *st, ApxExec *ex, char **path_out,
                          ApxDiag *d);
 

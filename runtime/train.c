@@ -266,11 +266,16 @@ static int check_settings(void *ctx, const ApxTrainState *st, const char *path, 
   else if (st->lr_warmup >= 0 && st->lr_warmup != mine->lr_warmup)
     snprintf(msg, sizeof msg, "%" PRId64 " lr warmup steps, this run %" PRId64, st->lr_warmup,
              mine->lr_warmup);
-  else if (decays && st->lr_total > 0 && st->lr_total != mine->lr_total)
-    snprintf(msg, sizeof msg, "a %s lr schedule over %" PRId64 " steps, this run %" PRId64 " (--steps "
-             "sets its length when the plan has no --total-steps: resume with --steps %" PRId64 ")",
-             apx_lr_schedule_name(t->lr.schedule), st->lr_total, mine->lr_total, st->lr_total);
-  else if (st->step < 0 || !(st->scale > 0) || !isfinite(st->scale))
+  else if (decays && st->lr_total > 0 && st->lr_total != mine->lr_total) {
+    /* its own message: "the same settings" would be resuming at the checkpoint's length */
+    const char *sn = apx_lr_schedule_name(t->lr.schedule);
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                          "%s: the checkpoint's %s lr schedule runs over %" PRId64 " steps, this run "
+                          "asks for %" PRId64 " (--steps sets the length when the plan has no "
+                          "--total-steps); to train longer with a %s schedule, compile with "
+                          "--total-steps (a new plan; start over), or resume with --steps %" PRId64,
+                          path, sn, st->lr_total, mine->lr_total, sn, st->lr_total);
+  } else if (st->step < 0 || !(st->scale > 0) || !isfinite(st->scale))
     snprintf(msg, sizeof msg, "an invalid state (step %" PRId64 ", loss scale %g)", st->step, st->scale);
   else
     return 0;
@@ -334,7 +339,8 @@ int apx_step_json(const ApxStepRecord *r, char *buf, size_t cap) {
                   r->step, loss, scale, r->skipped ? "true" : "false", name, gn, lr, r->ms);
 }
 
-/* On resume: keep the log's records of steps <= step (a killed run may have logged more). */
+/* On resume: keep the log's records of steps <= step (a killed run may have logged more).
+ * A log that cannot be written is bad usage (exit code 2), found before training. */
 static FILE *open_log(const char *path, int64_t keep_upto, int resumed, ApxDiag *d) {
   if (resumed) {
     FILE *f = fopen(path, "r");
@@ -359,12 +365,12 @@ static FILE *open_log(const char *path, int64_t keep_upto, int resumed, ApxDiag 
       FILE *w = fopen(path, "w");
       if (w && klen) fwrite(kept, 1, klen, w);
       free(kept);
-      if (!w) apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write the log: %s", path, strerror(errno));
+      if (!w) apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot write the log: %s", path, strerror(errno));
       return w;
     }
   }
   FILE *w = fopen(path, "w");
-  if (!w) apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write the log: %s", path, strerror(errno));
+  if (!w) apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot write the log: %s", path, strerror(errno));
   return w;
 }
 
@@ -385,7 +391,15 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   int rc = 0, pending = 0; /* pending: a progress line without its newline */
   /* --export-onnx: a destination that cannot be written fails now, not after the training */
   if (lead && cfg.export_onnx && apx_export_onnx_check(plan, cfg.export_onnx, &d)) goto done;
+  /* --checkpoint-dir likewise: created if missing and probed for writing */
+  if (lead && cfg.ckpt_dir && apx_checkpoint_dir_check(cfg.ckpt_dir, &d)) goto done;
   if (apx_trainer_init(&t, plan, &cfg, &d)) goto done;
+  /* a warmup longer than the run's --steps (the schedule's length when the plan has no
+   * --total-steps) is legitimate for a short trial run, but the lr never reaches its base */
+  if (lead && plan->opts.total_steps <= 0 && cfg.steps > 0 && t.lr.warmup > t.lr.total)
+    fprintf(stderr, "apexrun: warning: the lr warmup (%" PRId64 " steps) is longer than the lr schedule "
+            "(--steps %" PRId64 "; the plan has no --total-steps): the lr never reaches its base %g\n",
+            t.lr.warmup, t.lr.total, t.lr.base);
 
   int resumed = 0;
   if (cfg.resume) {
@@ -463,10 +477,23 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   if (lead && cfg.ckpt_dir && last_saved != t.step && t.step > 0) {
     if (apx_trainer_save(&t, NULL, &d)) goto done;
   }
-  /* every step of this run overflowed: nothing was learned (DESIGN.md 9: a collapsing scale);
-   * the log and checkpoint are written (they say so), the model is not exported */
+  /* every step of this run overflowed: nothing was learned. A failure (DESIGN.md 9) only when
+   * the scale cannot recover: static, collapsed (below 1 or at the --min-loss-scale floor), or
+   * APX_SCALER_COLLAPSE_RUN overflows in a row. A short run during the scale's normal warm-up
+   * (2^16 halving towards what the model needs) only warns and carries on. The log and the
+   * checkpoint are written (they say so); a failed model is not exported. */
   int64_t n_run = t.step - first_step;
   int all_overflowed = n_run > 0 && skipped == n_run;
+  const ApxScaler *sc = &t.scaler;
+  int collapsed = !sc->cfg.dynamic || sc->scale < 1 ||
+                  (sc->cfg.min_scale > 0 && sc->scale <= sc->cfg.min_scale) ||
+                  sc->overflow_run >= APX_SCALER_COLLAPSE_RUN;
+  if (all_overflowed && !collapsed) {
+    if (lead)
+      fprintf(stderr, "apexrun: warning: all %" PRId64 " steps of this run overflowed while the loss scale "
+              "settles (now %g); nothing was updated\n", n_run, sc->scale);
+    all_overflowed = 0;
+  }
   int exported = cfg.export_onnx && !all_overflowed;
   if (lead && exported) {
     if (apx_export_onnx(plan, &t.ex, cfg.export_onnx, &d)) goto done;

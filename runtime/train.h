@@ -19,6 +19,11 @@
  * (--resume), run until --steps optimizer steps are done (a resumed run continues to the
  * same N), progress line per step on a terminal, JSON lines (--log, appended on resume),
  * checkpoints every --checkpoint-every steps and at the end, --export-onnx, one summary line.
+ * Before training, --export-onnx and --checkpoint-dir are checked for writing and --log is
+ * opened (exit code 2 when one cannot be written). A run whose every step overflowed exits
+ * with 1 only when the scale cannot recover (static, below 1, at --min-loss-scale, or
+ * APX_SCALER_COLLAPSE_RUN overflows in a row); during the scale's warm-up it warns and
+ * completes (export included).
  *
  * Plans with more than one loss scaler (several LossScaleSeed kernels) are refused: "not
  * supported yet". rank/world select this process's slice of each global batch (sampler.h);

@@ -11,7 +11,9 @@
 //  - --export-onnx destination checked before training; --seed 0 is a seed; the lr schedule's
 //    length kept on resume (and version 1 checkpoints still load); non-finite loss scales in
 //    checkpoints refused; stale temporary files removed; a run whose every step overflowed
-//    exits with 1.
+//    exits with 1 when the scale collapsed (warns while it settles); --checkpoint-dir and
+//    --log checked before training; non-regular destinations (a FIFO) refused; a warmup
+//    longer than --steps warns.
 #include <gtest/gtest.h>
 
 #include <dirent.h>
@@ -20,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -57,6 +60,11 @@ std::string slurp(const std::string &path) {
 bool exists(const std::string &p) {
   struct stat st;
   return stat(p.c_str(), &st) == 0;
+}
+
+void put_file(const std::string &path, const std::string &bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f << bytes;
 }
 
 struct Result {
@@ -272,6 +280,12 @@ TEST(Train, StaticScaleStillSkipsNonFiniteGradients) {
   EXPECT_NE(r.out.find("warning: 10 overflowing steps in a row"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("apexrun: all 12 steps overflowed; static loss scale 1e+30; the model did not train\n"),
             std::string::npos) << r.out;
+  // a static scale never recovers: a failure however short the run (no warm-up to wait for)
+  r = apexrun(plan_path + " --data examples/mlp/data --steps 2 --quiet");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("apexrun: all 2 steps overflowed; static loss scale 1e+30; the model did not train\n"),
+            std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("while the loss scale settles"), std::string::npos) << r.out;
 }
 
 namespace {
@@ -645,8 +659,11 @@ TEST(Train, RefusesPlansItCannotTrain) {
   EXPECT_NE(r.out.find("not an apexc plan (compile the model first"), std::string::npos) << r.out;
 }
 
-// Every step overflowing (dynamic scale): exit code 1 with one line saying so, after the log
-// and the checkpoint are written; the untrained model is not exported.
+// Every step overflowing with a dynamic scale that collapsed (below 1, at --min-loss-scale,
+// or 10 overflows in a row): exit code 1 with one line saying so, after the log and the
+// checkpoint are written; the untrained model is not exported. A short run in which every
+// step overflowed while the scale settles from 2^16 (its normal warm-up) warns, exports and
+// exits with 0.
 TEST(Train, AllStepsOverflowedExitsWith1) {
   std::string plan_path = compile("mlp", "all_ovf", APX_O2);
   std::string data = tmp() + "/all_ovf_data";
@@ -663,6 +680,147 @@ TEST(Train, AllStepsOverflowedExitsWith1) {
                        "train (not exported)\n"), std::string::npos) << r.out;
   EXPECT_TRUE(exists(ckpt(dir, 20)));
   EXPECT_FALSE(exists(onnx));
+
+  // collapsed onto the --min-loss-scale floor after two halvings (2^16 -> 2^15 -> 2^14)
+  std::string floor_plan = compile("mlp", "all_ovf_floor", APX_O2, [](ApxOptions &o) { o.min_loss_scale = 16384; });
+  r = apexrun(floor_plan + " --data " + data + " --steps 2 --quiet --export-onnx " + onnx);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("apexrun: all 2 steps overflowed; loss scale fell to 16384; the model did not "
+                       "train (not exported)\n"), std::string::npos) << r.out;
+  EXPECT_FALSE(exists(onnx));
+
+  // 10 overflows in a row (the scaler's collapse run) although the scale is still 2^6
+  r = apexrun(plan_path + " --data " + data + " --steps 10 --quiet");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("apexrun: all 10 steps overflowed; loss scale fell to 64; the model did not train\n"),
+            std::string::npos) << r.out;
+
+  // warming up: x * 64 overflows fp16 gradients at 2^16 and 2^15, the scale (now 2^14) is
+  // healthy and the next steps train (OverflowSkipsTheStep... above)
+  std::string warm_plan = compile("mlp", "all_ovf_warm", APX_O2, [](ApxOptions &o) { o.scale_window = 5; });
+  std::string warm = tmp() + "/all_ovf_warm_data";
+  scaled_mlp_data(warm, 64.0f);
+  r = apexrun(warm_plan + " --data " + warm + " --steps 2 --quiet --no-shuffle --export-onnx " + onnx);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("apexrun: warning: all 2 steps of this run overflowed while the loss scale settles "
+                       "(now 16384); nothing was updated\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 skipped (overflow), exported " + onnx + "\n"), std::string::npos) << r.out;
+  EXPECT_TRUE(exists(onnx));
+}
+
+// --checkpoint-dir that cannot hold checkpoints fails before any training (exit 2, one line),
+// not after the whole run; a missing folder is created with its parents and the probe leaves
+// nothing behind. A --log that cannot be written is bad usage too (exit 2).
+TEST(Train, CheckpointDirIsCheckedBeforeTraining) {
+  std::string plan = compile("mlp", "ckpt_dir", APX_O2);
+  std::string log = tmp() + "/ckpt_dir.jsonl";
+  std::string afile = tmp() + "/ckpt_dir_afile";
+  put_file(afile, "x");
+  const std::string common = plan + " --data examples/mlp/data --steps 3 --log " + log + " --checkpoint-dir ";
+  for (std::string bad : {afile, afile + "/sub"}) {
+    Result r = apexrun(common + bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
+    EXPECT_EQ(r.out, bad + ": cannot write checkpoints: Not a directory\n");
+    EXPECT_FALSE(exists(log)) << "trained before checking the checkpoint folder";
+  }
+  Result r = apexrun(common + "/proc/nope");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out.find("/proc/nope: cannot write checkpoints: "), 0u) << r.out;
+  EXPECT_EQ(lines(r.out).size(), 1u) << r.out;
+  EXPECT_FALSE(exists(log));
+  // missing folders are created (mkdir -p) and the probe is removed
+  std::string top = tmp() + "/ckpt_dir_new", dir = top + "/a/b";
+  r = apexrun(plan + " --data examples/mlp/data --steps 3 --quiet --checkpoint-dir " + dir);
+  EXPECT_EQ(r.code, 0) << r.out;
+  std::set<std::string> names;
+  DIR *dp = opendir(dir.c_str());
+  ASSERT_NE(dp, nullptr);
+  for (struct dirent *e; (e = readdir(dp));)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) names.insert(e->d_name);
+  closedir(dp);
+  EXPECT_EQ(names, (std::set<std::string>{"ckpt-000000000003.apxckpt"}));
+  // --log in a missing folder: exit 2
+  std::string badlog = tmp() + "/no_such_log_dir/x.jsonl";
+  r = apexrun(plan + " --data examples/mlp/data --steps 3 --log " + badlog);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, badlog + ": cannot write the log: No such file or directory\n");
+}
+
+// Destinations that exist and are not regular files (a FIFO here; /dev/null as root) are
+// refused, not replaced by the rename: the plan (apexc -o) and --export-onnx, before training
+// and in the export itself.
+TEST(Train, NonRegularDestinationsAreRefused) {
+  std::string dir = tmp() + "/fifo_dest";
+  mkdir(dir.c_str(), 0755);
+  std::string fifo = dir + "/dest";
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0) << strerror(errno);
+  auto is_fifo = [&] {
+    struct stat st;
+    return lstat(fifo.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+  };
+  const std::string want = fifo + ": not a regular file (refusing to replace it)";
+  // the plan writer
+  ApxOptions o;
+  apx_options_init(&o);
+  o.model_path = "examples/mlp/model.onnx";
+  o.opt_level = APX_O2;
+  o.quiet = 1;
+  char err[512];
+  ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
+  ApxDiag d;
+  apx_diag_init(&d);
+  d.quiet = 1;
+  ApxGraph g;
+  ASSERT_EQ(apx_compile_file(&g, &o, &d), 0) << d.msg;
+  EXPECT_EQ(apx_emit_plan_file(&g, &o, fifo.c_str(), &d), -1);
+  EXPECT_EQ(d.code, 2);
+  EXPECT_EQ(std::string(d.msg), want);
+  apx_graph_free(&g);
+  EXPECT_TRUE(is_fifo());
+  // --export-onnx: checked before training
+  std::string plan = compile("mlp", "fifo_dest", APX_O2);
+  std::string log = dir + "/log.jsonl";
+  Result r = apexrun(plan + " --data examples/mlp/data --steps 3 --log " + log + " --export-onnx " + fifo);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, want + "\n");
+  EXPECT_FALSE(exists(log));
+  EXPECT_TRUE(is_fifo());
+  // and by the export itself
+  apx_diag_init(&d);
+  ApxPlan p;
+  apx_plan_init(&p);
+  ASSERT_EQ(apx_plan_read(&p, plan.c_str(), &d), 0) << d.msg;
+  ApxTrainConfig cfg;
+  apx_train_config_init(&cfg);
+  cfg.data_dir = "examples/mlp/data";
+  cfg.steps = 1;
+  ApxTrainer t;
+  ASSERT_EQ(apx_trainer_init(&t, &p, &cfg, &d), 0) << d.msg;
+  EXPECT_EQ(apx_export_onnx(&p, &t.ex, fifo.c_str(), &d), -1);
+  EXPECT_EQ(d.code, 2);
+  EXPECT_EQ(std::string(d.msg), want);
+  EXPECT_TRUE(is_fifo());
+  apx_trainer_free(&t);
+  apx_plan_free(&p);
+  unlink(fifo.c_str());
+}
+
+// A warmup longer than the lr schedule, whose length is --steps when the plan has no
+// --total-steps, trains (a short trial run is legitimate) with a one-line warning.
+TEST(Train, WarmupLongerThanTheStepsWarns) {
+  std::string plan = compile("mlp", "long_warmup", APX_O2, [](ApxOptions &o) {
+    o.schedule = 1;  // cosine
+    o.warmup_steps = 10;
+  });
+  Result r = apexrun(plan + " --data examples/mlp/data --steps 5 --quiet");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("apexrun: warning: the lr warmup (10 steps) is longer than the lr schedule (--steps 5; "
+                       "the plan has no --total-steps): the lr never reaches its base 0.001\n"),
+            std::string::npos) << r.out;
+  r = apexrun(plan + " --data examples/mlp/data --steps 10 --quiet");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("warning"), std::string::npos) << r.out;
 }
 
 // Class labels and token ids are checked when the data is loaded, also where they reach the
@@ -807,11 +965,6 @@ std::string checkpoint_v1(const std::string &v2) {
   return out;
 }
 
-void put_file(const std::string &path, const std::string &bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f << bytes;
-}
-
 }  // namespace
 
 // The lr schedule's length (T = --steps when the plan has no --total-steps) is part of the
@@ -829,9 +982,9 @@ TEST(Train, LrScheduleLengthIsKeptOnResume) {
   // extending the run would restart the schedule's decay from another length: refused
   r = apexrun(common + " --steps 30 --resume --checkpoint-dir " + a);
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find(ckpt(a, 20) + ": the checkpoint was trained with a cosine lr schedule over 20 steps, "
-                       "this run 30"), std::string::npos) << r.out;
-  EXPECT_EQ(lines(r.out).size(), 1u) << r.out;
+  EXPECT_EQ(r.out, ckpt(a, 20) + ": the checkpoint's cosine lr schedule runs over 20 steps, this run asks for 30 "
+                   "(--steps sets the length when the plan has no --total-steps); to train longer with a cosine "
+                   "schedule, compile with --total-steps (a new plan; start over), or resume with --steps 20\n");
   // resumed from step 10 with the same length: the same lr (and bytes) as the straight run
   std::string c = tmp() + "/cos_c";
   mkdir(c.c_str(), 0755);
