@@ -64,6 +64,9 @@ void apx_backend_set_collectives(ApxBackend *be, const ApxBackendI *coll, void *
   be->iface.broadcast = coll->broadcast;
   be->iface.allreduce_bucket = coll->allreduce_bucket;
   be->iface.barrier = coll->barrier;
+  be->iface.allreduce_bucket_start = coll->allreduce_bucket_start;
+  be->iface.request_test = coll->request_test;
+  be->iface.request_wait = coll->request_wait;
   be->coll_ctx = coll_ctx;
   be->coll_free = coll_free;
   be->rank = rank;

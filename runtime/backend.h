@@ -17,7 +17,8 @@
  * Collectives: the slots allreduce/broadcast/allreduce_bucket/barrier start NULL and are
  * filled by a collective layer (runtime/collective.h: MPI for cpu, NCCL for cuda) through
  * apx_backend_set_collectives; the backend struct holds its interface by value for that.
- * rank/world are 0/1 until then.
+ * rank/world are 0/1 until then. allreduce_bucket_start / request_test / request_wait let the
+ * executor overlap a gradient bucket's reduction with the following kernels (exec.h).
  *
  * Every slot returns an ApxStatus; on failure the backend writes a one-line reason into
  * be->err. Slots marked "required" are non-NULL in every backend. */
@@ -37,6 +38,7 @@ extern "C" {
 typedef struct ApxBackend ApxBackend;
 typedef struct ApxQueue ApxQueue; /* backend-defined: a CUDA stream; CPU: a token */
 typedef struct ApxEvent ApxEvent; /* backend-defined: a CUDA event */
+typedef struct ApxCollRequest ApxCollRequest; /* collective layer-defined: a reduction in flight */
 
 /* A device allocation. */
 typedef struct ApxDevBuffer {
@@ -123,6 +125,19 @@ typedef struct ApxBackendI {
                                 const ApxAttrAllreduce *a);
   /* host-side barrier over all ranks */
   ApxStatus (*barrier)(ApxBackend *be);
+  /* optional, all three or none (NULL: allreduce_bucket blocks): one gradient bucket without
+   * blocking, so it overlaps the kernels launched before its wait. start reads every ins[i]
+   * completely before it returns (the memory plan may reuse them right after the Allreduce
+   * kernel) and keeps outs[i] (same dtypes and sizes; outs[i].data == ins[i].data is fine),
+   * which only request_wait writes: the result equals allreduce_bucket's, bit for bit. */
+  ApxStatus (*allreduce_bucket_start)(ApxBackend *be, ApxQueue *q, const ApxTensor *ins,
+                                      const ApxTensor *outs, int32_t n, const ApxAttrAllreduce *a,
+                                      ApxCollRequest **req);
+  /* lets req progress (never blocks); *done = 1 once complete (outs not yet written) */
+  ApxStatus (*request_test)(ApxBackend *be, ApxCollRequest *req, int *done);
+  /* blocks until req completes (under the collective deadline), writes its outs (queued on
+   * q) and releases req, also on failure */
+  ApxStatus (*request_wait)(ApxBackend *be, ApxQueue *q, ApxCollRequest *req);
 } ApxBackendI;
 
 struct ApxBackend {

@@ -92,11 +92,36 @@ int apx_coll_broadcast(ApxColl *c, ApxTensor *t, int32_t n, int32_t root, const 
 int apx_coll_allgather(ApxColl *c, const void *send, size_t bytes, void *recv, const char *what, ApxDiag *d);
 int apx_coll_barrier(ApxColl *c, const char *what, ApxDiag *d);
 
+/* ---- non-blocking reductions (DESIGN.md 11: a bucket overlaps the rest of backward) ---- */
+/* One reduction in flight: its own staging buffer (every wire type's run packed there, fp16
+ * and bf16 widened to fp32), its MPI requests and the output views. */
+typedef struct ApxCollRequest ApxCollRequest;
+
+/* Starts out[i] = post * reduce over ranks of (pre * in[i]) (pre/post as apx_coll_allreduce)
+ * and returns at once with *req. Every in[i] is read completely before it returns (staged,
+ * `pre` applied): the caller may overwrite them right away. out[i] (same dtype and size as
+ * in[i]; out[i].data == in[i].data is fine) are written by apx_coll_wait only. The sums are
+ * MPI_Iallreduce over the staged fp32 / fp64 / integer runs, so a bucket's result does not
+ * depend on when it is waited for. Requests complete in any order, but every rank must start
+ * the same reductions in the same order. One process: the staged values, scaled, at the wait. */
+int apx_coll_iallreduce(ApxColl *c, const ApxTensor *in, const ApxTensor *out, int32_t n, ApxReduceOp op,
+                        float pre, float post, const char *what, ApxCollRequest **req, ApxDiag *d);
+/* Lets MPI progress req (MPI_Testall, never blocks); *done = 1 once it has completed (out not
+ * written yet). */
+int apx_coll_test(ApxColl *c, ApxCollRequest *req, int *done, ApxDiag *d);
+/* Completes req under the deadline (the watchdog aborts the job as for a blocking
+ * collective, naming req's `what`), applies post, writes out[i] (fp16/bf16 rounded to
+ * nearest even) and releases req (also on failure). */
+int apx_coll_wait(ApxColl *c, ApxCollRequest *req, ApxDiag *d);
+/* Reductions started and not yet waited for. */
+int32_t apx_coll_pending(const ApxColl *c);
+
 /* The scale factors of a gradient bucket (see the file comment). */
 void apx_coll_bucket_scales(const ApxAttrAllreduce *a, int32_t world, float *pre, float *post);
 
 /* Installs the collective slots of backend be (apx_backend_set_collectives): cpu gets the
- * MPI engine over its host buffers; cuda: "not supported yet" (exit code 2). The backend
+ * MPI engine over its host buffers (allreduce_bucket, and allreduce_bucket_start /
+ * request_test / request_wait over apx_coll_iallreduce / test / wait); cuda: "not supported yet" (exit code 2). The backend
  * does not own c: finalize c after freeing the backend. */
 int apx_coll_attach(ApxColl *c, ApxBackend *be, ApxDiag *d);
 

@@ -1,6 +1,8 @@
 /* collective_mpi.c - collective.h over MPI (Debian OpenMPI): host-memory allreduce,
- * broadcast, allgather and barrier, a watchdog thread that aborts the job when a collective
- * misses its deadline, the single-process fallback, and the cpu backend's collective slots. */
+ * broadcast, allgather and barrier, non-blocking bucket reductions (MPI_Iallreduce on a
+ * per-request staging buffer, pooled), a watchdog thread that aborts the job when a
+ * collective misses its deadline, the single-process fallback, and the cpu backend's
+ * collective slots. */
 #include "runtime/collective.h"
 
 #include <errno.h>
@@ -34,6 +36,35 @@ struct ApxColl {
   int stop, active;
   double start, deadline;
   char what[160];
+
+  ApxCollRequest *free_reqs; /* finished requests kept with their staging buffers */
+  int32_t n_pending;
+};
+
+/* A run of tensors [a, b) with one wire type, staged at byte offset `off` of the request's
+ * buffer; its MPI requests are reqs[r0 .. r0 + nreq). */
+typedef struct ReqRun {
+  int32_t a, b;
+  int wire;
+  size_t off;
+  int64_t n;
+  int32_t r0, nreq;
+} ReqRun;
+
+struct ApxCollRequest {
+  ApxCollRequest *next;   /* free list */
+  char what[96];
+  ApxReduceOp op;
+  double post;
+  int done;
+  ApxTensor *out;         /* [n] */
+  int32_t n, out_cap;
+  ReqRun *runs;
+  int32_t n_runs, runs_cap;
+  MPI_Request *reqs;
+  int32_t n_reqs, reqs_cap;
+  void *buf;              /* staging */
+  size_t buf_cap;
 };
 
 static int mpi_initialized_here = 0; /* MPI_Init_thread at most once per process */
@@ -219,6 +250,15 @@ void apx_coll_finalize(ApxColl *c) {
   }
   stop_watchdog(c);
   free(c->scratch);
+  while (c->free_reqs) {
+    ApxCollRequest *r = c->free_reqs;
+    c->free_reqs = r->next;
+    free(r->out);
+    free(r->runs);
+    free(r->reqs);
+    free(r->buf);
+    free(r);
+  }
   free(c);
 }
 
@@ -425,6 +465,199 @@ int apx_coll_barrier(ApxColl *c, const char *what, ApxDiag *d) {
   return rc == MPI_SUCCESS ? 0 : mpi_fail(c, d, what, "MPI_Barrier", rc);
 }
 
+/* ---- non-blocking reductions --------------------------------------------------------- */
+
+static int grow(void **p, int32_t *cap, int32_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  int32_t nc = *cap ? *cap : 4;
+  while (nc < need) nc *= 2;
+  void *q = realloc(*p, (size_t)nc * elem);
+  if (!q) return -1;
+  *p = q;
+  *cap = nc;
+  return 0;
+}
+
+static ApxCollRequest *req_get(ApxColl *c) {
+  ApxCollRequest *r = c->free_reqs;
+  if (r) {
+    c->free_reqs = r->next;
+    return r;
+  }
+  return calloc(1, sizeof *r);
+}
+
+static void req_put(ApxColl *c, ApxCollRequest *r) {
+  r->n = r->n_runs = r->n_reqs = 0;
+  r->done = 0;
+  r->next = c->free_reqs;
+  c->free_reqs = r;
+}
+
+/* Stages in[a, b) (wire w) at buf + off: fp16/bf16 widened, others copied, then * pre. */
+static int stage_run(ApxColl *c, const ApxTensor *in, int32_t a, int32_t b, Wire w, char *buf, double pre,
+                     const char *what, ApxDiag *d) {
+  size_t ws = wire_size(w);
+  int64_t off = 0;
+  for (int32_t i = a; i < b; i++) {
+    int64_t n = apx_tensor_numel(&in[i]);
+    if (in[i].dtype == APX_DT_F16 || in[i].dtype == APX_DT_BF16) {
+      if (apx_cpu_convert(in[i].data, in[i].dtype, buf + (size_t)off * ws, APX_DT_F32, n) != APX_STATUS_OK)
+        return coll_error(c, d, what, "cannot widen %s", apx_dtype_name(in[i].dtype));
+    } else {
+      memcpy(buf + (size_t)off * ws, in[i].data, (size_t)n * ws);
+    }
+    off += n;
+  }
+  scale_wire(buf, w, off, pre);
+  return 0;
+}
+
+int apx_coll_iallreduce(ApxColl *c, const ApxTensor *in, const ApxTensor *out, int32_t n, ApxReduceOp op,
+                        float pre, float post, const char *what, ApxCollRequest **req, ApxDiag *d) {
+  *req = NULL;
+  if (!what) what = "allreduce";
+  for (int32_t i = 0; i < n; i++) {
+    if (in[i].data && wire_of(in[i].dtype) == WIRE_NONE)
+      return coll_error(c, d, what, "not supported yet: tensor %d of type %s", i, apx_dtype_name(in[i].dtype));
+    if (in[i].data && (!out[i].data || out[i].dtype != in[i].dtype ||
+                       apx_tensor_numel(&out[i]) != apx_tensor_numel(&in[i])))
+      return coll_error(c, d, what, "output %d does not match input %d", i, i);
+  }
+  if (!c) return coll_error(c, d, what, "no collective layer");
+  ApxCollRequest *r = req_get(c);
+  if (!r) return coll_error(c, d, what, "out of memory");
+  snprintf(r->what, sizeof r->what, "%s", what);
+  r->op = op;
+  r->post = post;
+  if (grow((void **)&r->out, &r->out_cap, n + 1, sizeof *r->out)) goto oom;
+  if (n) memcpy(r->out, out, (size_t)n * sizeof *out);
+  r->n = n;
+  /* runs of one wire type, each at an 8-byte aligned offset of one staging buffer */
+  size_t total = 0;
+  for (int32_t a = 0; a < n;) {
+    if (!in[a].data || apx_tensor_numel(&in[a]) == 0) {
+      a++;
+      continue;
+    }
+    Wire w = wire_of(in[a].dtype);
+    int32_t b = a + 1;
+    while (b < n && in[b].data && wire_of(in[b].dtype) == w) b++;
+    if (grow((void **)&r->runs, &r->runs_cap, r->n_runs + 1, sizeof *r->runs)) goto oom;
+    ReqRun *run = &r->runs[r->n_runs++];
+    run->a = a, run->b = b, run->wire = (int)w, run->off = total, run->n = 0;
+    for (int32_t i = a; i < b; i++) run->n += apx_tensor_numel(&in[i]);
+    total += ((size_t)run->n * wire_size(w) + 7) / 8 * 8;
+    a = b;
+  }
+  if (total + 8 > r->buf_cap) {
+    void *nb = realloc(r->buf, total + 8);
+    if (!nb) goto oom;
+    r->buf = nb;
+    r->buf_cap = total + 8;
+  }
+  for (int32_t k = 0; k < r->n_runs; k++) {
+    ReqRun *run = &r->runs[k];
+    Wire w = (Wire)run->wire;
+    const int fp = w == WIRE_F32 || w == WIRE_F64;
+    double rpre = fp && op == APX_REDUCE_SUM ? pre : 1.0;
+    if (stage_run(c, in, run->a, run->b, w, (char *)r->buf + run->off, rpre, what, d)) {
+      req_put(c, r);
+      return -1;
+    }
+  }
+  /* start: one MPI_Iallreduce per int-sized chunk of each run */
+  MPI_Op mop = op == APX_REDUCE_MAX ? MPI_MAX : MPI_SUM;
+  for (int32_t k = 0; k < r->n_runs; k++) {
+    ReqRun *run = &r->runs[k];
+    Wire w = (Wire)run->wire;
+    run->r0 = r->n_reqs;
+    run->nreq = 0;
+    if (!c->mpi) continue;
+    for (int64_t off = 0; off < run->n; off += CHUNK_ELEMS) {
+      int cnt = (int)(run->n - off < CHUNK_ELEMS ? run->n - off : CHUNK_ELEMS);
+      if (grow((void **)&r->reqs, &r->reqs_cap, r->n_reqs + 1, sizeof *r->reqs)) goto oom_started;
+      int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)r->buf + run->off + (size_t)off * wire_size(w), cnt,
+                              wire_mpi(w), mop, MPI_COMM_WORLD, &r->reqs[r->n_reqs]);
+      if (rc != MPI_SUCCESS) {
+        /* the reductions already started cannot be cancelled (MPI forbids it for nonblocking
+         * collectives): the request stays pending and the job ends on this error */
+        c->n_pending++;
+        return mpi_fail(c, d, what, "MPI_Iallreduce", rc);
+      }
+      r->n_reqs++;
+      run->nreq++;
+    }
+  }
+  c->n_pending++;
+  *req = r;
+  return 0;
+oom_started:
+  c->n_pending++;
+  return coll_error(c, d, what, "out of memory");
+oom:
+  req_put(c, r);
+  return coll_error(c, d, what, "out of memory");
+}
+
+int apx_coll_test(ApxColl *c, ApxCollRequest *r, int *done, ApxDiag *d) {
+  *done = 1;
+  if (!r) return 0;
+  if (!r->done && r->n_reqs > 0) {
+    int flag = 0;
+    int rc = MPI_Testall(r->n_reqs, r->reqs, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, d, r->what, "MPI_Testall", rc);
+    r->done = flag != 0;
+  } else {
+    r->done = 1;
+  }
+  *done = r->done;
+  return 0;
+}
+
+int apx_coll_wait(ApxColl *c, ApxCollRequest *r, ApxDiag *d) {
+  if (!r) return 0;
+  int rc = MPI_SUCCESS;
+  if (!r->done && r->n_reqs > 0) {
+    guard_begin(c, r->what);
+    rc = MPI_Waitall(r->n_reqs, r->reqs, MPI_STATUSES_IGNORE);
+    guard_end(c);
+  }
+  c->n_pending--;
+  if (rc != MPI_SUCCESS) {
+    int e = mpi_fail(c, d, r->what, "MPI_Waitall", rc);
+    req_put(c, r);
+    return e;
+  }
+  int err = 0;
+  for (int32_t k = 0; k < r->n_runs && !err; k++) {
+    ReqRun *run = &r->runs[k];
+    Wire w = (Wire)run->wire;
+    const int fp = w == WIRE_F32 || w == WIRE_F64;
+    char *buf = (char *)r->buf + run->off;
+    if (fp && r->op == APX_REDUCE_SUM) scale_wire(buf, w, run->n, r->post);
+    size_t ws = wire_size(w);
+    int64_t off = 0;
+    for (int32_t i = run->a; i < run->b; i++) { /* unpack (rounding to nearest even for fp16/bf16) */
+      ApxTensor *t = &r->out[i];
+      int64_t n = apx_tensor_numel(t);
+      if (t->dtype == APX_DT_F16 || t->dtype == APX_DT_BF16) {
+        if (apx_cpu_convert(buf + (size_t)off * ws, APX_DT_F32, t->data, t->dtype, n) != APX_STATUS_OK) {
+          err = coll_error(c, d, r->what, "cannot narrow to %s", apx_dtype_name(t->dtype));
+          break;
+        }
+      } else {
+        memcpy(t->data, buf + (size_t)off * ws, (size_t)n * ws);
+      }
+      off += n;
+    }
+  }
+  req_put(c, r);
+  return err;
+}
+
+int32_t apx_coll_pending(const ApxColl *c) { return c ? c->n_pending : 0; }
+
 void apx_coll_bucket_scales(const ApxAttrAllreduce *a, int32_t world, float *pre, float *post) {
   float f = a && a->predivide > 0 ? a->predivide : 1.0f;
   int avg = a ? a->average != 0 : 1;
@@ -445,19 +678,45 @@ static ApxStatus slot_allreduce(ApxBackend *be, ApxQueue *q, ApxTensor *t, int32
                                                                                  : APX_STATUS_OK;
 }
 
-static ApxStatus slot_allreduce_bucket(ApxBackend *be, ApxQueue *q, ApxTensor *t, int32_t n,
-                                       const ApxAttrAllreduce *a) {
+static void bucket_what(const ApxAttrAllreduce *a, char *what, size_t cap) {
+  if (a && a->bucket < 0)
+    snprintf(what, cap, "allreduce of BatchNorm statistics (--sync-bn)");
+  else
+    snprintf(what, cap, "allreduce bucket %d", a ? (int)a->bucket : -1);
+}
+
+static ApxStatus slot_bucket_start(ApxBackend *be, ApxQueue *q, const ApxTensor *ins, const ApxTensor *outs,
+                                   int32_t n, const ApxAttrAllreduce *a, ApxCollRequest **req) {
   ApxDiag d;
   apx_diag_init(&d);
   float pre, post;
   apx_coll_bucket_scales(a, be->world, &pre, &post);
   char what[64];
-  if (a && a->bucket < 0)
-    snprintf(what, sizeof what, "allreduce of BatchNorm statistics (--sync-bn)");
-  else
-    snprintf(what, sizeof what, "allreduce bucket %d", a ? (int)a->bucket : -1);
-  return apx_coll_allreduce(be->coll_ctx, t, n, APX_REDUCE_SUM, pre, post, what, &d) ? slot_status(be, &d)
-                                                                                    : APX_STATUS_OK;
+  bucket_what(a, what, sizeof what);
+  return apx_coll_iallreduce(be->coll_ctx, ins, outs, n, APX_REDUCE_SUM, pre, post, what, req, &d)
+             ? slot_status(be, &d)
+             : APX_STATUS_OK;
+}
+
+static ApxStatus slot_request_test(ApxBackend *be, ApxCollRequest *req, int *done) {
+  ApxDiag d;
+  apx_diag_init(&d);
+  return apx_coll_test(be->coll_ctx, req, done, &d) ? slot_status(be, &d) : APX_STATUS_OK;
+}
+
+static ApxStatus slot_request_wait(ApxBackend *be, ApxQueue *q, ApxCollRequest *req) {
+  ApxDiag d;
+  apx_diag_init(&d);
+  return apx_coll_wait(be->coll_ctx, req, &d) ? slot_status(be, &d) : APX_STATUS_OK;
+}
+
+/* The blocking bucket: the same MPI_Iallreduce, waited for at once, so a bucket's bytes are
+ * the same whether or not the executor overlaps it (apexrun --no-overlap). */
+static ApxStatus slot_allreduce_bucket(ApxBackend *be, ApxQueue *q, ApxTensor *t, int32_t n,
+                                       const ApxAttrAllreduce *a) {
+  ApxCollRequest *req = NULL;
+  ApxStatus st = slot_bucket_start(be, q, t, t, n, a, &req);
+  return st == APX_STATUS_OK ? slot_request_wait(be, q, req) : st;
 }
 
 static ApxStatus slot_broadcast(ApxBackend *be, ApxQueue *q, ApxTensor *t, int32_t n, int32_t root) {
@@ -482,6 +741,9 @@ int apx_coll_attach(ApxColl *c, ApxBackend *be, ApxDiag *d) {
   memset(&slots, 0, sizeof slots);
   slots.allreduce = slot_allreduce;
   slots.allreduce_bucket = slot_allreduce_bucket;
+  slots.allreduce_bucket_start = slot_bucket_start;
+  slots.request_test = slot_request_test;
+  slots.request_wait = slot_request_wait;
   slots.broadcast = slot_broadcast;
   slots.barrier = slot_barrier;
   apx_backend_set_collectives(be, &slots, c, NULL, apx_coll_rank(c), apx_coll_world(c));

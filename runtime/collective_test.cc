@@ -31,6 +31,8 @@ TEST(Collective, AllreduceEveryDtypeAndLayoutFourRanks) { ExpectAllOk(4, "dtypes
 TEST(Collective, BucketSlotsAverageAndPredivideTwoRanks) { ExpectAllOk(2, "buckets"); }
 TEST(Collective, BucketSlotsAverageAndPredivideFourRanks) { ExpectAllOk(4, "buckets"); }
 TEST(Collective, BroadcastAllgatherBarrierFourRanks) { ExpectAllOk(4, "bcast"); }
+TEST(Collective, NonBlockingBucketsTwoRanks) { ExpectAllOk(2, "ibuckets"); }
+TEST(Collective, NonBlockingBucketsFourRanks) { ExpectAllOk(4, "ibuckets"); }
 
 // A rank that stops (SIGSTOP) blocks the others in the next barrier; their watchdog ends the
 // job after the 3 s deadline with one line naming the operation.
@@ -43,6 +45,19 @@ TEST(Collective, HungRankEndsTheJobWithinTheTimeout) {
   EXPECT_LT(r.seconds, 3.0 + 30.0) << r.out;
   EXPECT_EQ(CountOccurrences(r.out, "FAIL"), 0) << r.out;
   std::printf("hung rank: job ended after %.1f s (deadline 3 s), exit code %d\n", r.seconds, r.code);
+}
+
+// The same for a non-blocking bucket: the wait runs under the deadline.
+TEST(Collective, HungRankEndsTheJobDuringABucketWait) {
+  auto r = Mpirun(2, std::string(kWorker) + " ihang 3");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("collective 'allreduce bucket 3' did not complete within 3.0 s"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("a peer rank is dead or hung"), std::string::npos) << r.out;
+  EXPECT_LT(r.seconds, 3.0 + 30.0) << r.out;
+  EXPECT_EQ(CountOccurrences(r.out, "FAIL"), 0) << r.out;
+  std::printf("hung rank during a bucket wait: job ended after %.1f s (deadline 3 s), exit code %d\n", r.seconds,
+              r.code);
 }
 
 // A rank that dies (SIGKILL) is noticed by mpirun, which ends the job.
@@ -82,6 +97,23 @@ TEST(Collective, OneProcessWithoutMpirun) {
   ASSERT_EQ(apx_coll_allreduce(c, &t, 1, APX_REDUCE_SUM, 0.25f, 4.0f, "bucket", &d), 0) << d.msg;
   EXPECT_EQ(x[0], 1.5f);
   EXPECT_EQ(x[2], 3.25f);
+  // non-blocking: staged at the start (the input may change), written at the wait
+  float in[3] = {1.5f, -2.0f, 3.25f}, out[3] = {0, 0, 0};
+  ApxTensor ti = t, to = t;
+  ti.data = in, to.data = out;
+  ApxCollRequest *req = nullptr;
+  ASSERT_EQ(apx_coll_iallreduce(c, &ti, &to, 1, APX_REDUCE_SUM, 0.25f, 4.0f, "bucket", &req, &d), 0) << d.msg;
+  EXPECT_EQ(apx_coll_pending(c), 1);
+  in[0] = 100.0f;
+  EXPECT_EQ(out[0], 0.0f);
+  int done = 0;
+  ASSERT_EQ(apx_coll_test(c, req, &done, &d), 0) << d.msg;
+  EXPECT_EQ(done, 1);
+  ASSERT_EQ(apx_coll_wait(c, req, &d), 0) << d.msg;
+  EXPECT_EQ(apx_coll_pending(c), 0);
+  EXPECT_EQ(out[0], 1.5f);
+  EXPECT_EQ(out[1], -2.0f);
+  EXPECT_EQ(out[2], 3.25f);
   int64_t mine = 42, all = 0;
   ASSERT_EQ(apx_coll_allgather(c, &mine, sizeof mine, &all, "gather", &d), 0) << d.msg;
   EXPECT_EQ(all, 42);
@@ -92,6 +124,7 @@ TEST(Collective, OneProcessWithoutMpirun) {
   ASSERT_EQ(apx_backend_create("cpu", nullptr, &be, err, sizeof err), APX_STATUS_OK) << err;
   ASSERT_EQ(apx_coll_attach(c, be, &d), 0) << d.msg;
   EXPECT_NE(be->iface.allreduce_bucket, nullptr);
+  EXPECT_NE(be->iface.allreduce_bucket_start, nullptr);
   EXPECT_EQ(be->world, 1);
   const char *saved = be->iface.name;
   be->iface.name = "cuda";
