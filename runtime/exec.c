@@ -74,6 +74,91 @@ static int check_supported(const ApxPlan *p, ApxBackend *be, ApxDiag *d) {
                         be->iface.name, list);
 }
 
+/* The tensors an Allreduce kernel's reduction writes: its outputs (its inputs in plans
+ * without outputs). */
+static const ApxTensor *reduced_views(const ApxExec *ex, int32_t k, int32_t *n) {
+  const ApxPlanKernel *kn = &ex->plan->kernels[k];
+  const ApxTensor *args = ex->args + ex->arg_off[k];
+  if (kn->n_out == 0) {
+    *n = kn->n_in;
+    return args;
+  }
+  *n = kn->n_in < kn->n_out ? kn->n_in : kn->n_out;
+  return args + kn->n_in;
+}
+
+static int views_overlap(const ApxTensor *a, const ApxTensor *b) {
+  if (!a->data || !b->data) return 0;
+  uintptr_t a0 = (uintptr_t)a->data, a1 = a0 + apx_tensor_bytes(a);
+  uintptr_t b0 = (uintptr_t)b->data, b1 = b0 + apx_tensor_bytes(b);
+  return a0 < b1 && b0 < a1 && a1 > a0 && b1 > b0;
+}
+
+/* For every kernel k, the earlier Allreduce kernels whose reduced tensors share bytes with
+ * one of k's inputs or outputs (by address, so buffers the memory plan placed over each
+ * other count too): k must complete them first when they are still in flight. */
+static int build_wait_lists(ApxExec *ex) {
+  const ApxPlan *p = ex->plan;
+  int32_t n_ar = 0;
+  for (int32_t k = 0; k < p->n_kernels; k++) n_ar += p->kernels[k].op == APX_OP_Allreduce;
+  ex->wait_off = calloc((size_t)p->n_kernels + 1, sizeof *ex->wait_off);
+  ex->req = calloc((size_t)p->n_kernels + 1, sizeof *ex->req);
+  ex->inflight = calloc((size_t)p->n_kernels + 1, sizeof *ex->inflight);
+  if (!ex->wait_off || !ex->req || !ex->inflight) return -1;
+  if (n_ar == 0) return 0;
+  int32_t *ar = calloc((size_t)n_ar, sizeof *ar);
+  uintptr_t *lo = calloc((size_t)n_ar, sizeof *lo), *hi = calloc((size_t)n_ar, sizeof *hi);
+  int32_t cap = 64, n_ids = 0;
+  ex->wait_ids = malloc((size_t)cap * sizeof *ex->wait_ids);
+  int rc = -1;
+  if (!ar || !lo || !hi || !ex->wait_ids) goto out;
+  n_ar = 0;
+  for (int32_t k = 0; k < p->n_kernels; k++) {
+    if (p->kernels[k].op != APX_OP_Allreduce) continue;
+    int32_t n;
+    const ApxTensor *t = reduced_views(ex, k, &n);
+    lo[n_ar] = UINTPTR_MAX, hi[n_ar] = 0;
+    for (int32_t i = 0; i < n; i++) {
+      if (!t[i].data) continue;
+      uintptr_t a = (uintptr_t)t[i].data, b = a + apx_tensor_bytes(&t[i]);
+      if (a < lo[n_ar]) lo[n_ar] = a;
+      if (b > hi[n_ar]) hi[n_ar] = b;
+    }
+    ar[n_ar++] = k;
+  }
+  for (int32_t k = 0; k < p->n_kernels; k++) {
+    ex->wait_off[k] = n_ids;
+    const ApxPlanKernel *kn = &p->kernels[k];
+    const ApxTensor *args = ex->args + ex->arg_off[k];
+    for (int32_t j = 0; j < n_ar && ar[j] < k; j++) {
+      int hit = 0;
+      int32_t n;
+      const ApxTensor *t = reduced_views(ex, ar[j], &n);
+      for (int32_t a = 0; a < kn->n_in + kn->n_out && !hit; a++) {
+        if (!args[a].data) continue;
+        uintptr_t a0 = (uintptr_t)args[a].data, a1 = a0 + apx_tensor_bytes(&args[a]);
+        if (a1 <= lo[j] || a0 >= hi[j]) continue;
+        for (int32_t i = 0; i < n && !hit; i++) hit = views_overlap(&args[a], &t[i]);
+      }
+      if (!hit) continue;
+      if (n_ids == cap) {
+        int32_t *nw = realloc(ex->wait_ids, (size_t)cap * 2 * sizeof *nw);
+        if (!nw) goto out;
+        ex->wait_ids = nw;
+        cap *= 2;
+      }
+      ex->wait_ids[n_ids++] = ar[j];
+    }
+  }
+  ex->wait_off[p->n_kernels] = n_ids;
+  rc = 0;
+out:
+  free(ar);
+  free(lo);
+  free(hi);
+  return rc;
+}
+
 int apx_exec_init(ApxExec *ex, const ApxPlan *plan, const ApxExecConfig *cfg, ApxDiag *d) {
   memset(ex, 0, sizeof *ex);
   ex->plan = plan;
@@ -140,6 +225,11 @@ int apx_exec_init(ApxExec *ex, const ApxPlan *plan, const ApxExecConfig *cfg, Ap
         ex->views[kn->in[0]].data == ex->views[kn->out[0]].data)
       ex->skip[k] = 1;
   }
+  ex->no_overlap = cfg->no_overlap;
+  if (build_wait_lists(ex)) {
+    apx_exec_free(ex);
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", plan->path);
+  }
   if (apx_exec_reset_persistent(ex, d)) {
     apx_exec_free(ex);
     return -1;
@@ -159,6 +249,12 @@ void apx_exec_free(ApxExec *ex) {
   free(ex->args);
   free(ex->arg_off);
   free(ex->skip);
+  /* requests still in flight after a failed run cannot be cancelled (MPI forbids it for
+   * nonblocking collectives); the job is ending: their staging stays with the collective */
+  free(ex->wait_off);
+  free(ex->wait_ids);
+  free(ex->req);
+  free(ex->inflight);
   memset(ex, 0, sizeof *ex);
 }
 
@@ -224,28 +320,79 @@ int apx_exec_set_input(ApxExec *ex, int32_t i, const ApxTensor *host, ApxDiag *d
   return rc;
 }
 
-/* Allreduce(m_0..m_k) -> r_0..r_k, one gradient bucket (passes/bucketing.h): r_i takes m_i's
- * bytes where the memory plan reduced in place, else m_i is copied to r_i first; then the
- * outputs are reduced over the ranks by the collective slot. A single process needs no
- * communication. The kernel is launched where the plan put it, right after its last
- * member's producer: on a backend with asynchronous queues it overlaps the rest of backward. */
-static ApxStatus run_allreduce(ApxExec *ex, const ApxPlanKernel *kn, ApxTensor *args) {
+/* 1 when this run overlaps buckets: a collective layer with the non-blocking slots, more
+ * than one rank, and no --no-overlap. */
+static int overlapping(const ApxExec *ex) {
+  const ApxBackend *be = ex->be;
+  return !ex->no_overlap && be->world > 1 && be->iface.allreduce_bucket_start && be->iface.request_test &&
+         be->iface.request_wait;
+}
+
+/* Allreduce(m_0..m_k) -> r_0..r_k, one gradient bucket (passes/bucketing.h). A single
+ * process needs no communication: r_i takes m_i's bytes (nothing to do where the memory plan
+ * reduced in place). With K ranks and overlap the collective layer stages m_i and starts the
+ * reduction (kernel k's request goes in flight; complete_bucket writes r_i); otherwise r_i =
+ * m_i and the blocking slot reduces r_i in place. The kernel is launched where the plan put
+ * it, right after its last member's producer, so the reduction overlaps the rest of
+ * backward. */
+static ApxStatus run_allreduce(ApxExec *ex, int32_t k, const ApxPlanKernel *kn, ApxTensor *args) {
   ApxBackend *be = ex->be;
   ApxTensor *ins = args, *outs = args + kn->n_in;
   int32_t n = kn->n_in < kn->n_out ? kn->n_in : kn->n_out;
+  if (be->world > 1 && overlapping(ex)) {
+    const ApxTensor *t = kn->n_out > 0 ? outs : ins; /* plans without outputs reduce their inputs */
+    if (kn->n_out == 0) n = kn->n_in;
+    ApxCollRequest *req = NULL;
+    ApxStatus st = be->iface.allreduce_bucket_start(be, ex->q, ins, t, n, kn->attrs, &req);
+    if (st != APX_STATUS_OK) return st;
+    ex->req[k] = req;
+    ex->inflight[ex->n_inflight++] = k;
+    return APX_STATUS_OK;
+  }
   for (int32_t i = 0; i < n; i++) {
     if (!ins[i].data || !outs[i].data || ins[i].data == outs[i].data) continue;
     ApxStatus st = be->iface.copy_d2d(be, ex->q, outs[i].data, ins[i].data, apx_tensor_bytes(&ins[i]));
     if (st != APX_STATUS_OK) return st;
   }
   if (be->world <= 1) return APX_STATUS_OK;
-  ApxTensor *t = kn->n_out > 0 ? outs : ins; /* plans without outputs reduce their inputs */
+  ApxTensor *t = kn->n_out > 0 ? outs : ins;
   if (kn->n_out == 0) n = kn->n_in;
   if (be->iface.allreduce_bucket) return be->iface.allreduce_bucket(be, ex->q, t, n, kn->attrs);
   if (!be->iface.allreduce)
     return apx_backend_fail(be, APX_STATUS_UNSUPPORTED,
                             "not supported yet: %d ranks but no collective layer", be->world);
   return be->iface.allreduce(be, ex->q, t, n, APX_REDUCE_SUM);
+}
+
+static int kernel_error(ApxExec *ex, ApxDiag *d, int32_t k, ApxStatus st) {
+  const ApxPlanKernel *kn = &ex->plan->kernels[k];
+  return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: kernel %d node '%s' (%s): %s: %s", ex->plan->path, k,
+                        kn->node, apx_op_name(kn->op), apx_status_name(st),
+                        ex->be->err[0] ? ex->be->err : "no detail");
+}
+
+/* Completes the in-flight bucket of Allreduce kernel k: waits (under the collective
+ * deadline) and writes its outputs. */
+static int complete_bucket(ApxExec *ex, int32_t k, ApxDiag *d) {
+  ApxBackend *be = ex->be;
+  ApxCollRequest *req = ex->req[k];
+  if (!req) return 0;
+  ex->req[k] = NULL;
+  int32_t j = 0;
+  while (j < ex->n_inflight && ex->inflight[j] != k) j++;
+  if (j < ex->n_inflight) {
+    memmove(&ex->inflight[j], &ex->inflight[j + 1], (size_t)(ex->n_inflight - j - 1) * sizeof *ex->inflight);
+    ex->n_inflight--;
+  }
+  be->err[0] = 0;
+  ApxStatus st = be->iface.request_wait(be, ex->q, req);
+  return st == APX_STATUS_OK ? 0 : kernel_error(ex, d, k, st);
+}
+
+static int complete_all(ApxExec *ex, ApxDiag *d) {
+  while (ex->n_inflight > 0)
+    if (complete_bucket(ex, ex->inflight[0], d)) return -1;
+  return 0;
 }
 
 int apx_exec_run_range(ApxExec *ex, int32_t begin, int32_t end, ApxDiag *d) {
@@ -255,21 +402,36 @@ int apx_exec_run_range(ApxExec *ex, int32_t begin, int32_t end, ApxDiag *d) {
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: kernel range [%d, %d) out of range", p->path,
                           begin, end);
   ex->n_launched = 0;
+  ex->n_overlapped = 0;
+  if (complete_all(ex, d)) return -1; /* left over by a failed run */
   for (int32_t k = begin; k < end; k++) {
     if (ex->skip[k]) continue;
     const ApxPlanKernel *kn = &p->kernels[k];
     ApxTensor *args = ex->args + ex->arg_off[k];
+    if (ex->n_inflight > 0) {
+      /* buckets this kernel reads or writes complete first; the others are polled (oldest
+       * first, up to the first one still running) so that MPI progresses them */
+      for (int32_t w = ex->wait_off[k]; w < ex->wait_off[k + 1]; w++)
+        if (ex->req[ex->wait_ids[w]] && complete_bucket(ex, ex->wait_ids[w], d)) return -1;
+      int done = 1;
+      for (int32_t i = 0; i < ex->n_inflight && done; i++) {
+        int32_t j = ex->inflight[i];
+        be->err[0] = 0;
+        ApxStatus st = be->iface.request_test(be, ex->req[j], &done);
+        if (st != APX_STATUS_OK) return kernel_error(ex, d, j, st);
+      }
+      if (ex->n_inflight > 0) ex->n_overlapped++;
+    }
     ApxKernelCall call = {kn->op, kn->attrs, args, kn->n_in, args + kn->n_in, kn->n_out, ex->step,
                           kn->node};
     be->err[0] = 0;
-    ApxStatus st = kn->op == APX_OP_Allreduce ? run_allreduce(ex, kn, args)
+    ApxStatus st = kn->op == APX_OP_Allreduce ? run_allreduce(ex, k, kn, args)
                                               : be->iface.launch(be, ex->q, &call);
-    if (st != APX_STATUS_OK)
-      return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: kernel %d node '%s' (%s): %s: %s", p->path, k,
-                            kn->node, apx_op_name(kn->op), apx_status_name(st),
-                            be->err[0] ? be->err : "no detail");
+    if (st != APX_STATUS_OK) return kernel_error(ex, d, k, st);
     ex->n_launched++;
   }
+  ex->overlapped_total += ex->n_overlapped;
+  if (complete_all(ex, d)) return -1;
   ApxStatus st = be->iface.queue_sync(be, ex->q);
   return st == APX_STATUS_OK ? 0 : be_error(ex, d, st, "running kernels");
 }

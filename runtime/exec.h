@@ -35,6 +35,8 @@ typedef struct ApxExecConfig {
   int32_t n_threads;   /* <= 0: library default */
   uint64_t seed;       /* Dropout's Philox key; 0: the plan's seed option ... */
   int32_t seed_set;    /* ... unless seed_set: then seed is the key, 0 included */
+  int32_t no_overlap;  /* 1: every gradient bucket's allreduce completes inside its kernel
+                          (apexrun --no-overlap); 0: it overlaps the following kernels */
 } ApxExecConfig;
 
 typedef struct ApxExec {
@@ -48,6 +50,16 @@ typedef struct ApxExec {
   uint8_t *skip;          /* [n_kernels] 1: a SHAPEONLY kernel whose output is its input */
   int64_t step;
   int32_t n_launched;     /* kernels launched by the last run (tests, profiling) */
+  /* overlapped gradient buckets (DESIGN.md 11), used when the backend has the
+   * allreduce_bucket_start/request_test/request_wait slots and world > 1 */
+  int32_t no_overlap;     /* ApxExecConfig.no_overlap */
+  int32_t *wait_off;      /* [n_kernels + 1] kernel k must first complete the Allreduce */
+  int32_t *wait_ids;      /*   kernels wait_ids[wait_off[k] .. wait_off[k + 1]) if in flight */
+  ApxCollRequest **req;   /* [n_kernels] the request of Allreduce kernel k while in flight */
+  int32_t *inflight;      /* [n_kernels] Allreduce kernels in flight, in start order */
+  int32_t n_inflight;
+  int32_t n_overlapped;   /* kernels the last run launched while a bucket was in flight */
+  int64_t overlapped_total; /* the same over every run since init */
 } ApxExec;
 
 void apx_exec_config_init(ApxExecConfig *cfg);
@@ -69,7 +81,12 @@ const ApxTensor *apx_exec_view(const ApxExec *ex, int32_t buf);
 
 /* Runs the kernels of section sec (an empty section does nothing), then synchronizes. */
 int apx_exec_run(ApxExec *ex, ApxSection sec, ApxDiag *d);
-/* Runs kernels [begin, end) in order, then synchronizes. */
+/* Runs kernels [begin, end) in order, then synchronizes. Under data parallelism an
+ * Allreduce kernel only starts its bucket's reduction: the kernel stages its inputs and
+ * returns; the result is written into its outputs before the first later kernel whose
+ * buffers overlap them runs, and at the latest before the run returns, so between runs no
+ * reduction is in flight. Between kernels the pending reductions are polled (MPI
+ * progresses them while the rest of backward computes). */
 int apx_exec_run_range(ApxExec *ex, int32_t begin, int32_t end, ApxDiag *d);
 /* The training step number kernels see (Dropout's Philox counter). */
 void apx_exec_set_step(ApxExec *ex, int64_t step);
