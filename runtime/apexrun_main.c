@@ -70,12 +70,16 @@ static const char *usage_text =
     "\n"
     "data parallelism: mpirun -np K apexrun PLAN.apx --data DIR --steps N ...\n"
     "  each rank trains on its slice of every global batch (K times the plan's batch); the\n"
-    "  plan's gradient buckets are averaged over the ranks as backward produces them; only\n"
-    "  rank 0 prints, logs and writes checkpoints; every rank resumes from the same file.\n"
+    "  plan's gradient buckets are averaged over the ranks as backward produces them (each\n"
+    "  bucket's allreduce overlaps the rest of backward); only rank 0 prints, logs and writes\n"
+    "  checkpoints; every rank resumes from the same file. The log adds overlap_kernels\n"
+    "  (kernels launched while a bucket was in flight).\n"
     "  --collective-timeout S  a collective that waits longer than S seconds (a dead or hung\n"
     "                        rank) ends the whole job with an error (default 300)\n"
     "  --check-replicas N    also check every N steps that all ranks hold identical weights\n"
     "                        (always checked at the start and at the end)\n"
+    "  --no-overlap          each bucket's allreduce blocks inside its kernel instead of\n"
+    "                        overlapping the following kernels (same result, bit for bit)\n"
     "\n"
     "infer: runs the model's forward pass on ONNX test-data tensors.\n"
     "  --input-dir D         reads D/input_0.pb, input_1.pb, ... (one per data input, in order)\n"
@@ -410,6 +414,8 @@ static int cmd_train(int argc, char **argv) {
       if (!*v || *end || !(s > 0) || s > 1e6)
         return usage_error("--collective-timeout: '%s' is not a number of seconds in (0, 1e6]", v);
       timeout_s = s;
+    } else if (!strcmp(arg, "--no-overlap")) {
+      c.exec.no_overlap = 1;
     } else if ((v = flag_value(argc, argv, &i, "--check-replicas"))) {
       if (parse_count("--check-replicas", v, 1, &n)) return APX_EXIT_BAD_INPUT;
       c.check_replicas = n;

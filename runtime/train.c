@@ -168,6 +168,7 @@ int apx_trainer_step(ApxTrainer *t, ApxStepRecord *rec, ApxDiag *d) {
   const ApxPlan *p = t->plan;
   memset(rec, 0, sizeof *rec);
   double t0 = now_ms();
+  int64_t overlapped0 = t->ex.overlapped_total;
   double lr = apx_lr_at(&t->lr, t->step);
   double scale = t->scaler.scale;
   if (write_f32(t, t->lr_buf, lr, d) || write_f32(t, t->scale_buf, scale, d)) return -1;
@@ -207,6 +208,7 @@ int apx_trainer_step(ApxTrainer *t, ApxStepRecord *rec, ApxDiag *d) {
   rec->grad_norm = overflow ? NAN : sqrt((double)norm_sq);
   rec->lr = (double)(float)lr;
   rec->ms = now_ms() - t0;
+  rec->overlap_kernels = t->dp.world > 1 ? t->ex.overlapped_total - overlapped0 : -1;
   return 0;
 }
 
@@ -333,10 +335,12 @@ int apx_step_json(const ApxStepRecord *r, char *buf, size_t cap) {
   json_num(lr, sizeof lr, r->lr, "%.8g");
   if (r->overflow_at) json_str(name, sizeof name, r->overflow_at);
   else snprintf(name, sizeof name, "null");
+  char ov[48] = "";
+  if (r->overlap_kernels >= 0) snprintf(ov, sizeof ov, ", \"overlap_kernels\": %" PRId64, r->overlap_kernels);
   return snprintf(buf, cap,
                   "{\"step\": %" PRId64 ", \"loss\": %s, \"loss_scale\": %s, \"skipped\": %s, "
-                  "\"overflow_at\": %s, \"grad_norm\": %s, \"lr\": %s, \"ms\": %.3f}",
-                  r->step, loss, scale, r->skipped ? "true" : "false", name, gn, lr, r->ms);
+                  "\"overflow_at\": %s, \"grad_norm\": %s, \"lr\": %s, \"ms\": %.3f%s}",
+                  r->step, loss, scale, r->skipped ? "true" : "false", name, gn, lr, r->ms, ov);
 }
 
 /* On resume: keep the log's records of steps <= step (a killed run may have logged more).

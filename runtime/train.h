@@ -81,6 +81,8 @@ typedef struct ApxStepRecord {
   int32_t skipped;
   const char *overflow_at;   /* parameter name or NULL */
   int32_t scaler_events;     /* APX_SCALER_* bits */
+  int64_t overlap_kernels;   /* K > 1 ranks: kernels launched while a gradient bucket's
+                                allreduce was in flight (0 with --no-overlap); one process: -1 */
 } ApxStepRecord;
 
 typedef struct ApxTrainer {
