@@ -308,12 +308,33 @@ static int check_combinations(Parser *p, const ApxOptions *o, const ApxCliArgs *
   return 0;
 }
 
-/* 0 if path can be written as an output (see apx_cli_check_outputs), else -1 with a message. */
-static int probe_output(const char *path, char *err, size_t cap) {
+/* 0 if path can be written as an output (see apx_cli_check_outputs), else -1 with a message.
+ * renamed: the writer replaces the file by renaming a temporary beside it (the plan), so an
+ * existing non-regular file is refused and the temporary is probed; otherwise the writer
+ * opens the path itself (--emit-onnx, --explain-out: /dev/stdout or a pipe are fine), so only
+ * a folder is refused and write permission is checked on the file or its folder. */
+static int probe_output(const char *path, int renamed, char *err, size_t cap) {
   struct stat st;
   const char *why = NULL;
   if (!*path) {
     why = strerror(ENOENT);
+  } else if (!renamed) {
+    if (stat(path, &st) == 0) {
+      if (S_ISDIR(st.st_mode)) why = strerror(EISDIR);
+      else if (access(path, W_OK) != 0) why = strerror(errno);
+    } else if (errno != ENOENT) {
+      why = strerror(errno);
+    } else {
+      char *dir = strdup(path);
+      if (!dir) {
+        why = strerror(ENOMEM);
+      } else {
+        char *slash = strrchr(dir, '/');
+        const char *folder = !slash ? "." : slash == dir ? "/" : (*slash = '\0', dir);
+        if (access(folder, W_OK | X_OK) != 0) why = strerror(errno);
+        free(dir);
+      }
+    }
   } else if (stat(path, &st) == 0) {
     if (S_ISDIR(st.st_mode)) why = strerror(EISDIR);
     else if (!S_ISREG(st.st_mode))
@@ -323,7 +344,7 @@ static int probe_output(const char *path, char *err, size_t cap) {
   } else if (errno != ENOENT) {
     why = strerror(errno);
   }
-  if (!why) { /* a temporary file beside it, as the writers create */
+  if (!why && renamed) { /* a temporary file beside it, as the plan writer creates */
     size_t n = strlen(path) + 32;
     char *tmp = malloc(n);
     if (!tmp) {
@@ -351,7 +372,7 @@ int apx_cli_check_outputs(const ApxOptions *o, const ApxCliArgs *a, char *err, s
   const char *outs[] = {a->write_plan ? o->output_path : NULL, o->emit_onnx,
                         o->explain ? o->explain_path : NULL};
   for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
-    if (outs[i] && probe_output(outs[i], err, cap)) return -1;
+    if (outs[i] && probe_output(outs[i], i == 0, err, cap)) return -1;
   return 0;
 }
 

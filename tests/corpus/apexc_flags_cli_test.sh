@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # apexc end to end on the MLP example: dynamic-scaler flags with a static loss scale compile
 # (exit 0) with one warning line on stderr, none with -q; an output path that cannot be
-# written (missing folder, directory, FIFO) exits 2 with one line, before compiling.
+# written (missing folder, directory; a FIFO where the plan goes) exits 2 with one line,
+# before compiling; --emit-onnx/--explain-out into a pipe work.
 set -u
 apexc="$1"
 dir="${TEST_TMPDIR:-$(mktemp -d)}/flags"
@@ -37,8 +38,19 @@ for flag in -o --emit-onnx --explain-out; do
   check 2 "$dir/nonexist/d/p: cannot write: No such file or directory" \
     "$model" "${extra[@]}" "$flag" "$dir/nonexist/d/p"
   check 2 "$dir/out: cannot write: Is a directory" "$model" "${extra[@]}" "$flag" "$dir/out"
-  check 2 "$dir/fifo: cannot write: not a regular file (a FIFO)" \
-    "$model" "${extra[@]}" "$flag" "$dir/fifo"
+done
+# the plan is replaced by rename: a FIFO there is refused; --emit-onnx and --explain-out open
+# the path themselves, so a pipe with a reader works
+check 2 "$dir/fifo: cannot write: not a regular file (a FIFO)" "$model" -o "$dir/fifo"
+for flag in --emit-onnx --explain-out; do
+  extra=(-o "$dir/p.apx")
+  [ "$flag" = --explain-out ] && extra+=(--explain)
+  timeout 30 cat "$dir/fifo" > "$dir/piped" &
+  reader=$!
+  check 0 "" "$model" -q "${extra[@]}" "$flag" "$dir/fifo"
+  wait "$reader"
+  [ -s "$dir/piped" ] || { echo "FAIL: $flag into a pipe: nothing came through"; fail=$((fail + 1)); }
+  [ -p "$dir/fifo" ] || { echo "FAIL: $flag replaced the FIFO"; fail=$((fail + 1)); }
 done
 left=$(ls -A "$dir/out")
 [ -z "$left" ] || { echo "FAIL: files left in a refused directory: $left"; fail=$((fail + 1)); }
