@@ -123,6 +123,7 @@ static int w_bytes(Writer *w, const void *p, size_t n) {
 /* mkdir -p: creates dir and any missing parent (0755). 0, or -1 with errno set. */
 static int mkdir_p(const char *dir) {
   struct stat st;
+  if (!*dir) return errno = ENOENT, -1;
   if (stat(dir, &st) == 0) return S_ISDIR(st.st_mode) ? 0 : (errno = ENOTDIR, -1);
   char *p = strdup(dir);
   if (!p) return errno = ENOMEM, -1;

@@ -220,6 +220,15 @@ int apx_coll_init(ApxColl **out, const ApxCollConfig *cfg, ApxDiag *d) {
       }
       c->owns_mpi = 1;
       mpi_initialized_here = 1;
+    } else {
+      MPI_Query_thread(&provided);
+    }
+    /* the watchdog calls MPI_Abort from its own thread while the main thread waits inside
+     * MPI: legal only with MPI_THREAD_MULTIPLE */
+    if (provided < MPI_THREAD_MULTIPLE && c->timeout_s > 0) {
+      apx_diag_warn(d, "collectives: this MPI provides thread level %d, not MPI_THREAD_MULTIPLE: "
+                    "no collective timeout (a hung rank is not detected)", provided);
+      c->timeout_s = 0;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int r = 0, w = 1;
@@ -239,6 +248,11 @@ int apx_coll_init(ApxColl **out, const ApxCollConfig *cfg, ApxDiag *d) {
 
 void apx_coll_finalize(ApxColl *c) {
   if (!c) return;
+  /* a reduction still in flight (a step failed after starting it) cannot be finished or
+   * cancelled: the job ends instead of hanging in MPI_Finalize */
+  if (c->mpi && c->n_pending > 0)
+    apx_coll_abort(c, 1, "collectives: finalize with a bucket reduction still in flight (a step "
+                   "failed mid-backward); aborting the job");
   if (c->mpi && c->owns_mpi) {
     int fin = 0;
     MPI_Finalized(&fin);
@@ -623,12 +637,13 @@ int apx_coll_wait(ApxColl *c, ApxCollRequest *r, ApxDiag *d) {
     rc = MPI_Waitall(r->n_reqs, r->reqs, MPI_STATUSES_IGNORE);
     guard_end(c);
   }
-  c->n_pending--;
   if (rc != MPI_SUCCESS) {
-    int e = mpi_fail(c, d, r->what, "MPI_Waitall", rc);
-    req_put(c, r);
-    return e;
+    /* some chunks may still be active (MPI_ERR_PENDING) and MPI may yet write into r->buf:
+     * the request stays pending and off the free list (never reused or freed); the job ends
+     * on this error, as after a failed MPI_Iallreduce */
+    return mpi_fail(c, d, r->what, "MPI_Waitall", rc);
   }
+  c->n_pending--;
   int err = 0;
   for (int32_t k = 0; k < r->n_runs && !err; k++) {
     ReqRun *run = &r->runs[k];

@@ -86,7 +86,9 @@ int apx_exec_run(ApxExec *ex, ApxSection sec, ApxDiag *d);
  * returns; the result is written into its outputs before the first later kernel whose
  * buffers overlap them runs, and at the latest before the run returns, so between runs no
  * reduction is in flight. Between kernels the pending reductions are polled (MPI
- * progresses them while the rest of backward computes). */
+ * progresses them while the rest of backward computes). After a failed run with more than
+ * one rank, reductions may still be in flight: the only safe continuation is ending the job
+ * (apx_coll_abort; apx_coll_finalize aborts too rather than hang). */
 int apx_exec_run_range(ApxExec *ex, int32_t begin, int32_t end, ApxDiag *d);
 /* The training step number kernels see (Dropout's Philox counter). */
 void apx_exec_set_step(ApxExec *ex, int64_t step);

@@ -395,8 +395,6 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   int rc = 0, pending = 0; /* pending: a progress line without its newline */
   /* --export-onnx: a destination that cannot be written fails now, not after the training */
   if (lead && cfg.export_onnx && apx_export_onnx_check(plan, cfg.export_onnx, &d)) goto done;
-  /* --checkpoint-dir likewise: created if missing and probed for writing */
-  if (lead && cfg.ckpt_dir && apx_checkpoint_dir_check(cfg.ckpt_dir, &d)) goto done;
   if (apx_trainer_init(&t, plan, &cfg, &d)) goto done;
   /* a warmup longer than the run's --steps (the schedule's length when the plan has no
    * --total-steps) is legitimate for a short trial run, but the lr never reaches its base */
@@ -423,6 +421,11 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
       resumed = 1;
     }
   }
+  /* --checkpoint-dir: created if missing and probed for writing before any step runs, when a
+   * checkpoint will be written (a resume that has nothing left to train writes none, so a
+   * read-only folder is fine then) */
+  if (lead && cfg.ckpt_dir && t.step < cfg.steps && apx_checkpoint_dir_check(cfg.ckpt_dir, &d))
+    goto done;
   if (cfg.log_path && lead && !(log = open_log(cfg.log_path, t.step, resumed, &d))) goto done;
   /* every rank starts from identical weights (same plan, same checkpoint) */
   if (apx_dp_check_replicas(&t.dp, &t.ex, t.step, t.scaler.scale, 1, &d)) goto done;
