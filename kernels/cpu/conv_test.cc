@@ -71,6 +71,7 @@ const std::vector<ConvCase> kCases = {
     {3, 5, 4, 4, 7, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, true},    // pointwise (no im2col)
     {1, 2, 6, 6, 2, 2, 2, 1, 2, 2, 1, 1, 0, 0, 0, 0, false},
     {1, 1, 3, 3, 1, 3, 3, 1, 1, 1, 2, 2, 2, 2, 2, 2, true},    // dilation larger than input
+    {2, 2, 2, 5, 3, 5, 3, 1, 1, 1, 1, 1, 2, 1, 2, 1, false},   // "same" path, taps off the image
 };
 
 }  // namespace

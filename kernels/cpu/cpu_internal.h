@@ -38,6 +38,18 @@ void apx_cpu_blas_threads(int nt);
  * work. Only the threading depends on it, never the bits. */
 #define APX_CPU_PAR_WORK (1 << 17)
 
+/* Functions whose loops are worth wider vectors than the baseline x86-64 build (SSE2): gcc
+ * clones them for AVX-512 and AVX2 (target_clones; the dynamic loader picks one for the CPU
+ * once). Every clone does the same arithmetic in the same order (no FMA contraction:
+ * -ffp-contract=off), so the bits do not depend on the CPU. No OpenMP inside (call them from
+ * the parallel loops). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define APX_VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define APX_VEC_CLONES
+#endif
+
 #define APX_PRAGMA(x) _Pragma(#x)
 /* Parallel-for over an independent loop; `nt` must be an int variable in scope. Each
  * iteration writes only its own outputs, so results do not depend on the thread count. */
