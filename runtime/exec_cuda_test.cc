@@ -23,6 +23,7 @@ extern "C" {
 }
 
 #include "kernels/cuda/plan_check.h"
+#include "tests/testing/compile_plan.h"
 
 namespace {
 
@@ -79,16 +80,11 @@ TEST_P(CudaTrain, StepsAgreeWithTheCpuReference) {
   o.lr_set = 1;
   o.quiet = 1;
   if (c.bf16) o.half = APX_DT_BF16;
-  char err[512];
-  ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
   ApxDiag d;
-  apx_diag_init(&d);
-  d.quiet = 1;
   ApxGraph g;
-  ASSERT_EQ(apx_compile_file(&g, &o, &d), 0) << d.msg;
   ApxPlan plan;
-  apx_plan_init(&plan);
-  ASSERT_EQ(apx_plan_from_graph(&g, &o, &plan, &d), 0) << d.msg;
+  std::string err;
+  ASSERT_TRUE(apx_testing::CompileToPlan(o, &g, &plan, &d, &err)) << err;
 
   ApxExec ex[2];
   const char *dev[2] = {"cpu", "cuda"};
@@ -173,16 +169,11 @@ TEST(CudaPlans, ExamplePlansUseOnlySupportedKernels) {
             o.quiet = 1;
             o.no_fuse = no_fuse;
             if (bf16) o.half = APX_DT_BF16;
-            char err[512];
-            ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
             ApxDiag d;
-            apx_diag_init(&d);
-            d.quiet = 1;
             ApxGraph g;
-            ASSERT_EQ(apx_compile_file(&g, &o, &d), 0) << d.msg;
             ApxPlan plan;
-            apx_plan_init(&plan);
-            ASSERT_EQ(apx_plan_from_graph(&g, &o, &plan, &d), 0) << d.msg;
+            std::string err;
+            ASSERT_TRUE(apx_testing::CompileToPlan(o, &g, &plan, &d, &err)) << err;
             for (int32_t k = 0; k < plan.n_kernels; k++) {
               const ApxPlanKernel *kn = &plan.kernels[k];
               if (kn->op == APX_OP_Allreduce) continue;

@@ -24,6 +24,7 @@ extern "C" {
 #include "runtime/exec.h"
 #include "runtime/plan.h"
 }
+#include "tests/testing/compile_plan.h"
 
 // The fake layer's request: the staged fp32 sums and the outputs to write at the wait.
 struct ApxCollRequest {
@@ -138,16 +139,11 @@ void Train(const char *model, ApxOptLevel level, bool sync_bn, bool no_overlap, 
   o.first_bucket_mb = 0.01;
   o.sync_bn = sync_bn;
   o.quiet = 1;
-  char err[512];
-  ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
   ApxDiag d;
-  apx_diag_init(&d);
-  d.quiet = 1;
   ApxGraph g;
-  ASSERT_EQ(apx_compile_file(&g, &o, &d), 0) << d.msg;
   ApxPlan plan;
-  apx_plan_init(&plan);
-  ASSERT_EQ(apx_plan_from_graph(&g, &o, &plan, &d), 0) << d.msg;
+  std::string err;
+  ASSERT_TRUE(apx_testing::CompileToPlan(o, &g, &plan, &d, &err)) << err;
   int n_allreduce = 0;
   for (int32_t k = 0; k < plan.n_kernels; k++) n_allreduce += plan.kernels[k].op == APX_OP_Allreduce;
   ASSERT_GE(n_allreduce, 2);

@@ -20,6 +20,7 @@ extern "C" {
 #include "runtime/plan.h"
 #include "tests/testing/graph_eval.h"
 }
+#include "tests/testing/compile_plan.h"
 
 namespace {
 
@@ -58,13 +59,10 @@ TEST_P(TrainSteps, ExecutorMatchesUnplannedEvaluatorBitForBit) {
   o.lr_set = 1;
   o.verify_each_pass = 1;
   o.quiet = 1;
-  char err[512];
-  ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
   ApxDiag d;
-  apx_diag_init(&d);
-  d.quiet = 1;
   ApxGraph g;
-  ASSERT_EQ(apx_compile_file(&g, &o, &d), 0) << d.msg;
+  std::string err;
+  ASSERT_TRUE(apx_testing::CompileGraph(o, &g, &d, &err)) << err;
   ASSERT_GE(g.loss, 0);
 
   ApxPlan plan;

@@ -42,6 +42,7 @@ extern "C" {
 #include "runtime/npy.h"
 #include "runtime/train.h"
 }
+#include "tests/testing/compile_plan.h"
 
 namespace {
 
@@ -97,15 +98,8 @@ std::string compile(const std::string &model, const std::string &name, ApxOptLev
   o.opt_level = level;
   o.quiet = 1;
   f(o);
-  char err[512];
-  EXPECT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
-  ApxDiag d;
-  apx_diag_init(&d);
-  d.quiet = 1;
-  ApxGraph g;
-  EXPECT_EQ(apx_compile_file(&g, &o, &d), 0) << d.msg;
-  EXPECT_EQ(apx_emit_plan_file(&g, &o, path.c_str(), &d), 0) << d.msg;
-  apx_graph_free(&g);
+  std::string err;
+  EXPECT_TRUE(apx_testing::CompileToPlanFile(o, path, &err)) << err;
   return path;
 }
 
@@ -335,15 +329,8 @@ std::string CompileDropoutPlan(const std::string &dir, int seed = 0) {
   o.opt_level = APX_O0;
   o.quiet = 1;
   if (seed) o.seed = seed;
-  char err[512];
-  EXPECT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
-  ApxDiag d;
-  apx_diag_init(&d);
-  d.quiet = 1;
-  ApxGraph gr;
-  EXPECT_EQ(apx_compile_file(&gr, &o, &d), 0) << d.msg;
-  EXPECT_EQ(apx_emit_plan_file(&gr, &o, plan.c_str(), &d), 0) << d.msg;
-  apx_graph_free(&gr);
+  std::string err;
+  EXPECT_TRUE(apx_testing::CompileToPlanFile(o, plan, &err)) << err;
   return plan;
 }
 
@@ -766,13 +753,10 @@ TEST(Train, NonRegularDestinationsAreRefused) {
   o.model_path = "examples/mlp/model.onnx";
   o.opt_level = APX_O2;
   o.quiet = 1;
-  char err[512];
-  ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
   ApxDiag d;
-  apx_diag_init(&d);
-  d.quiet = 1;
   ApxGraph g;
-  ASSERT_EQ(apx_compile_file(&g, &o, &d), 0) << d.msg;
+  std::string err;
+  ASSERT_TRUE(apx_testing::CompileGraph(o, &g, &d, &err)) << err;
   EXPECT_EQ(apx_emit_plan_file(&g, &o, fifo.c_str(), &d), -1);
   EXPECT_EQ(d.code, 2);
   EXPECT_EQ(std::string(d.msg), want);

@@ -42,6 +42,7 @@ extern "C" {
 #include "runtime/exec.h"
 #include "runtime/plan.h"
 }
+#include "tests/testing/compile_plan.h"
 
 namespace {
 
@@ -157,16 +158,11 @@ TEST_P(OrtTrainingReference, LossGradientsAndFiveAdamWStepsMatch) {
   o.no_fuse = 1;
   o.verify_each_pass = 1;
   o.quiet = 1;
-  char err[512];
-  ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
   ApxDiag d;
-  apx_diag_init(&d);
-  d.quiet = 1;
   ApxGraph g;
-  ASSERT_EQ(apx_compile_file(&g, &o, &d), 0) << d.msg;
   ApxPlan plan;
-  apx_plan_init(&plan);
-  ASSERT_EQ(apx_plan_from_graph(&g, &o, &plan, &d), 0) << d.msg;
+  std::string err;
+  ASSERT_TRUE(apx_testing::CompileToPlan(o, &g, &plan, &d, &err)) << err;
   ASSERT_EQ(plan.opts.loss_scale, 1.0f);
 
   // UnscaleCheck(loss_scale, g_0..g_{n-1}) and OptimizerStep(found_inf, norm_sq, lr, step,
