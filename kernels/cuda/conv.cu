@@ -23,6 +23,25 @@
 
 #define MAX_CONV_WORKSPACE ((size_t)1 << 30)
 
+/* The first algorithm of cuDNN's ranking (perf, n, from the query named `query` that returned
+ * ds) that ran, is deterministic and fits MAX_CONV_WORKSPACE; NULL with *st set to the error
+ * when the query failed or none qualifies (`which`: forward, backward-data, backward-filter). */
+template <typename Perf>
+static const Perf *pick_algo(ApxCudaCtx *ctx, cudnnStatus_t ds, const char *query, const Perf *perf,
+                             int n, const char *which, ApxStatus *st) {
+  if (ds != CUDNN_STATUS_SUCCESS) {
+    *st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "%s: %s", query, cudnnGetErrorString(ds));
+    return NULL;
+  }
+  for (int i = 0; i < n; i++)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+        perf[i].memory <= MAX_CONV_WORKSPACE)
+      return &perf[i];
+  *st = apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
+                      "not supported yet on cuda: no deterministic cuDNN %s algorithm", which);
+  return NULL;
+}
+
 static cudnnDataType_t dnn_type(ApxDType dt) {
   switch (dt) {
     case APX_DT_F16: return CUDNN_DATA_HALF;
@@ -120,25 +139,17 @@ APX_CUDA_ENTRY(apx_cuda_conv) {
   memset(&d, 0, sizeof d);
   ApxStatus st = conv_descs(ctx, &g, dt, &d);
   cudnnConvolutionFwdAlgoPerf_t perf[16];
-  int n = 0, pick = -1;
-  if (st == APX_STATUS_OK) {
-    cudnnStatus_t ds = cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, 16, &n, perf);
-    if (ds != CUDNN_STATUS_SUCCESS)
-      st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnGetConvolutionForwardAlgorithm_v7: %s",
-                         cudnnGetErrorString(ds));
-  }
-  for (int i = 0; st == APX_STATUS_OK && i < n && pick < 0; i++)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-        perf[i].memory <= MAX_CONV_WORKSPACE)
-      pick = i;
-  if (st == APX_STATUS_OK && pick < 0)
-    st = apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: no cuDNN forward algorithm");
+  int n = 0;
+  const cudnnConvolutionFwdAlgoPerf_t *best = NULL;
+  if (st == APX_STATUS_OK)
+    best = pick_algo(ctx, cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, 16, &n, perf),
+                  "cudnnGetConvolutionForwardAlgorithm_v7", perf, n, "forward", &st);
   void *ws = NULL;
-  if (st == APX_STATUS_OK && perf[pick].memory) st = apx_cuda_tmp(ctx, perf[pick].memory, &ws);
+  if (best && best->memory) st = apx_cuda_tmp(ctx, best->memory, &ws);
   if (st == APX_STATUS_OK) {
     float alpha = 1.0f, beta = 0.0f;
     cudnnStatus_t ds = cudnnConvolutionForward(h, &alpha, d.x, ins[0].data, d.w, ins[1].data, d.conv,
-                                               perf[pick].algo, ws, perf[pick].memory, &beta, d.y,
+                                               best->algo, ws, best->memory, &beta, d.y,
                                                outs[0].data);
     if (ds != CUDNN_STATUS_SUCCESS)
       st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnConvolutionForward: %s", cudnnGetErrorString(ds));
@@ -191,44 +202,30 @@ static ApxStatus conv_grad(ApxCudaCtx *ctx, const ApxAttrConv *a, const ApxTenso
   float alpha = 1.0f, beta = 0.0f;
   if (st == APX_STATUS_OK && dx) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[16];
-    int n = 0, pick = -1;
-    cudnnStatus_t ds = cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, 16, &n, perf);
-    if (ds != CUDNN_STATUS_SUCCESS)
-      st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnGetConvolutionBackwardDataAlgorithm_v7: %s",
-                         cudnnGetErrorString(ds));
-    for (int i = 0; st == APX_STATUS_OK && i < n && pick < 0; i++)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-          perf[i].memory <= MAX_CONV_WORKSPACE)
-        pick = i;
-    if (st == APX_STATUS_OK && pick < 0)
-      st = apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: no deterministic cuDNN backward-data algorithm");
+    int n = 0;
+    const cudnnConvolutionBwdDataAlgoPerf_t *best =
+        pick_algo(ctx, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, 16, &n, perf),
+                  "cudnnGetConvolutionBackwardDataAlgorithm_v7", perf, n, "backward-data", &st);
     void *ws = NULL;
-    if (st == APX_STATUS_OK && perf[pick].memory) st = apx_cuda_tmp(ctx, perf[pick].memory, &ws);
+    if (best && best->memory) st = apx_cuda_tmp(ctx, best->memory, &ws);
     if (st == APX_STATUS_OK) {
-      ds = cudnnConvolutionBackwardData(h, &alpha, d.w, w->data, d.y, gdata, d.conv, perf[pick].algo, ws,
-                                        perf[pick].memory, &beta, d.x, dx->data);
+      cudnnStatus_t ds = cudnnConvolutionBackwardData(h, &alpha, d.w, w->data, d.y, gdata, d.conv, best->algo, ws,
+                                        best->memory, &beta, d.x, dx->data);
       if (ds != CUDNN_STATUS_SUCCESS)
         st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnConvolutionBackwardData: %s", cudnnGetErrorString(ds));
     }
   }
   if (st == APX_STATUS_OK && dw) {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
-    int n = 0, pick = -1;
-    cudnnStatus_t ds = cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, 16, &n, perf);
-    if (ds != CUDNN_STATUS_SUCCESS)
-      st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnGetConvolutionBackwardFilterAlgorithm_v7: %s",
-                         cudnnGetErrorString(ds));
-    for (int i = 0; st == APX_STATUS_OK && i < n && pick < 0; i++)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-          perf[i].memory <= MAX_CONV_WORKSPACE)
-        pick = i;
-    if (st == APX_STATUS_OK && pick < 0)
-      st = apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: no deterministic cuDNN backward-filter algorithm");
+    int n = 0;
+    const cudnnConvolutionBwdFilterAlgoPerf_t *best =
+        pick_algo(ctx, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, 16, &n, perf),
+                  "cudnnGetConvolutionBackwardFilterAlgorithm_v7", perf, n, "backward-filter", &st);
     void *ws = NULL;
-    if (st == APX_STATUS_OK && perf[pick].memory) st = apx_cuda_tmp(ctx, perf[pick].memory, &ws);
+    if (best && best->memory) st = apx_cuda_tmp(ctx, best->memory, &ws);
     if (st == APX_STATUS_OK) {
-      ds = cudnnConvolutionBackwardFilter(h, &alpha, d.x, x->data, d.y, gdata, d.conv, perf[pick].algo, ws,
-                                          perf[pick].memory, &beta, d.w, dw->data);
+      cudnnStatus_t ds = cudnnConvolutionBackwardFilter(h, &alpha, d.x, x->data, d.y, gdata, d.conv, best->algo, ws,
+                                          best->memory, &beta, d.w, dw->data);
       if (ds != CUDNN_STATUS_SUCCESS)
         st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnConvolutionBackwardFilter: %s", cudnnGetErrorString(ds));
     }
