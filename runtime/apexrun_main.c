@@ -464,32 +464,22 @@ int main(int argc, char **argv) {
           stderr);
     return APX_EXIT_BAD_INPUT;
   }
-  const char *cmd = argv[1];
-  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
-    printf(usage_text, apx_backend_names());
-    return APX_EXIT_OK;
-  }
-  if (!strcmp(cmd, "--version")) {
-    printf("apexrun %s (plan format %u, attrs ABI %d, backends: %s)\n", APEXRUN_VERSION,
-           APX_PLAN_FORMAT_VERSION, APX_ATTRS_ABI, apx_backend_names());
-    return APX_EXIT_OK;
-  }
-  /* Debian's OpenBLAS does not know newer CPUs and falls back to SSE3 kernels unless
-   * OPENBLAS_CORETYPE is set before it loads: set it and re-exec once (docs/runtime.md) */
-  apx_cpu_reexec_tuned(argv);
-  if (!strcmp(cmd, "infer")) {
-    for (int i = 2; i < argc; i++)
-      if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-        printf(usage_text, apx_backend_names());
-        return APX_EXIT_OK;
-      }
-    return cmd_infer(argc - 1, argv + 1);
-  }
-  for (int i = 1; i < argc; i++)
+  /* --help and --version in any position, for both commands */
+  for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       printf(usage_text, apx_backend_names());
       return APX_EXIT_OK;
     }
+    if (!strcmp(argv[i], "--version")) {
+      printf("apexrun %s (plan format %u, attrs ABI %d, backends: %s)\n", APEXRUN_VERSION,
+             APX_PLAN_FORMAT_VERSION, APX_ATTRS_ABI, apx_backend_names());
+      return APX_EXIT_OK;
+    }
+  }
+  /* Debian's OpenBLAS does not know newer CPUs and falls back to SSE3 kernels unless
+   * OPENBLAS_CORETYPE is set before it loads: set it and re-exec once (docs/runtime.md) */
+  apx_cpu_reexec_tuned(argv);
+  if (!strcmp(argv[1], "infer")) return cmd_infer(argc - 1, argv + 1);
   /* training: options in any position, before or after PLAN (cmd_train rejects unknown ones) */
   return cmd_train(argc - 1, argv + 1);
 }

@@ -198,6 +198,13 @@ TEST(Apexrun, HelpAndVersion) {
   Result v = apexrun("--version");
   EXPECT_EQ(v.code, 0);
   EXPECT_NE(v.out.find("plan format 1"), std::string::npos) << v.out;
+  // like --help, in any position and for both commands
+  for (const char *args : {"model.apx --version", "infer model.onnx --version", "model.apx -h"}) {
+    Result r = apexrun(args);
+    EXPECT_EQ(r.code, 0) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(strstr(args, "version") ? "(plan format" : "usage: apexrun"), std::string::npos)
+        << args << ": " << r.out;
+  }
 }
 
 // --device and --threads work for training too (cmd_train parses them): the help lists them
