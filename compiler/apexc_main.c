@@ -6,16 +6,16 @@
 #include <string.h>
 
 #include "compiler/cli.h"
-#include "compiler/cost.h"
-#include "compiler/diag.h"
+#include "ir/cost.h"
+#include "ir/diag.h"
 #include "compiler/emit_plan.h"
 #include "compiler/explain.h"
-#include "compiler/fusion.h"
-#include "compiler/ir.h"
+#include "passes/fusion.h"
+#include "ir/ir.h"
 #include "compiler/pipeline.h"
 #include "kernels/op.h"
 #include "passes/bucketing.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 static int list_ops(void) {
   printf("%-30s %-8s %s\n", "op", "O1 list", "support");
@@ -55,7 +55,7 @@ static void print_summary(const ApxGraph *g, const ApxOptions *o) {
     if (count[i]) printf(" %s=%d", apx_op_name((ApxOp)i), count[i]);
   printf("\nparameters: %" PRId64 " tensors, %" PRId64 " elements, %" PRId64 " bytes\n", n_params,
          param_elems, param_bytes);
-  /* estimated FLOPs per step, by section (compiler/cost.h) */
+  /* estimated FLOPs per step, by section (ir/cost.h) */
   int64_t flops[3] = {0, 0, 0};
   int unknown = 0;
   for (int k = 0; k < g->n_order; k++) {

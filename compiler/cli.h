@@ -5,8 +5,8 @@
 
 #include <stddef.h>
 
-#include "compiler/arena.h"
-#include "compiler/options.h"
+#include "ir/arena.h"
+#include "ir/options.h"
 
 #ifdef __cplusplus
 extern "C" {

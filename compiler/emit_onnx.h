@@ -28,8 +28,8 @@
 #ifndef APX_EMIT_ONNX_H
 #define APX_EMIT_ONNX_H
 
-#include "compiler/diag.h"
-#include "compiler/ir.h"
+#include "ir/diag.h"
+#include "ir/ir.h"
 
 #ifdef __cplusplus
 extern "C" {

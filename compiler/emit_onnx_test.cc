@@ -10,7 +10,7 @@
 
 extern "C" {
 #include "compiler/emit_onnx.h"
-#include "compiler/ir.h"
+#include "ir/ir.h"
 #include "kernels/half.h"
 #include "onnx.pb-c.h"
 }

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "compiler/precision_rules.h"
+#include "passes/precision_rules.h"
 #include "passes/memplan.h"
-#include "runtime/model_blob.h"
+#include "plan/model_blob.h"
 
 /* The plan stores ApxMemRegion and ApxSection values as they are. */
 _Static_assert(APX_MEM_ARENA == 1 && APX_MEM_PERSISTENT == 2, "plan.proto region values");
@@ -54,7 +54,7 @@ static void model_identity(const char *path, uint64_t *bytes, uint32_t *crc) {
 
 /* Training plans carry the source model (blob APX_PLAN_BLOB_MODEL) so that
  * `apexrun --export-onnx` can write it back with the trained weights; initializers the plan
- * holds are stripped from it (runtime/model_blob.h). An unreadable or changed file embeds
+ * holds are stripped from it (plan/model_blob.h). An unreadable or changed file embeds
  * nothing (export then says so). Needs the plan's buffers. */
 static int embed_model(ApxPlan *plan, const char *path) {
   if (!path || plan->model_bytes == 0 || plan->model_bytes > ((uint64_t)1 << 40)) return 0;

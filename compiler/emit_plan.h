@@ -1,4 +1,4 @@
-/* emit_plan.h - compiled graph -> plan (runtime/plan.h), the last step of apexc.
+/* emit_plan.h - compiled graph -> plan (plan/plan.h), the last step of apexc.
  *
  * The graph must have been through pass_memplan (passes/memplan.h) on its final schedule:
  * every runtime value has a region and offset. The plan then holds
@@ -18,10 +18,10 @@
 #ifndef APX_EMIT_PLAN_H
 #define APX_EMIT_PLAN_H
 
-#include "compiler/diag.h"
-#include "compiler/ir.h"
-#include "compiler/options.h"
-#include "runtime/plan.h"
+#include "ir/diag.h"
+#include "ir/ir.h"
+#include "ir/options.h"
+#include "plan/plan.h"
 
 #ifdef __cplusplus
 extern "C" {

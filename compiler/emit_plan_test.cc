@@ -9,9 +9,9 @@
 
 extern "C" {
 #include "compiler/emit_plan.h"
-#include "compiler/precision_rules.h"
+#include "passes/precision_rules.h"
 #include "passes/memplan.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 }
 
 namespace {

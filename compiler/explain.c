@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/cost.h"
-#include "compiler/fusion.h"
+#include "ir/cost.h"
+#include "passes/fusion.h"
 #include "passes/bucketing.h"
 #include "compiler/json.h"
 #include "compiler/policy.h"
-#include "compiler/precision_rules.h"
+#include "passes/precision_rules.h"
 
 static const char *section_name(ApxSection s) {
   return s == APX_SEC_FORWARD ? "forward" : s == APX_SEC_BACKWARD ? "backward" : "optimizer";

@@ -14,7 +14,7 @@
  *
  * Text format: aligned columns with a header per section and "note:" lines under rows.
  * JSON format: the schema in docs/explain-schema.md ("apexc-explain/1"), one node object
- * per line. The summary (both formats): share of FLOPs in half precision (compiler/cost.h
+ * per line. The summary (both formats): share of FLOPs in half precision (ir/cost.h
  * estimates over the rows), casts inserted and live Cast nodes before/after cleanup,
  * activation bytes at fp32 vs mixed, decision counts. */
 #ifndef APX_EXPLAIN_H
@@ -23,9 +23,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "compiler/diag.h"
-#include "compiler/ir.h"
-#include "compiler/options.h"
+#include "ir/diag.h"
+#include "ir/ir.h"
+#include "ir/options.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,7 +58,7 @@ int apx_explain_write(const ApxGraph *g, const ApxOptions *o, ApxExplainFormat f
 /* Convenience for the CLI: o->explain (1 text, 2 json) to o->explain_path or stdout. */
 int apx_explain_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d);
 
-/* The "fusion" section of the text explanation (compiler/fusion.h's report), appended to
+/* The "fusion" section of the text explanation (passes/fusion.h's report), appended to
  * o->explain_path or written to stdout after compilation, since fusion runs after the
  * rows are written. Does nothing unless o->explain is text. Returns 0 or -1 (d). */
 int apx_explain_fusion_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d);

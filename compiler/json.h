@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "compiler/arena.h"
+#include "ir/arena.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1074,7 +1074,7 @@ static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_ow
   char dim_used[APX_MAX_DIMS_BOUND + 1] = {0};
   L.dim_used = dim_used;
 
-  /* runtime/plan.h's magic: a compiled plan given where the model goes */
+  /* plan/plan.h's magic: a compiled plan given where the model goes */
   static const char plan_magic[8] = {'A', 'P', 'X', 'P', 'L', 'A', 'N', 0};
   if (buf && len >= sizeof plan_magic && memcmp(buf, plan_magic, sizeof plan_magic) == 0) {
     free(buf_owned);

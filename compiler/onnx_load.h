@@ -13,7 +13,7 @@
  *    their type; symbolic dims are bound by --dim NAME=V or stay -1 with dim_params set.
  *  - Constant nodes become APX_VAL_CONST values (no node).
  *  - one node per other NodeProto with generic attributes (typed attributes are filled by
- *    canonicalization in compiler/infer.h); empty input/output names are -1.
+ *    canonicalization in ir/infer.h); empty input/output names are -1.
  *  - value_info types/shapes recorded on the values they name.
  *  - graph outputs flagged; g->loss = --loss NAME or the first output.
  *  - g->order topologically sorted (a cycle is an error).
@@ -24,9 +24,9 @@
 
 #include <stddef.h>
 
-#include "compiler/diag.h"
-#include "compiler/ir.h"
-#include "compiler/options.h"
+#include "ir/diag.h"
+#include "ir/ir.h"
+#include "ir/options.h"
 #include "kernels/tensor.h"
 
 #ifdef __cplusplus

@@ -12,10 +12,10 @@
 
 #include <stdio.h>
 
-#include "compiler/diag.h"
-#include "compiler/ir.h"
-#include "compiler/options.h"
-#include "compiler/pass.h"
+#include "ir/diag.h"
+#include "ir/ir.h"
+#include "ir/options.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -22,9 +22,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "compiler/arena.h"
-#include "compiler/diag.h"
-#include "compiler/ir.h"
+#include "ir/arena.h"
+#include "ir/diag.h"
+#include "ir/ir.h"
 
 #ifdef __cplusplus
 extern "C" {

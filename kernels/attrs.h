@@ -38,7 +38,7 @@ typedef struct ApxAttrNone {
  * Exp, Log, Neg, Add, Sub, Mul, Div, Where, Cast, Expand and the shape ops use plain ops
  * (Mul, Div, Neg, ReduceSumTo, Reshape, Transpose, Split, Concat, Expand, Where, Cast). */
 
-/* Pre-shaped outputs (compiler/infer.h): the pass that creates these ops sets output 0's
+/* Pre-shaped outputs (ir/infer.h): the pass that creates these ops sets output 0's
  * shape, which is not a function of the inputs; apx_node_infer fills the dtype and checks
  * the shape against the inputs. (AveragePoolGrad, SliceGrad, GatherGrad and
  * NegativeLogLikelihoodLossGrad too: see their structs.)

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/infer.h"
+#include "ir/infer.h"
 #include "passes/grad_rules.h"
 
 /* Gradient contributions waiting to be summed, one list per forward value. */

@@ -49,7 +49,7 @@
 #ifndef APX_AUTODIFF_H
 #define APX_AUTODIFF_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -15,8 +15,8 @@
 #include <time.h>
 
 #include "compiler/explain.h"
-#include "compiler/ir.h"
-#include "compiler/options.h"
+#include "ir/ir.h"
+#include "ir/options.h"
 #include "passes/cast_cleanup.h"
 #include "passes/cast_insert.h"
 #include "passes/overflow_check.h"

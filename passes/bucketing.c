@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/infer.h"
+#include "ir/infer.h"
 #include "compiler/json.h"
 #include "passes/optimizer.h"
 

@@ -46,7 +46,7 @@
 
 #include <stdio.h>
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -16,7 +16,7 @@ extern "C" {
 #include "passes/bucketing.h"
 #include "passes/memplan.h"
 #include "passes/optimizer.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 #include "tests/testing/graph_eval.h"
 }
 #include "tests/testing/graph_builder.h"

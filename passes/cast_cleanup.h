@@ -19,7 +19,7 @@
 #ifndef APX_PASS_CAST_CLEANUP_H
 #define APX_PASS_CAST_CLEANUP_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

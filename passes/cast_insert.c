@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/precision_rules.h"
+#include "passes/precision_rules.h"
 
 enum { N_SLOTS = 4 }; /* cast targets cached per value: F32, F16, BF16, F64 */
 

@@ -34,7 +34,7 @@
 #ifndef APX_PASS_CAST_INSERT_H
 #define APX_PASS_CAST_INSERT_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

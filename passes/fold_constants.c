@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "compiler/infer.h"
+#include "ir/infer.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 /* 1 when every present input is a constant with its bytes. */

@@ -4,7 +4,7 @@
  * STATIC_INPUTS: Dropout's ratio, ...) or as an input of a compile-time op becomes
  * APX_VAL_CONST: it is an operand, never a trained weight.
  * Then pass_fold_constants walks g->order; for every live node it runs apx_node_canonicalize and
- * apx_node_infer (compiler/infer.h), then folds it when
+ * apx_node_infer (ir/infer.h), then folds it when
  *   - it is Shape: always (from the input's static shape, data or not);
  *   - it is another compile-time op (ops.def FOLD: Constant, ConstantOfShape, Equal,
  *     Range): always; an input that is not a constant is the error
@@ -26,7 +26,7 @@
 #ifndef APX_FOLD_CONSTANTS_H
 #define APX_FOLD_CONSTANTS_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

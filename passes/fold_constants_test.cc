@@ -8,8 +8,8 @@
 #include <vector>
 
 extern "C" {
-#include "compiler/ir.h"
-#include "compiler/options.h"
+#include "ir/ir.h"
+#include "ir/options.h"
 #include "passes/fold_constants.h"
 }
 

@@ -17,7 +17,7 @@
 #ifndef APX_PASS_FUSE_BN_RELU_H
 #define APX_PASS_FUSE_BN_RELU_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

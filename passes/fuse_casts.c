@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "compiler/infer.h"
-#include "compiler/precision_rules.h"
+#include "ir/infer.h"
+#include "passes/precision_rules.h"
 #include "passes/fuse_common.h"
 
 /* Kernels that compute in fp32 and can round output 0 to another float type on store

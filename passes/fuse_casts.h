@@ -9,7 +9,7 @@
  * is output 0 of a pass-created kernel that computes in fp32 and can round its output to
  * any float type on store, and that nothing else reads: the producer writes the Cast's
  * output directly (one rounding of the same fp32 value either way). Kernels that take
- * mixed storage types this way (compiler/infer_nn.c keeps a preset output dtype for them):
+ * mixed storage types this way (ir/infer_nn.c keeps a preset output dtype for them):
  *   LayerNormalization (Y), LayerNormGrad (dX), FusedSoftmax (Y), FusedSoftmaxGrad (dX),
  *   FusedXentropyGrad (dScores), BatchNormRelu (Y), BatchNormReluGrad (dX).
  * (Every CPU kernel reads any float input type -- dispatch converts to fp32 -- but ONNX
@@ -21,7 +21,7 @@
 #ifndef APX_PASS_FUSE_CASTS_H
 #define APX_PASS_FUSE_CASTS_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

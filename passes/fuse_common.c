@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/infer.h"
-#include "compiler/precision_rules.h"
+#include "ir/infer.h"
+#include "passes/precision_rules.h"
 
 static int oom(FzCtx *c) { return apx_diag_error(c->d, APX_EXIT_RUNTIME, "%s: out of memory (fusion)", c->g->file); }
 

@@ -27,9 +27,9 @@
  *
  * Legality is checked before anything changes: intermediates (outputs of R other than
  * those F takes over) must have no consumers outside R and B and must not be graph
- * outputs; F and G are created and inferred (compiler/infer.h) writing the values they
+ * outputs; F and G are created and inferred (ir/infer.h) writing the values they
  * take over, whose dtypes and shapes must come out unchanged. A candidate that fails is
- * recorded with its reason (compiler/fusion.h) and the graph is left as it was (trial
+ * recorded with its reason (passes/fusion.h) and the graph is left as it was (trial
  * nodes are marked dead). On success: R and B are marked dead, F and G take over their
  * outputs, nodes whose origin was in R or B point at F or G, and inserted Casts left
  * without consumers are removed.
@@ -48,8 +48,8 @@
 
 #include <stdint.h>
 
-#include "compiler/fusion.h"
-#include "compiler/pass.h"
+#include "passes/fusion.h"
+#include "ir/pass.h"
 
 #define FZ_MAX_NODES 64
 #define FZ_MAX_IO 8
@@ -81,7 +81,7 @@ typedef struct FzFusion {
   const char *grad_missing; /* reason text when grad_op is APX_OP_INVALID */
   int mixed_out;  /* 1: output 0 of F and of G is written in the dtype of the value it
                      takes over (ops whose inference keeps a preset float output dtype,
-                     compiler/infer_nn.c; pass_fuse_casts may fold a following Cast later) */
+                     ir/infer_nn.c; pass_fuse_casts may fold a following Cast later) */
 } FzFusion;
 
 /* Per-pass state: use lists and backward-node index built once per pass, kept valid as

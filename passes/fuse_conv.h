@@ -12,7 +12,7 @@
 #ifndef APX_PASS_FUSE_CONV_H
 #define APX_PASS_FUSE_CONV_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -23,7 +23,7 @@
 #ifndef APX_PASS_FUSE_DENSE_H
 #define APX_PASS_FUSE_DENSE_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -22,7 +22,7 @@
 #ifndef APX_PASS_FUSE_LAYERNORM_H
 #define APX_PASS_FUSE_LAYERNORM_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -16,7 +16,7 @@
 #ifndef APX_PASS_FUSE_XENTROPY_H
 #define APX_PASS_FUSE_XENTROPY_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

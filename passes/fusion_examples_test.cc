@@ -23,7 +23,7 @@
 #include <vector>
 
 extern "C" {
-#include "compiler/fusion.h"
+#include "passes/fusion.h"
 #include "compiler/pipeline.h"
 #include "tests/testing/graph_eval.h"
 }

@@ -24,8 +24,8 @@
 #include "tests/testing/graph_builder.h"
 
 extern "C" {
-#include "compiler/fusion.h"
-#include "compiler/precision_rules.h"
+#include "passes/fusion.h"
+#include "passes/precision_rules.h"
 #include "passes/autodiff.h"
 #include "passes/cast_cleanup.h"
 #include "passes/cast_insert.h"

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "compiler/infer.h"
+#include "ir/infer.h"
 
 static const GradRuleFn rules[APX_OP_COUNT] = {
     [APX_OP_Gemm] = apx_grad_Gemm,

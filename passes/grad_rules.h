@@ -15,8 +15,8 @@
 
 #include <stdint.h>
 
-#include "compiler/ir.h"
-#include "compiler/options.h"
+#include "ir/ir.h"
+#include "ir/options.h"
 
 typedef struct GradCtx {
   ApxGraph *g;

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "compiler/infer.h"
+#include "ir/infer.h"
 
 typedef struct Snap {
   ApxDType dtype;

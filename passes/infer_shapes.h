@@ -1,7 +1,7 @@
 /* infer_shapes.h - static shape and dtype inference over the whole graph (DESIGN.md 4).
  *
  * pass_infer_shapes walks g->order (re-sorted after fold_constants) and runs
- * apx_node_canonicalize + apx_node_infer (compiler/infer.h) on every live node, so every
+ * apx_node_canonicalize + apx_node_infer (ir/infer.h) on every live node, so every
  * value a live node uses or produces ends with a known dtype and a full static shape
  * (APX_VALF_SHAPE_KNOWN), and so does every graph output. Errors are the inference errors
  * (shape mismatches, unbound symbolic dims: "pass --dim NAME=V", value_info conflicts) or
@@ -11,7 +11,7 @@
 #ifndef APX_INFER_SHAPES_H
 #define APX_INFER_SHAPES_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -7,8 +7,8 @@
 #include <vector>
 
 extern "C" {
-#include "compiler/ir.h"
-#include "compiler/options.h"
+#include "ir/ir.h"
+#include "ir/options.h"
 #include "passes/infer_shapes.h"
 }
 

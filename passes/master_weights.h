@@ -16,7 +16,7 @@
 #ifndef APX_MASTER_WEIGHTS_H
 #define APX_MASTER_WEIGHTS_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

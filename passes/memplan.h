@@ -31,7 +31,7 @@
 #ifndef APX_MEMPLAN_H
 #define APX_MEMPLAN_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

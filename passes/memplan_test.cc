@@ -12,7 +12,7 @@
 #include <vector>
 
 extern "C" {
-#include "compiler/ir.h"
+#include "ir/ir.h"
 #include "passes/memplan.h"
 }
 

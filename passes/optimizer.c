@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/infer.h"
+#include "ir/infer.h"
 #include "passes/autodiff.h"
 
 int apx_optimizer_state_groups(const ApxAttrOptimizer *a) {

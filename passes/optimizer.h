@@ -25,7 +25,7 @@
 #ifndef APX_OPTIMIZER_H
 #define APX_OPTIMIZER_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/precision_rules.h"
+#include "passes/precision_rules.h"
 
 typedef struct Iv {
   double lo, hi;

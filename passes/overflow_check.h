@@ -32,12 +32,12 @@
  * pass_precision (which must run next) applies them with their precedence: an override
  * beats them; when the rules below them would give fp32 anyway the node keeps that reason
  * and the finding goes to the note; otherwise the node stays fp32 with a warning, or with
- * --clamp-constants a constant finding is clamped (compiler/precision_rules.h has the
+ * --clamp-constants a constant finding is clamped (passes/precision_rules.h has the
  * rule) and the node runs in half. Returns APX_PASS_UNCHANGED (annotations only). */
 #ifndef APX_PASS_OVERFLOW_CHECK_H
 #define APX_PASS_OVERFLOW_CHECK_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

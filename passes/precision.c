@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "compiler/policy.h"
-#include "compiler/precision_rules.h"
+#include "passes/precision_rules.h"
 
 typedef struct Dec {
   ApxDType dt;

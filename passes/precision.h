@@ -1,7 +1,7 @@
 /* precision.h - the precision decision pass (DESIGN.md 5, 6): Apex AMP's run-time choices
  * made ahead of time, each with the rule that made it.
  *
- * pass_precision sets ApxNode.compute, .reason (ApxPrecReason, compiler/precision_rules.h)
+ * pass_precision sets ApxNode.compute, .reason (ApxPrecReason, passes/precision_rules.h)
  * and .reason_detail (the --explain text) for every live node, forward section first, then
  * backward, then optimizer:
  *
@@ -40,7 +40,7 @@
 #ifndef APX_PASS_PRECISION_H
 #define APX_PASS_PRECISION_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

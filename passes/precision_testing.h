@@ -14,10 +14,10 @@
 #include <vector>
 
 extern "C" {
-#include "compiler/ir.h"
-#include "compiler/options.h"
-#include "compiler/pass.h"
-#include "compiler/precision_rules.h"
+#include "ir/ir.h"
+#include "ir/options.h"
+#include "ir/pass.h"
+#include "passes/precision_rules.h"
 #include "passes/cast_cleanup.h"
 #include "passes/cast_insert.h"
 #include "passes/overflow_check.h"

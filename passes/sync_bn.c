@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "compiler/infer.h"
+#include "ir/infer.h"
 
 typedef struct Ctx {
   ApxGraph *g;

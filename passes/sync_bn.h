@@ -42,7 +42,7 @@
 #ifndef APX_SYNC_BN_H
 #define APX_SYNC_BN_H
 
-#include "compiler/pass.h"
+#include "ir/pass.h"
 
 #ifdef __cplusplus
 extern "C" {

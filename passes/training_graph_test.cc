@@ -20,7 +20,7 @@
 #include <vector>
 
 extern "C" {
-#include "compiler/infer.h"
+#include "ir/infer.h"
 #include "compiler/onnx_load.h"
 #include "compiler/pipeline.h"
 #include "passes/autodiff.h"

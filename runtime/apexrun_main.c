@@ -21,18 +21,18 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "compiler/diag.h"
+#include "ir/diag.h"
 #include "compiler/emit_plan.h"
-#include "compiler/ir.h"
+#include "ir/ir.h"
 #include "compiler/onnx_load.h"
-#include "compiler/options.h"
+#include "ir/options.h"
 #include "compiler/pipeline.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "passes/memplan.h"
 #include "runtime/backend.h"
 #include "runtime/collective.h"
 #include "runtime/exec.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 #include "runtime/train.h"
 
 #define APEXRUN_VERSION "0.1.0"

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/fileio.h"
+#include "ir/fileio.h"
 
 static const char k_magic[8] = {'A', 'P', 'X', 'C', 'K', 'P', 'T', 0};
 enum { HEADER_BYTES = 64, N_STATE_FIELDS = 18, N_STATE_FIELDS_V1 = 16 };

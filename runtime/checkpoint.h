@@ -39,9 +39,9 @@
 
 #include <stdint.h>
 
-#include "compiler/diag.h"
+#include "ir/diag.h"
 #include "runtime/exec.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 #ifdef __cplusplus
 extern "C" {

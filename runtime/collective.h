@@ -36,7 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "compiler/diag.h"
+#include "ir/diag.h"
 #include "kernels/attrs.h"
 #include "kernels/tensor.h"
 #include "runtime/backend.h"

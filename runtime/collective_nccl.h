@@ -27,7 +27,7 @@
 
 #include <stdint.h>
 
-#include "compiler/diag.h"
+#include "ir/diag.h"
 #include "kernels/tensor.h"
 #include "runtime/backend.h"
 #include "runtime/collective.h"

@@ -13,7 +13,7 @@ extern "C" {
 #include "compiler/emit_plan.h"
 #include "passes/memplan.h"
 #include "runtime/exec.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 }
 
 namespace {

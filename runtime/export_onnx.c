@@ -15,8 +15,8 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "onnx.pb-c.h"
-#include "runtime/fileio.h"
-#include "runtime/model_blob.h"
+#include "ir/fileio.h"
+#include "plan/model_blob.h"
 
 /* ---- a string set (open addressing) --------------------------------------------------- */
 

@@ -9,7 +9,7 @@
  *    statistics (STATE) likewise; each converted to the initializer's own ONNX dtype
  *    (fp32 for fp32 models; half parameters without masters, O3, are widened exactly).
  *    Other initializers (constants) get their bytes back from the plan where apexc
- *    stripped them from the embedded copy (runtime/model_blob.h), else keep their own; one
+ *    stripped them from the embedded copy (plan/model_blob.h), else keep their own; one
  *    stored as external data is written inline when the plan holds it, else "not
  *    supported yet".
  *  - training-only parts removed: the loss output and every node, graph input (the labels)
@@ -22,9 +22,9 @@
 #ifndef APX_EXPORT_ONNX_H
 #define APX_EXPORT_ONNX_H
 
-#include "compiler/diag.h"
+#include "ir/diag.h"
 #include "runtime/exec.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 #ifdef __cplusplus
 extern "C" {

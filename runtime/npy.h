@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "compiler/diag.h"
+#include "ir/diag.h"
 #include "kernels/dtype.h"
 #include "kernels/tensor.h"
 

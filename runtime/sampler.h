@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#include "compiler/diag.h"
+#include "ir/diag.h"
 
 #ifdef __cplusplus
 extern "C" {

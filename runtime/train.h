@@ -38,13 +38,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "compiler/diag.h"
+#include "ir/diag.h"
 #include "runtime/checkpoint.h"
 #include "runtime/dataset.h"
 #include "runtime/dp.h"
 #include "runtime/exec.h"
 #include "runtime/lr_schedule.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 #include "runtime/sampler.h"
 #include "runtime/scaler.h"
 

@@ -38,7 +38,7 @@ extern "C" {
 #include "compiler/pipeline.h"
 #include "onnx.pb-c.h"
 #include "runtime/export_onnx.h"
-#include "runtime/fileio.h"
+#include "ir/fileio.h"
 #include "runtime/npy.h"
 #include "runtime/train.h"
 }

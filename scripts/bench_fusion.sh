@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fusion benchmark (DESIGN.md 10): for the three example models at O0 and O2, the kernels
 # and bytes read + written per training step before and after fusion (apexc
-# --fusion-report, estimates from compiler/cost.h) and the CPU step time of apexrun with and
+# --fusion-report, estimates from ir/cost.h) and the CPU step time of apexrun with and
 # without --no-fuse (median of REPEAT interleaved runs of STEPS steps, ms/step as apexrun reports it).
 # Usage: scripts/bench_fusion.sh [STEPS]   (default 100)
 # Environment: THREADS (apexrun --threads, default 1: the step times of a shared machine are

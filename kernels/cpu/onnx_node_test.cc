@@ -27,10 +27,10 @@
 #include <vector>
 
 extern "C" {
-#include "compiler/infer.h"
-#include "compiler/ir.h"
+#include "ir/infer.h"
+#include "ir/ir.h"
 #include "compiler/onnx_load.h"
-#include "compiler/options.h"
+#include "ir/options.h"
 #include "passes/fold_constants.h"
 #include "passes/infer_shapes.h"
 #include "tests/testing/graph_eval.h"

@@ -24,10 +24,10 @@ extern "C" {
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "runtime/exec.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 }
 
-#include "kernels/cuda/plan_check.h"
+#include "tests/testing/cuda_plan_check.h"
 #include "tests/onnx_node/node_harness.h"
 
 namespace {

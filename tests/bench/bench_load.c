@@ -13,10 +13,10 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "compiler/diag.h"
-#include "compiler/ir.h"
+#include "ir/diag.h"
+#include "ir/ir.h"
 #include "compiler/onnx_load.h"
-#include "compiler/options.h"
+#include "ir/options.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "passes/fold_constants.h"
 #include "passes/infer_shapes.h"

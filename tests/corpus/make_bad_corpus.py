@@ -125,7 +125,7 @@ def main():
     write("input_shadows_output.onnx",
           model([helper.make_node("Relu", ["x"], ["x"], name="r")], [vi("x", [2])], [vi("x", [2])]),
           "load", "node 'r' (Relu): output 'x' is already a graph input")
-    # a compiled plan (runtime/plan.h magic) given where the model goes
+    # a compiled plan (plan/plan.h magic) given where the model goes
     write("plan_given.onnx", b"APXPLAN\0" + bytes(56), "load",
           "this is an apexc plan, not an ONNX model (run it with apexrun)")
     write("no_outputs.onnx",

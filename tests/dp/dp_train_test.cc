@@ -30,9 +30,9 @@
 #include <vector>
 
 extern "C" {
-#include "compiler/ir.h"
+#include "ir/ir.h"
 #include "compiler/onnx_load.h"
-#include "compiler/options.h"
+#include "ir/options.h"
 #include "runtime/npy.h"
 }
 #include "runtime/mpi_testing.h"

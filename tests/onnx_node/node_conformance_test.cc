@@ -92,12 +92,12 @@
 #include <vector>
 
 extern "C" {
-#include "compiler/diag.h"
-#include "compiler/ir.h"
+#include "ir/diag.h"
+#include "ir/ir.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/op.h"
 #include "runtime/exec.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 }
 
 #include "tests/onnx_node/node_harness.h"

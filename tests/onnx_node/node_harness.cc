@@ -12,10 +12,10 @@
 #include <cstring>
 
 extern "C" {
-#include "compiler/diag.h"
+#include "ir/diag.h"
 #include "compiler/emit_plan.h"
 #include "compiler/onnx_load.h"
-#include "compiler/options.h"
+#include "ir/options.h"
 #include "compiler/pipeline.h"
 #include "kernels/half.h"
 #include "kernels/op.h"

@@ -24,11 +24,11 @@
 #include <vector>
 
 extern "C" {
-#include "compiler/arena.h"
-#include "compiler/ir.h"
-#include "compiler/options.h"
+#include "ir/arena.h"
+#include "ir/ir.h"
+#include "ir/options.h"
 #include "runtime/exec.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 }
 
 namespace apx_node {

@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "compiler/cli.h"
-#include "compiler/diag.h"
+#include "ir/diag.h"
 #include "compiler/emit_onnx.h"
-#include "compiler/ir.h"
+#include "ir/ir.h"
 #include "compiler/pipeline.h"
 
 int main(int argc, char **argv) {

@@ -40,7 +40,7 @@ extern "C" {
 #include "compiler/pipeline.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "runtime/exec.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 }
 #include "tests/testing/compile_plan.h"
 

@@ -8,12 +8,12 @@
 #include <string>
 
 extern "C" {
-#include "compiler/diag.h"
+#include "ir/diag.h"
 #include "compiler/emit_plan.h"
-#include "compiler/ir.h"
-#include "compiler/options.h"
+#include "ir/ir.h"
+#include "ir/options.h"
 #include "compiler/pipeline.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 }
 
 namespace apx_testing {

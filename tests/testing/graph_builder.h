@@ -14,9 +14,9 @@
 #include <vector>
 
 extern "C" {
-#include "compiler/infer.h"
-#include "compiler/ir.h"
-#include "compiler/options.h"
+#include "ir/infer.h"
+#include "ir/ir.h"
+#include "ir/options.h"
 }
 
 namespace apx_testing {

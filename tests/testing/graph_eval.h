@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "compiler/ir.h"
+#include "ir/ir.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 #ifdef __cplusplus

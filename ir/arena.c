@@ -1,0 +1,106 @@
+/* arena.c - chunked bump allocator. Large requests get a block of their own. */
+#include "ir/arena.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ARENA_BLOCK_BYTES (256u * 1024u)
+#define ARENA_ALIGN 16u
+
+struct ApxArenaBlock {
+  ApxArenaBlock *next;
+  size_t used, cap;
+  _Alignas(16) unsigned char data[];
+};
+
+void apx_arena_init(ApxArena *a) {
+  a->head = NULL;
+  a->bytes = 0;
+}
+
+void apx_arena_free(ApxArena *a) {
+  ApxArenaBlock *b = a->head;
+  while (b) {
+    ApxArenaBlock *next = b->next;
+    free(b);
+    b = next;
+  }
+  a->head = NULL;
+  a->bytes = 0;
+}
+
+void *apx_arena_alloc_raw(ApxArena *a, size_t n) {
+  size_t need = (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+  if (need < n) return NULL; /* overflow */
+  ApxArenaBlock *b = a->head;
+  if (b && b->cap - b->used >= need) {
+    void *p = b->data + b->used;
+    b->used += need;
+    return p;
+  }
+  if (need > ARENA_BLOCK_BYTES / 4) {
+    /* dedicated block, linked behind the current one so the bump block stays in front */
+    if (need > SIZE_MAX - sizeof(ApxArenaBlock)) return NULL;
+    ApxArenaBlock *big = malloc(sizeof(ApxArenaBlock) + need);
+    if (!big) return NULL;
+    big->used = big->cap = need;
+    a->bytes += sizeof(ApxArenaBlock) + need;
+    if (b) {
+      big->next = b->next;
+      b->next = big;
+    } else {
+      big->next = NULL;
+      a->head = big;
+    }
+    return big->data;
+  }
+  ApxArenaBlock *nb = malloc(sizeof(ApxArenaBlock) + ARENA_BLOCK_BYTES);
+  if (!nb) return NULL;
+  nb->cap = ARENA_BLOCK_BYTES;
+  nb->used = need;
+  nb->next = a->head;
+  a->head = nb;
+  a->bytes += sizeof(ApxArenaBlock) + ARENA_BLOCK_BYTES;
+  return nb->data;
+}
+
+void *apx_arena_alloc(ApxArena *a, size_t n) {
+  void *p = apx_arena_alloc_raw(a, n);
+  if (p) memset(p, 0, n);
+  return p;
+}
+
+char *apx_arena_strndup(ApxArena *a, const char *s, size_t n) {
+  char *p = apx_arena_alloc_raw(a, n + 1);
+  if (!p) return NULL;
+  memcpy(p, s, n);
+  p[n] = '\0';
+  return p;
+}
+
+char *apx_arena_strdup(ApxArena *a, const char *s) {
+  return s ? apx_arena_strndup(a, s, strlen(s)) : NULL;
+}
+
+void *apx_arena_memdup(ApxArena *a, const void *src, size_t n) {
+  void *p = apx_arena_alloc_raw(a, n);
+  if (p && n) memcpy(p, src, n);
+  return p;
+}
+
+char *apx_arena_printf(ApxArena *a, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0) return NULL;
+  char *p = apx_arena_alloc_raw(a, (size_t)n + 1);
+  if (!p) return NULL;
+  va_start(ap, fmt);
+  vsnprintf(p, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  return p;
+}

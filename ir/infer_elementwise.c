@@ -1,0 +1,207 @@
+/* infer_elementwise.c - elementwise ops and their gradients: numpy broadcasting, dtype
+ * rules (Equal -> bool, Cast -> to, Pow keeps the base's type), LeakyRelu/Gelu/Cast
+ * attributes. */
+#include <math.h>
+#include <string.h>
+
+#include "ir/infer_util.h"
+
+/* ---- canonicalization --------------------------------------------------------------- */
+
+static int canon_leaky_relu(ApxGraph *g, int node, ApxDiag *d) {
+  ApxAttrLeakyRelu *a = APX_NODE_ATTRS(g, node, ApxAttrLeakyRelu);
+  float alpha;
+  if (infer_attr_float(g, node, "alpha", 0.01f, &alpha, d)) return -1;
+  if (!isfinite(alpha))
+    return apx_node_error(d, g, node, "attribute 'alpha' = %g must be finite", alpha);
+  a->alpha = alpha;
+  return 0;
+}
+
+static int canon_gelu(ApxGraph *g, int node, ApxDiag *d) {
+  ApxAttrGelu *a = APX_NODE_ATTRS(g, node, ApxAttrGelu);
+  const char *s;
+  if (infer_attr_string(g, node, "approximate", "none", &s, d)) return -1;
+  if (strcmp(s, "none") == 0)
+    a->approximate = APX_GELU_NONE;
+  else if (strcmp(s, "tanh") == 0)
+    a->approximate = APX_GELU_TANH;
+  else
+    return apx_node_error(d, g, node, "attribute 'approximate' = '%s' (expected 'none' or 'tanh')", s);
+  return 0;
+}
+
+static int canon_cast(ApxGraph *g, int node, ApxDiag *d) {
+  ApxAttrCast *a = APX_NODE_ATTRS(g, node, ApxAttrCast);
+  int64_t to, sat;
+  if (!apx_node_attr(g, node, "to")) return apx_node_error(d, g, node, "attribute 'to' is required");
+  if (infer_attr_int(g, node, "to", 0, &to, d)) return -1;
+  if (infer_attr_int(g, node, "saturate", 1, &sat, d)) return -1;
+  if (to == APX_DT_STRING)
+    return apx_node_error(d, g, node, "not supported yet: string tensors (attribute 'to' = %lld)",
+                          (long long)to);
+  if (to < 0 || to > 64 || !apx_dtype_is_supported((int32_t)to))
+    return apx_node_error(d, g, node, "not supported yet: attribute 'to' = %lld (dtype %s)",
+                          (long long)to, apx_dtype_name((ApxDType)to));
+  a->to = (int32_t)to;
+  a->saturate = sat != 0;
+  return 0;
+}
+
+/* ---- inference ---------------------------------------------------------------------- */
+
+/* Same dtype (in mask) on every present input, output 0 = broadcast shape. */
+static int infer_broadcast_same(ApxGraph *g, int node, unsigned mask, ApxDType out_dt,
+                                ApxDiag *d) {
+  const ApxNode *n = &g->nodes[node];
+  int first = -1;
+  IShape s;
+  memset(&s, 0, sizeof s);
+  for (int k = 0; k < n->n_in; k++) {
+    const ApxValue *v = infer_in(g, node, k);
+    if (!v) continue;
+    if (infer_check_dtype(g, node, k, mask, d)) return -1;
+    if (first < 0) {
+      first = k;
+      s = infer_shape_of(v);
+      continue;
+    }
+    if (infer_same_dtype(g, node, first, k, d)) return -1;
+    int slots[2] = {first, k};
+    IShape t;
+    if (n->n_in == 2) {
+      if (infer_broadcast_inputs(g, node, slots, 2, &t, d)) return -1;
+      s = t;
+    } else if (apx_broadcast_shape(s.rank, s.dims, v->rank, v->dims, &s.rank, s.dims)) {
+      char a[256], b[256];
+      apx_value_shape_str(v, b, sizeof b);
+      infer_dims_str(s.rank, s.dims, a, sizeof a);
+      return infer_in_error(d, g, node, "input %d: shape %s does not broadcast with %s "
+                            "(inputs 0..%d)", k, b, a, k - 1);
+    }
+  }
+  if (first < 0) return apx_node_error(d, g, node, "has no inputs");
+  ApxDType dt = out_dt != APX_DT_UNDEFINED ? out_dt : infer_in(g, node, first)->dtype;
+  return infer_set_out_shape(g, node, 0, dt, &s, d);
+}
+
+static int infer_arith(ApxGraph *g, int node, ApxDiag *d) {
+  return infer_broadcast_same(g, node, INFER_DT_NUMERIC, APX_DT_UNDEFINED, d);
+}
+
+static int infer_equal(ApxGraph *g, int node, ApxDiag *d) {
+  return infer_broadcast_same(g, node, INFER_DT_ANY, APX_DT_BOOL, d);
+}
+
+static int infer_sum(ApxGraph *g, int node, ApxDiag *d) {
+  return infer_broadcast_same(g, node, INFER_DT_NUMERIC, APX_DT_UNDEFINED, d);
+}
+
+static int unary(ApxGraph *g, int node, unsigned mask, ApxDiag *d) {
+  if (infer_check_dtype(g, node, 0, mask, d)) return -1;
+  return infer_set_out_like(g, node, 0, 0, d);
+}
+
+static int infer_unary_float(ApxGraph *g, int node, ApxDiag *d) {
+  return unary(g, node, INFER_DT_FLOAT, d);
+}
+
+static int infer_unary_signed(ApxGraph *g, int node, ApxDiag *d) {
+  return unary(g, node, INFER_DT_FLOAT | INFER_DT_SINT, d);
+}
+
+static int infer_pow(ApxGraph *g, int node, ApxDiag *d) {
+  if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT | INFER_DT_INDEX, d)) return -1;
+  if (infer_check_dtype(g, node, 1, INFER_DT_NUMERIC, d)) return -1;
+  static const int slots[2] = {0, 1};
+  IShape s;
+  if (infer_broadcast_inputs(g, node, slots, 2, &s, d)) return -1;
+  return infer_set_out_shape(g, node, 0, infer_in(g, node, 0)->dtype, &s, d);
+}
+
+static int infer_where(ApxGraph *g, int node, ApxDiag *d) {
+  if (infer_check_dtype(g, node, 0, INFER_DT_BOOL, d)) return -1;
+  if (infer_check_dtype(g, node, 1, INFER_DT_ANY, d)) return -1;
+  if (infer_same_dtype(g, node, 1, 2, d)) return -1;
+  static const int slots[3] = {0, 1, 2};
+  IShape s;
+  if (infer_broadcast_inputs(g, node, slots, 3, &s, d)) return -1;
+  return infer_set_out_shape(g, node, 0, infer_in(g, node, 1)->dtype, &s, d);
+}
+
+static int infer_cast(ApxGraph *g, int node, ApxDiag *d) {
+  const ApxAttrCast *a = APX_NODE_ATTRS(g, node, ApxAttrCast);
+  if (!apx_dtype_is_supported(a->to))
+    return apx_node_error(d, g, node, "typed attribute 'to' = %d is not a supported dtype", a->to);
+  if (infer_check_dtype(g, node, 0, INFER_DT_ANY, d)) return -1;
+  IShape s = infer_shape_of(infer_in(g, node, 0));
+  return infer_set_out_shape(g, node, 0, (ApxDType)a->to, &s, d);
+}
+
+/* Elementwise gradient GradOp(dY, T) -> dX: T (X or Y of the forward) has dY's shape and
+ * dtype (DropoutGrad: T is the bool mask); dX is shaped like dY. */
+static int infer_unary_grad(ApxGraph *g, int node, ApxDiag *d) {
+  const ApxValue *dy = infer_in(g, node, 0);
+  if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d)) return -1;
+  if (g->nodes[node].op == APX_OP_DropoutGrad) {
+    if (infer_in(g, node, 1) && infer_check_dtype(g, node, 1, INFER_DT_BOOL, d)) return -1;
+  } else if (infer_same_dtype(g, node, 0, 1, d)) {
+    return -1;
+  }
+  if (infer_in(g, node, 1) && infer_check_shape(g, node, 1, dy->rank, dy->dims, d)) return -1;
+  return infer_set_out_like(g, node, 0, 0, d);
+}
+
+/* PowGrad(dY, A, B) -> dA?, dB?: both in dY's shape (the broadcast shape of A and B; the
+ * autodiff pass reduces them with ReduceSumTo), dtypes of A and B. */
+static int infer_pow_grad(ApxGraph *g, int node, ApxDiag *d) {
+  const ApxValue *dy = infer_in(g, node, 0);
+  if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d)) return -1;
+  if (infer_same_dtype(g, node, 0, 1, d)) return -1;
+  if (infer_check_dtype(g, node, 2, INFER_DT_NUMERIC, d)) return -1;
+  static const int slots[2] = {1, 2};
+  IShape s;
+  if (infer_broadcast_inputs(g, node, slots, 2, &s, d)) return -1;
+  if (s.rank != dy->rank || memcmp(s.dims, dy->dims, sizeof(int64_t) * (size_t)s.rank) != 0)
+    return infer_err_expected(g, node, 0, s.rank, s.dims, d);
+  if (infer_set_out_shape(g, node, 0, infer_in(g, node, 1)->dtype, &s, d)) return -1;
+  if (infer_out(g, node, 1) && !apx_dtype_is_float(infer_in(g, node, 2)->dtype))
+    return apx_node_error(d, g, node, "output 1 (dB) needs a float exponent, got %s",
+                          apx_dtype_name(infer_in(g, node, 2)->dtype));
+  return infer_set_out_shape(g, node, 1, infer_in(g, node, 2)->dtype, &s, d);
+}
+
+#define R(OP, MIN_IN, MAX_IN, MIN_OUT, MAX_OUT, CANON, INFER) \
+  {APX_OP_##OP, MIN_IN, MAX_IN, MIN_OUT, MAX_OUT, CANON, INFER}
+
+const InferRule apx_infer_rules_elementwise[] = {
+    R(Add, 2, 2, 1, 1, NULL, infer_arith),
+    R(Sub, 2, 2, 1, 1, NULL, infer_arith),
+    R(Mul, 2, 2, 1, 1, NULL, infer_arith),
+    R(Div, 2, 2, 1, 1, NULL, infer_arith),
+    R(Neg, 1, 1, 1, 1, NULL, infer_unary_signed),
+    R(Relu, 1, 1, 1, 1, NULL, infer_unary_signed),
+    R(LeakyRelu, 1, 1, 1, 1, canon_leaky_relu, infer_unary_float),
+    R(Sigmoid, 1, 1, 1, 1, NULL, infer_unary_float),
+    R(Tanh, 1, 1, 1, 1, NULL, infer_unary_float),
+    R(Gelu, 1, 1, 1, 1, canon_gelu, infer_unary_float),
+    R(Erf, 1, 1, 1, 1, NULL, infer_unary_float),
+    R(Sqrt, 1, 1, 1, 1, NULL, infer_unary_float),
+    R(Exp, 1, 1, 1, 1, NULL, infer_unary_float),
+    R(Log, 1, 1, 1, 1, NULL, infer_unary_float),
+    R(Pow, 2, 2, 1, 1, NULL, infer_pow),
+    R(Where, 3, 3, 1, 1, NULL, infer_where),
+    R(Cast, 1, 1, 1, 1, canon_cast, infer_cast),
+    R(Equal, 2, 2, 1, 1, NULL, infer_equal),
+    R(Sum, 1, -1, 1, 1, NULL, infer_sum),
+    R(ReluGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
+    R(LeakyReluGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
+    R(SigmoidGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
+    R(TanhGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
+    R(GeluGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
+    R(ErfGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
+    R(SqrtGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
+    R(DropoutGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
+    R(PowGrad, 3, 3, 1, 2, NULL, infer_pow_grad),
+    {APX_OP_INVALID, 0, 0, 0, 0, NULL, NULL},
+};

@@ -1,0 +1,480 @@
+/* ir.c - graph construction, name lookup, topological order, verifier, use lists. */
+#include "ir/ir.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- growable arrays ---------------------------------------------------------------- */
+
+static int grow(void **arr, int32_t *cap, int32_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  int32_t nc = *cap ? *cap : 64;
+  while (nc < need) {
+    if (nc > INT32_MAX / 2) return -1;
+    nc *= 2;
+  }
+  void *p = realloc(*arr, (size_t)nc * elem);
+  if (!p) return -1;
+  *arr = p;
+  *cap = nc;
+  return 0;
+}
+
+void apx_graph_init(ApxGraph *g, const char *file) {
+  memset(g, 0, sizeof *g);
+  apx_arena_init(&g->arena);
+  g->file = apx_arena_strdup(&g->arena, file ? file : "<model>");
+  g->loss = -1;
+  g->arena_bytes = g->peak_live_bytes = g->no_reuse_bytes = g->persistent_bytes = -1;
+}
+
+void apx_graph_free(ApxGraph *g) {
+  free(g->vals);
+  free(g->nodes);
+  free(g->order);
+  free(g->name_slots);
+  apx_arena_free(&g->arena);
+  memset(g, 0, sizeof *g);
+}
+
+/* ---- name table --------------------------------------------------------------------- */
+
+static uint32_t hash_str(const char *s) {
+  uint32_t h = 2166136261u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+static int name_insert(ApxGraph *g, int id) {
+  if ((g->n_vals + 1) * 2 > g->name_cap) {
+    int32_t nc = g->name_cap ? g->name_cap * 2 : 256;
+    while ((g->n_vals + 1) * 2 > nc) nc *= 2;
+    int *slots = malloc((size_t)nc * sizeof *slots);
+    if (!slots) return -1;
+    for (int32_t i = 0; i < nc; i++) slots[i] = -1;
+    for (int32_t i = 0; i < g->name_cap; i++) {
+      int v = g->name_slots[i];
+      if (v < 0) continue;
+      uint32_t h = hash_str(g->vals[v].name) & (uint32_t)(nc - 1);
+      while (slots[h] >= 0) h = (h + 1) & (uint32_t)(nc - 1);
+      slots[h] = v;
+    }
+    free(g->name_slots);
+    g->name_slots = slots;
+    g->name_cap = nc;
+  }
+  uint32_t h = hash_str(g->vals[id].name) & (uint32_t)(g->name_cap - 1);
+  while (g->name_slots[h] >= 0) h = (h + 1) & (uint32_t)(g->name_cap - 1);
+  g->name_slots[h] = id;
+  return 0;
+}
+
+int apx_graph_find_value(const ApxGraph *g, const char *name) {
+  if (!name || !g->name_cap) return -1;
+  uint32_t h = hash_str(name) & (uint32_t)(g->name_cap - 1);
+  while (g->name_slots[h] >= 0) {
+    int v = g->name_slots[h];
+    if (strcmp(g->vals[v].name, name) == 0) return v;
+    h = (h + 1) & (uint32_t)(g->name_cap - 1);
+  }
+  return -1;
+}
+
+const char *apx_graph_unique_name(ApxGraph *g, const char *hint) {
+  for (;;) {
+    const char *n = apx_arena_printf(&g->arena, "%s_apx%d", hint ? hint : "v", g->name_gen++);
+    if (!n) return NULL;
+    if (apx_graph_find_value(g, n) < 0) return n;
+  }
+}
+
+/* ---- values and nodes --------------------------------------------------------------- */
+
+int apx_graph_add_value(ApxGraph *g, ApxDiag *d, const char *name, ApxValueKind kind,
+                        ApxDType dtype, int32_t rank, const int64_t *dims) {
+  if (name && apx_graph_find_value(g, name) >= 0)
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: value '%s' is defined twice", g->file, name);
+  if (rank > APX_MAX_RANK)
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: value '%s' has rank %d, more than %d",
+                          g->file, name ? name : "?", rank, APX_MAX_RANK);
+  const char *nm = name ? apx_arena_strdup(&g->arena, name) : apx_graph_unique_name(g, "v");
+  if (!nm || grow((void **)&g->vals, &g->cap_vals, g->n_vals + 1, sizeof(ApxValue)))
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory adding a value", g->file);
+  int id = g->n_vals;
+  ApxValue *v = &g->vals[id];
+  memset(v, 0, sizeof *v);
+  v->name = nm;
+  v->kind = kind;
+  v->dtype = dtype;
+  v->producer = -1;
+  v->onnx_index = -1;
+  v->grad = -1;
+  v->origin = -1;
+  v->mem_region = APX_MEM_NONE;
+  v->mem_offset = -1;
+  v->mem_alias = -1;
+  v->rank = -1;
+  if (rank >= 0) apx_value_set_shape(v, rank, dims);
+  g->n_vals++;
+  if (name_insert(g, id)) {
+    g->n_vals--;
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory adding a value", g->file);
+  }
+  return id;
+}
+
+int apx_graph_add_node(ApxGraph *g, ApxDiag *d, ApxOp op, const char *name, int n_in,
+                       const int *in, int n_out, const int *out) {
+  if (grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof(ApxNode)))
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory adding a node", g->file);
+  const ApxOpInfo *info = apx_op_info(op);
+  int id = g->n_nodes;
+  ApxNode *n = &g->nodes[id];
+  memset(n, 0, sizeof *n);
+  n->op = op;
+  n->op_type = info->name;
+  n->name = name ? apx_arena_strdup(&g->arena, name)
+                 : apx_arena_printf(&g->arena, "%s_apx%d", info->name, g->name_gen++);
+  n->onnx_index = -1;
+  n->origin = -1;
+  n->section = APX_SEC_FORWARD;
+  n->n_in = n_in;
+  n->n_out = n_out;
+  n->in = apx_arena_memdup(&g->arena, in, (size_t)n_in * sizeof(int));
+  n->out = apx_arena_memdup(&g->arena, out, (size_t)n_out * sizeof(int));
+  n->typed = apx_arena_alloc(&g->arena, info->attrs_size ? info->attrs_size : 1);
+  if (!n->name || !n->in || !n->out || !n->typed)
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory adding a node", g->file);
+  for (int i = 0; i < n_out; i++)
+    if (out[i] >= 0 && out[i] < g->n_vals) g->vals[out[i]].producer = id;
+  g->n_nodes++;
+  return id;
+}
+
+const ApxAttr *apx_node_attr(const ApxGraph *g, int node, const char *name) {
+  const ApxNode *n = &g->nodes[node];
+  for (int i = 0; i < n->n_attrs; i++)
+    if (n->attrs[i].name && strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
+  return NULL;
+}
+
+/* ---- shapes ------------------------------------------------------------------------- */
+
+int64_t apx_value_numel(const ApxValue *v) {
+  if (v->rank < 0) return -1;
+  int64_t n = 1;
+  for (int i = 0; i < v->rank; i++) {
+    if (v->dims[i] < 0) return -1;
+    if (v->dims[i] && n > INT64_MAX / v->dims[i]) return -1;
+    n *= v->dims[i];
+  }
+  return n;
+}
+
+int64_t apx_value_bytes(const ApxValue *v) {
+  int64_t n = apx_value_numel(v);
+  size_t es = apx_dtype_size(v->dtype);
+  if (n < 0 || es == 0 || n > INT64_MAX / (int64_t)es) return -1;
+  return n * (int64_t)es;
+}
+
+void apx_value_set_shape(ApxValue *v, int32_t rank, const int64_t *dims) {
+  v->rank = rank;
+  int known = rank >= 0;
+  for (int i = 0; i < APX_MAX_RANK; i++) {
+    v->dims[i] = (i < rank && dims) ? dims[i] : (i < rank ? -1 : 0);
+    if (i < rank && v->dims[i] < 0) known = 0;
+  }
+  if (known)
+    v->flags |= APX_VALF_SHAPE_KNOWN;
+  else
+    v->flags &= ~(uint32_t)APX_VALF_SHAPE_KNOWN;
+}
+
+char *apx_value_shape_str(const ApxValue *v, char *buf, size_t cap) {
+  if (cap == 0) return buf;
+  if (v->rank < 0) {
+    snprintf(buf, cap, "?");
+    return buf;
+  }
+  size_t k = 0;
+  k += (size_t)snprintf(buf + k, cap - k, "[");
+  for (int i = 0; i < v->rank && k < cap; i++) {
+    const char *sep = i ? "," : "";
+    if (v->dims[i] >= 0)
+      k += (size_t)snprintf(buf + k, cap - k, "%s%" PRId64, sep, v->dims[i]);
+    else if (v->dim_params && v->dim_params[i])
+      k += (size_t)snprintf(buf + k, cap - k, "%s%s", sep, v->dim_params[i]);
+    else
+      k += (size_t)snprintf(buf + k, cap - k, "%s?", sep);
+  }
+  if (k < cap) snprintf(buf + k, cap - k, "]");
+  return buf;
+}
+
+/* ---- topological order -------------------------------------------------------------- */
+
+int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
+  int n = g->n_nodes;
+  int *indeg = calloc((size_t)n + 1, sizeof(int));
+  ApxUses u;
+  if (!indeg || apx_uses_build(g, &u)) {
+    free(indeg);
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory sorting the graph", g->file);
+  }
+  int live = 0;
+  for (int i = 0; i < n; i++) {
+    const ApxNode *nd = &g->nodes[i];
+    if (nd->flags & APX_NODEF_DEAD) continue;
+    live++;
+    for (int k = 0; k < nd->n_in; k++) {
+      int v = nd->in[k];
+      if (v < 0) continue;
+      int p = g->vals[v].producer;
+      if (p >= 0 && !(g->nodes[p].flags & APX_NODEF_DEAD)) indeg[i]++;
+    }
+  }
+  /* never NULL, even for a graph without nodes: passes copy it with memcpy */
+  if (grow((void **)&g->order, &g->cap_order, live > 0 ? live : 1, sizeof(int))) {
+    free(indeg);
+    apx_uses_free(&u);
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory sorting the graph", g->file);
+  }
+  /* Kahn with a min-heap keeps the model's order where it is already valid. */
+  int *heap = malloc(((size_t)live + 1) * sizeof(int));
+  int hn = 0;
+  if (!heap) {
+    free(indeg);
+    apx_uses_free(&u);
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory sorting the graph", g->file);
+  }
+  /* Priority: section first (forward, backward, optimizer: a later section never feeds an
+   * earlier one), then eager nodes (as soon as ready), then node id. */
+#define NODE_EAGER(a) ((g->nodes[a].flags & APX_NODEF_EAGER) != 0)
+#define NODE_BEFORE(a, b)                                                              \
+  (g->nodes[a].section != g->nodes[b].section ? g->nodes[a].section < g->nodes[b].section \
+   : NODE_EAGER(a) != NODE_EAGER(b)           ? NODE_EAGER(a)                             \
+                                              : (a) < (b))
+#define HEAP_PUSH(x)                                                     \
+  do {                                                                   \
+    int c_ = hn++;                                                       \
+    heap[c_] = (x);                                                      \
+    while (c_ > 0 && NODE_BEFORE(heap[c_], heap[(c_ - 1) / 2])) {        \
+      int t_ = heap[c_]; heap[c_] = heap[(c_ - 1) / 2]; heap[(c_ - 1) / 2] = t_; \
+      c_ = (c_ - 1) / 2;                                                 \
+    }                                                                    \
+  } while (0)
+  for (int i = 0; i < n; i++)
+    if (!(g->nodes[i].flags & APX_NODEF_DEAD) && indeg[i] == 0) HEAP_PUSH(i);
+  int k = 0;
+  while (hn > 0) {
+    int top = heap[0];
+    heap[0] = heap[--hn];
+    for (int c = 0;;) {
+      int l = 2 * c + 1, r = l + 1, m = c;
+      if (l < hn && NODE_BEFORE(heap[l], heap[m])) m = l;
+      if (r < hn && NODE_BEFORE(heap[r], heap[m])) m = r;
+      if (m == c) break;
+      int t = heap[c]; heap[c] = heap[m]; heap[m] = t;
+      c = m;
+    }
+    g->order[k++] = top;
+    const ApxNode *nd = &g->nodes[top];
+    for (int o = 0; o < nd->n_out; o++) {
+      int v = nd->out[o];
+      if (v < 0) continue;
+      for (int j = u.use_start[v]; j < u.use_start[v + 1]; j++) {
+        int c = u.use_node[j];
+        if (--indeg[c] == 0) HEAP_PUSH(c);
+      }
+    }
+  }
+#undef HEAP_PUSH
+#undef NODE_BEFORE
+#undef NODE_EAGER
+  free(heap);
+  apx_uses_free(&u);
+  g->n_order = k;
+  int rc = 0;
+  if (k != live) {
+    int culprit = -1;
+    for (int i = 0; i < n && culprit < 0; i++)
+      if (!(g->nodes[i].flags & APX_NODEF_DEAD) && indeg[i] > 0) culprit = i;
+    rc = apx_node_error(d, g, culprit, "is part of a cycle (graph is not a DAG)");
+  }
+  free(indeg);
+  return rc;
+}
+
+/* ---- use lists ---------------------------------------------------------------------- */
+
+int apx_uses_build(const ApxGraph *g, ApxUses *u) {
+  memset(u, 0, sizeof *u);
+  u->use_start = calloc((size_t)g->n_vals + 2, sizeof(int));
+  if (!u->use_start) return -1;
+  size_t total = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ApxNode *nd = &g->nodes[i];
+    if (nd->flags & APX_NODEF_DEAD) continue;
+    for (int k = 0; k < nd->n_in; k++)
+      if (nd->in[k] >= 0 && nd->in[k] < g->n_vals) {
+        u->use_start[nd->in[k] + 1]++;
+        total++;
+      }
+  }
+  for (int v = 0; v < g->n_vals; v++) u->use_start[v + 1] += u->use_start[v];
+  u->use_node = malloc((total + 1) * sizeof(int));
+  u->use_slot = malloc((total + 1) * sizeof(int));
+  int *fill = malloc(((size_t)g->n_vals + 1) * sizeof(int));
+  if (!u->use_node || !u->use_slot || !fill) {
+    free(fill);
+    apx_uses_free(u);
+    return -1;
+  }
+  memcpy(fill, u->use_start, (size_t)g->n_vals * sizeof(int));
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ApxNode *nd = &g->nodes[i];
+    if (nd->flags & APX_NODEF_DEAD) continue;
+    for (int k = 0; k < nd->n_in; k++) {
+      int v = nd->in[k];
+      if (v < 0 || v >= g->n_vals) continue;
+      u->use_node[fill[v]] = i;
+      u->use_slot[fill[v]] = k;
+      fill[v]++;
+    }
+  }
+  free(fill);
+  return 0;
+}
+
+void apx_uses_free(ApxUses *u) {
+  free(u->use_start);
+  free(u->use_node);
+  free(u->use_slot);
+  memset(u, 0, sizeof *u);
+}
+
+/* ---- verifier ----------------------------------------------------------------------- */
+
+int apx_graph_verify(const ApxGraph *g, ApxDiag *d) {
+  for (int v = 0; v < g->n_vals; v++) {
+    const ApxValue *val = &g->vals[v];
+    if (val->rank > APX_MAX_RANK)
+      return apx_value_error(d, g, v, "verifier: rank %d out of range", val->rank);
+    if (val->producer >= g->n_nodes)
+      return apx_value_error(d, g, v, "verifier: producer id %d out of range", val->producer);
+    if ((val->kind == APX_VAL_CONST || val->kind == APX_VAL_PARAM) && val->producer < 0 &&
+        !val->data && apx_value_numel(val) != 0)
+      return apx_value_error(d, g, v, "verifier: constant without data");
+    if (val->producer >= 0) {
+      const ApxNode *p = &g->nodes[val->producer];
+      int found = 0;
+      for (int o = 0; o < p->n_out; o++) found |= p->out[o] == v;
+      if (!found)
+        return apx_value_error(d, g, v, "verifier: producer '%s' does not list it as output",
+                               p->name);
+    }
+  }
+  char *seen = calloc((size_t)g->n_nodes + 1, 1);
+  char *ready = calloc((size_t)g->n_vals + 1, 1);
+  if (!seen || !ready) {
+    free(seen);
+    free(ready);
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory verifying", g->file);
+  }
+  int rc = 0;
+  for (int v = 0; v < g->n_vals; v++)
+    ready[v] = g->vals[v].producer < 0 || (g->nodes[g->vals[v].producer].flags & APX_NODEF_DEAD);
+  int live = 0;
+  for (int i = 0; i < g->n_nodes; i++) live += !(g->nodes[i].flags & APX_NODEF_DEAD);
+  if (live != g->n_order)
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: verifier: order holds %d nodes, %d are live",
+                        g->file, g->n_order, live);
+  for (int k = 0; k < g->n_order && rc == 0; k++) {
+    int id = g->order[k];
+    if (id < 0 || id >= g->n_nodes) {
+      rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: verifier: bad node id %d in order", g->file, id);
+      break;
+    }
+    const ApxNode *nd = &g->nodes[id];
+    if (nd->flags & APX_NODEF_DEAD) {
+      rc = apx_node_error(d, g, id, "verifier: dead node in order");
+      break;
+    }
+    if (seen[id]) {
+      rc = apx_node_error(d, g, id, "verifier: node twice in order");
+      break;
+    }
+    seen[id] = 1;
+    if (!nd->typed) {
+      rc = apx_node_error(d, g, id, "verifier: no typed attributes");
+      break;
+    }
+    for (int i = 0; i < nd->n_in && rc == 0; i++) {
+      int v = nd->in[i];
+      if (v < -1 || v >= g->n_vals)
+        rc = apx_node_error(d, g, id, "verifier: input %d has bad value id %d", i, v);
+      else if (v >= 0 && !ready[v])
+        rc = apx_node_error(d, g, id, "verifier: input %d '%s' is used before it is produced",
+                            i, g->vals[v].name);
+      else if (v >= 0 && g->vals[v].kind == APX_VAL_ACTIVATION && g->vals[v].producer < 0)
+        rc = apx_node_error(d, g, id, "verifier: input %d '%s' has no producer", i,
+                            g->vals[v].name);
+    }
+    for (int o = 0; o < nd->n_out && rc == 0; o++) {
+      int v = nd->out[o];
+      if (v < -1 || v >= g->n_vals)
+        rc = apx_node_error(d, g, id, "verifier: output %d has bad value id %d", o, v);
+      else if (v >= 0 && g->vals[v].producer != id)
+        rc = apx_node_error(d, g, id, "verifier: output %d '%s' names another producer", o,
+                            g->vals[v].name);
+      else if (v >= 0)
+        ready[v] = 1;
+    }
+  }
+  free(seen);
+  free(ready);
+  return rc;
+}
+
+/* ---- messages ----------------------------------------------------------------------- */
+
+int apx_node_error(ApxDiag *d, const ApxGraph *g, int node, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (node < 0 || node >= g->n_nodes)
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: %s", g->file, msg);
+  const ApxNode *n = &g->nodes[node];
+  return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: node '%s' (%s): %s", g->file,
+                        n->name ? n->name : "?", n->op_type ? n->op_type : apx_op_name(n->op), msg);
+}
+
+int apx_value_error(ApxDiag *d, const ApxGraph *g, int value, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const char *nm = (value >= 0 && value < g->n_vals) ? g->vals[value].name : "?";
+  return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: value '%s': %s", g->file, nm, msg);
+}
+
+void apx_node_warn(ApxDiag *d, const ApxGraph *g, int node, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (node < 0 || node >= g->n_nodes) {
+    apx_diag_warn(d, "%s: %s", g->file, msg);
+    return;
+  }
+  const ApxNode *n = &g->nodes[node];
+  apx_diag_warn(d, "%s: node '%s' (%s): %s", g->file, n->name, n->op_type ? n->op_type : apx_op_name(n->op), msg);
+}

@@ -1,0 +1,31 @@
+/* pass.h - the pass interface (STYLE.md 3, XLA StatusOr<bool>).
+ *
+ * A pass is a function over the IR in its own file under passes/:
+ *     int pass_<name>(ApxGraph *g, const ApxOptions *o, ApxDiag *d);
+ * returning <0 error (message in d), 0 unchanged, 1 changed. A pass that adds or kills
+ * nodes leaves g->order stale; the pipeline re-sorts after a changing pass. */
+#ifndef APX_PASS_H
+#define APX_PASS_H
+
+#include "ir/diag.h"
+#include "ir/ir.h"
+#include "ir/options.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { APX_PASS_ERROR = -1, APX_PASS_UNCHANGED = 0, APX_PASS_CHANGED = 1 };
+
+typedef int (*ApxPassFn)(ApxGraph *g, const ApxOptions *o, ApxDiag *d);
+
+typedef struct ApxPassInfo {
+  const char *name;
+  ApxPassFn fn;
+  const char *what; /* one line for --help-passes */
+} ApxPassInfo;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

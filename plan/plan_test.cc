@@ -1,0 +1,495 @@
+// plan_test.cc - plan file: every field round-trips; corrupt, truncated, wrong-version and
+// inconsistent plans are rejected with one-line errors (exit code 2).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "plan/plan.h"
+#include "plan/plan.pb-c.h"
+}
+
+namespace {
+
+std::string tmpdir() {
+  const char *t = getenv("TEST_TMPDIR");
+  return t ? t : "/tmp";
+}
+
+std::vector<uint8_t> slurp(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+
+void spit(const std::string &path, const std::vector<uint8_t> &b) {
+  FILE *f = fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  if (!b.empty()) {
+    ASSERT_EQ(fwrite(b.data(), 1, b.size(), f), b.size());
+  }
+  fclose(f);
+}
+
+// A plan using every field with non-default values.
+struct Sample {
+  ApxPlan p;
+  std::vector<uint8_t> w_data, b_data, m_data;
+  Sample() {
+    apx_plan_init(&p);
+    p.model_name = "sample.onnx";
+    p.model_crc32c = 0xdeadbeef;
+    p.model_bytes = 123456789012ull;
+    ApxPlanOptions &o = p.opts;
+    o.opt_level = 2;
+    o.half = APX_DT_BF16;
+    o.cast_model_type = APX_DT_BF16;
+    o.keep_batchnorm_fp32 = 1;
+    o.master_weights = 1;
+    o.training = 1;
+    o.loss_scale_mode = 1;
+    o.loss_scale = 65536.f;
+    o.min_loss_scale = 0.25f;
+    o.max_loss_scale = 16777216.f;
+    o.scale_window = 2000;
+    o.hysteresis = 3;
+    o.optimizer = APX_OPTIM_ADAMW;
+    o.lr = 1e-3f;
+    o.momentum = 0.9f;
+    o.beta1 = 0.85f;
+    o.beta2 = 0.995f;
+    o.eps = 1e-8f;
+    o.weight_decay = 0.01f;
+    o.nesterov = 1;
+    o.clip_grad_norm = 1.5f;
+    o.accumulate = 4;
+    o.warmup_steps = 100;
+    o.schedule = 1;
+    o.total_steps = 5000000000ll;
+    o.seed = 0x123456789abcdefull;
+    o.bucket_mb = 25.5;
+    o.first_bucket_mb = 1.25;
+    o.allreduce_fp32 = 1;
+    o.grad_predivide = 8.f;
+    o.sync_bn = 1;
+
+    ApxPlanBuffer *b = apx_plan_alloc_buffers(&p, 8);
+    auto buf = [&](int i, const char *name, ApxValueKind kind, ApxDType dt,
+                   std::vector<int64_t> dims, ApxMemRegion r, int64_t off) {
+      b[i].name = name;
+      b[i].kind = kind;
+      b[i].dtype = dt;
+      b[i].rank = (int32_t)dims.size();
+      int64_t n = 1;
+      for (size_t k = 0; k < dims.size(); k++) b[i].dims[k] = dims[k], n *= dims[k];
+      b[i].region = r;
+      b[i].offset = off;
+      b[i].bytes = n * (int64_t)apx_dtype_size(dt);
+    };
+    buf(0, "x", APX_VAL_INPUT, APX_DT_F32, {2, 3}, APX_MEM_ARENA, 0);
+    buf(1, "W", APX_VAL_PARAM, APX_DT_F32, {3, 4}, APX_MEM_PERSISTENT, 0);
+    buf(2, "b", APX_VAL_CONST, APX_DT_F16, {4}, APX_MEM_PERSISTENT, 64);
+    buf(3, "y", APX_VAL_ACTIVATION, APX_DT_F32, {2, 4}, APX_MEM_ARENA, 64);
+    buf(4, "loss", APX_VAL_ACTIVATION, APX_DT_F32, {}, APX_MEM_ARENA, 128);
+    buf(5, "W_grad", APX_VAL_ACTIVATION, APX_DT_F32, {3, 4}, APX_MEM_ARENA, 192);
+    buf(6, "y_flat", APX_VAL_ACTIVATION, APX_DT_F32, {8}, APX_MEM_ARENA, 64);
+    buf(7, "W_master", APX_VAL_STATE, APX_DT_F32, {3, 4}, APX_MEM_PERSISTENT, 128);
+    b[3].flags = APX_VALF_GRAPH_OUTPUT;
+    b[4].flags = APX_VALF_GRAPH_OUTPUT | APX_VALF_LOSS;
+    b[5].flags = APX_VALF_GRAD;
+    b[5].origin = 1;
+    b[6].alias_of = 3;
+    b[7].flags = APX_VALF_MASTER | APX_VALF_FROZEN;
+    b[7].origin = 1;
+    for (int i = 0; i < 48; i++) w_data.push_back((uint8_t)(i * 7 + 1));
+    for (int i = 0; i < 8; i++) b_data.push_back((uint8_t)(0xa0 + i));
+    for (int i = 0; i < 48; i++) m_data.push_back((uint8_t)(255 - i));
+    b[1].data = w_data.data();
+    b[2].data = b_data.data();
+    b[7].data = m_data.data();
+
+    apx_plan_alloc_kernels(&p, 5);
+    ApxAttrGemm gemm = {1.5f, 0.5f, 0, 1};
+    int32_t k0i[] = {0, 1, 2}, k0o[] = {3};
+    apx_plan_set_kernel(&p, 0, APX_OP_Gemm, "gemm0", APX_SEC_FORWARD, &gemm, 3, k0i, 1, k0o);
+    p.kernels[0].compute = APX_DT_BF16;
+    ApxAttrReshape rs = {1};
+    int32_t k1i[] = {3, -1}, k1o[] = {6};
+    apx_plan_set_kernel(&p, 1, APX_OP_Reshape, "flat", APX_SEC_FORWARD, &rs, 2, k1i, 1, k1o);
+    ApxAttrReduce red = {};
+    red.n_axes = 1;
+    red.axes[0] = 0;
+    red.keepdims = 0;
+    red.noop_with_empty_axes = 1;
+    int32_t k2i[] = {6, -1}, k2o[] = {4};
+    apx_plan_set_kernel(&p, 2, APX_OP_ReduceMean, "mean", APX_SEC_FORWARD, &red, 2, k2i, 1, k2o);
+    p.kernels[2].compute = APX_DT_F32;
+    ApxAttrFusedMatMul fm = {1, 0, 0.25f};
+    int32_t k3i[] = {0, 3}, k3o[] = {5};
+    apx_plan_set_kernel(&p, 3, APX_OP_FusedMatMul, "gemm0_grad", APX_SEC_BACKWARD, &fm, 2, k3i, 1, k3o);
+    ApxAttrOptimizer opt = {};
+    opt.kind = APX_OPTIM_ADAMW;
+    opt.n_params = 1;
+    opt.lr = 0.001f;
+    opt.beta1 = 0.9f;
+    int32_t k4i[] = {7, 5};
+    apx_plan_set_kernel(&p, 4, APX_OP_OptimizerStep, "adamw", APX_SEC_OPTIMIZER, &opt, 2, k4i, 0, nullptr);
+
+    p.n_decisions = 2;
+    p.decisions = (ApxPlanDecision *)apx_arena_alloc(&p.arena, 2 * sizeof(ApxPlanDecision));
+    p.decisions[0] = {"gemm0", "Gemm", APX_DT_BF16, 3, "allow-list", "Gemm is on the half list", 2};
+    p.decisions[1] = {"mean", "ReduceMean", APX_DT_F32, 5, "deny-list", "", 1};
+    p.n_buckets = 1;
+    p.buckets = (ApxPlanBucket *)apx_arena_alloc(&p.arena, sizeof(ApxPlanBucket));
+    static int32_t members[] = {5};
+    p.buckets[0] = {0, APX_DT_F32, 1, members, 48, 3};
+    static int32_t ins[] = {0}, outs[] = {3, 4};
+    p.inputs = ins;
+    p.n_inputs = 1;
+    p.outputs = outs;
+    p.n_outputs = 2;
+    p.loss = 4;
+    p.mem = {256, 200, 320, 192};
+    apx_plan_layout_data(&p);
+  }
+  ~Sample() { apx_plan_free(&p); }
+};
+
+std::string write_sample(const char *name) {
+  Sample s;
+  ApxDiag d;
+  apx_diag_init(&d);
+  std::string path = tmpdir() + "/" + name;
+  EXPECT_EQ(apx_plan_write(&s.p, path.c_str(), &d), 0) << d.msg;
+  return path;
+}
+
+// Reads path; returns the diag (code 0 on success).
+ApxDiag try_read(const std::string &path) {
+  ApxPlan p;
+  apx_plan_init(&p);
+  ApxDiag d;
+  apx_diag_init(&d);
+  int rc = apx_plan_read(&p, path.c_str(), &d);
+  EXPECT_EQ(rc == 0, d.code == 0);
+  apx_plan_free(&p);
+  return d;
+}
+
+// Replaces a string field of an unpacked message (allocated by protobuf-c with malloc).
+void set_str(char **field, const char *v) {
+  free(*field);
+  *field = strdup(v);
+}
+
+// Rewrites the metadata of a plan file through protobuf with a fresh, valid header and
+// checksum, so that only the semantic checks can reject it.
+std::string rewrite_meta(const std::string &src, const char *name,
+                         const std::function<void(Apexc__Plan *)> &mutate) {
+  std::vector<uint8_t> f = slurp(src);
+  uint64_t meta_len, data_off, data_len;
+  memcpy(&meta_len, &f[24], 8);
+  memcpy(&data_off, &f[32], 8);
+  memcpy(&data_len, &f[40], 8);
+  Apexc__Plan *m = apexc__plan__unpack(nullptr, meta_len, &f[64]);
+  EXPECT_NE(m, nullptr);
+  mutate(m);
+  std::vector<uint8_t> meta(apexc__plan__get_packed_size(m));
+  apexc__plan__pack(m, meta.data());
+  apexc__plan__free_unpacked(m, nullptr);
+  uint64_t new_off = (64 + meta.size() + 63) / 64 * 64;
+  std::vector<uint8_t> out(new_off + data_len, 0);
+  memcpy(out.data(), f.data(), 64);
+  memcpy(&out[64], meta.data(), meta.size());
+  memcpy(&out[new_off], &f[data_off], data_len);
+  uint64_t ml = meta.size();
+  memcpy(&out[24], &ml, 8);
+  memcpy(&out[32], &new_off, 8);
+  memset(&out[48], 0, 4);
+  uint32_t crc = apx_crc32c(0, out.data(), out.size());
+  memcpy(&out[48], &crc, 4);
+  std::string path = tmpdir() + "/" + name;
+  spit(path, out);
+  return path;
+}
+
+}  // namespace
+
+TEST(Crc32c, KnownValueAndChaining) {
+  const char *s = "123456789";
+  EXPECT_EQ(apx_crc32c(0, s, 9), 0xE3069283u);
+  EXPECT_EQ(apx_crc32c(apx_crc32c(0, s, 4), s + 4, 5), 0xE3069283u);
+  std::vector<uint8_t> big(100003);
+  for (size_t i = 0; i < big.size(); i++) big[i] = (uint8_t)(i * 31 + (i >> 8));
+  uint32_t whole = apx_crc32c(0, big.data(), big.size());
+  uint32_t parts = apx_crc32c(apx_crc32c(0, big.data(), 777), big.data() + 777, big.size() - 777);
+  EXPECT_EQ(whole, parts);
+}
+
+TEST(Plan, RoundTripsEveryField) {
+  Sample s;
+  ApxDiag d;
+  apx_diag_init(&d);
+  std::string path = tmpdir() + "/roundtrip.apx";
+  ASSERT_EQ(apx_plan_write(&s.p, path.c_str(), &d), 0) << d.msg;
+  ApxPlan r;
+  apx_plan_init(&r);
+  ASSERT_EQ(apx_plan_read(&r, path.c_str(), &d), 0) << d.msg;
+  const ApxPlan &a = s.p;
+  EXPECT_EQ(r.format_version, APX_PLAN_FORMAT_VERSION);
+  EXPECT_EQ(r.attrs_abi, (uint32_t)APX_ATTRS_ABI);
+  EXPECT_STREQ(r.producer, APX_PLAN_PRODUCER);
+  EXPECT_STREQ(r.model_name, "sample.onnx");
+  EXPECT_EQ(r.model_crc32c, 0xdeadbeefu);
+  EXPECT_EQ(r.model_bytes, 123456789012ull);
+  EXPECT_EQ(0, memcmp(&r.opts, &a.opts, sizeof a.opts)) << "options differ";
+  ASSERT_EQ(r.n_bufs, a.n_bufs);
+  for (int i = 0; i < a.n_bufs; i++) {
+    const ApxPlanBuffer &x = a.bufs[i], &y = r.bufs[i];
+    SCOPED_TRACE(x.name);
+    EXPECT_STREQ(y.name, x.name);
+    EXPECT_EQ(y.kind, x.kind);
+    EXPECT_EQ(y.flags, x.flags);
+    EXPECT_EQ(y.dtype, x.dtype);
+    ASSERT_EQ(y.rank, x.rank);
+    for (int k = 0; k < x.rank; k++) EXPECT_EQ(y.dims[k], x.dims[k]);
+    EXPECT_EQ(y.region, x.region);
+    EXPECT_EQ(y.offset, x.offset);
+    EXPECT_EQ(y.bytes, x.bytes);
+    EXPECT_EQ(y.data_offset, x.data_offset);
+    EXPECT_EQ(y.data_len, x.data_len);
+    EXPECT_EQ(y.alias_of, x.alias_of);
+    EXPECT_EQ(y.origin, x.origin);
+    ASSERT_EQ(y.data != nullptr, x.data != nullptr);
+    if (x.data) {
+      EXPECT_EQ(0, memcmp(y.data, x.data, x.data_len));
+      EXPECT_EQ((uintptr_t)y.data % 64, 0u);  // aligned in the mapped file
+    }
+  }
+  ASSERT_EQ(r.n_kernels, a.n_kernels);
+  for (int k = 0; k < a.n_kernels; k++) {
+    const ApxPlanKernel &x = a.kernels[k], &y = r.kernels[k];
+    SCOPED_TRACE(x.node);
+    EXPECT_EQ(y.op, x.op);
+    EXPECT_STREQ(y.node, x.node);
+    EXPECT_EQ(y.section, x.section);
+    EXPECT_EQ(y.compute, x.compute);
+    EXPECT_EQ(0, memcmp(y.attrs, x.attrs, apx_op_info(x.op)->attrs_size));
+    ASSERT_EQ(y.n_in, x.n_in);
+    ASSERT_EQ(y.n_out, x.n_out);
+    for (int i = 0; i < x.n_in; i++) EXPECT_EQ(y.in[i], x.in[i]);
+    for (int i = 0; i < x.n_out; i++) EXPECT_EQ(y.out[i], x.out[i]);
+  }
+  ASSERT_EQ(r.n_decisions, 2);
+  for (int i = 0; i < 2; i++) {
+    EXPECT_STREQ(r.decisions[i].node, a.decisions[i].node);
+    EXPECT_STREQ(r.decisions[i].op, a.decisions[i].op);
+    EXPECT_EQ(r.decisions[i].decision, a.decisions[i].decision);
+    EXPECT_EQ(r.decisions[i].rule_code, a.decisions[i].rule_code);
+    EXPECT_STREQ(r.decisions[i].rule, a.decisions[i].rule);
+    EXPECT_STREQ(r.decisions[i].detail, a.decisions[i].detail);
+    EXPECT_EQ(r.decisions[i].casts_added, a.decisions[i].casts_added);
+  }
+  ASSERT_EQ(r.n_buckets, 1);
+  EXPECT_EQ(r.buckets[0].id, 0);
+  EXPECT_EQ(r.buckets[0].dtype, APX_DT_F32);
+  ASSERT_EQ(r.buckets[0].n_members, 1);
+  EXPECT_EQ(r.buckets[0].members[0], 5);
+  EXPECT_EQ(r.buckets[0].bytes, 48);
+  EXPECT_EQ(r.buckets[0].ready_at, 3);
+  ASSERT_EQ(r.n_inputs, 1);
+  EXPECT_EQ(r.inputs[0], 0);
+  ASSERT_EQ(r.n_outputs, 2);
+  EXPECT_EQ(r.outputs[0], 3);
+  EXPECT_EQ(r.outputs[1], 4);
+  EXPECT_EQ(r.loss, 4);
+  EXPECT_EQ(0, memcmp(&r.mem, &a.mem, sizeof a.mem));
+  EXPECT_EQ(r.data_bytes, a.data_bytes);
+  // sections are contiguous ranges
+  EXPECT_EQ(r.sec_begin[APX_SEC_FORWARD], 0);
+  EXPECT_EQ(r.sec_end[APX_SEC_FORWARD], 3);
+  EXPECT_EQ(r.sec_begin[APX_SEC_BACKWARD], 3);
+  EXPECT_EQ(r.sec_end[APX_SEC_BACKWARD], 4);
+  EXPECT_EQ(r.sec_begin[APX_SEC_OPTIMIZER], 4);
+  EXPECT_EQ(r.sec_end[APX_SEC_OPTIMIZER], 5);
+  EXPECT_EQ(apx_plan_find_buffer(&r, "W_master"), 7);
+  EXPECT_EQ(apx_plan_find_buffer(&r, "nope"), -1);
+
+  // the dump shows the main facts readably
+  char *text = nullptr;
+  size_t len = 0;
+  FILE *mf = open_memstream(&text, &len);
+  apx_plan_dump(&r, mf);
+  fclose(mf);
+  std::string dump(text, len);
+  free(text);
+  for (const char *want : {"Gemm", "gemm0", "alpha=1.5", "W_master", "master", "persistent@128",
+                           "alias-of #3", "OptimizerStep", "backward", "bucket 0", "allow-list",
+                           "lower bound", "loss: loss"})
+    EXPECT_NE(dump.find(want), std::string::npos) << want << "\n" << dump;
+  apx_plan_free(&r);
+}
+
+TEST(Plan, WriteIsAtomicAndReplaces) {
+  std::string path = write_sample("atomic.apx");
+  std::string again = write_sample("atomic.apx");
+  EXPECT_EQ(try_read(path).code, 0);
+  // no temporary file left behind
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  EXPECT_NE(access(tmp.c_str(), F_OK), 0);
+}
+
+TEST(Plan, EveryCorruptByteIsRejected) {
+  std::string path = write_sample("corrupt_src.apx");
+  std::vector<uint8_t> good = slurp(path);
+  ASSERT_GT(good.size(), 256u);
+  std::string bad_path = tmpdir() + "/corrupt.apx";
+  for (size_t i = 0; i < good.size(); i++) {
+    for (uint8_t flip : {0x01, 0x80}) {
+      std::vector<uint8_t> b = good;
+      b[i] ^= flip;
+      spit(bad_path, b);
+      ApxDiag d = try_read(bad_path);
+      ASSERT_EQ(d.code, APX_EXIT_BAD_INPUT) << "byte " << i << " ^ " << (int)flip << " accepted";
+      ASSERT_EQ(strchr(d.msg, '\n'), nullptr);
+      ASSERT_EQ(strncmp(d.msg, bad_path.c_str(), bad_path.size()), 0) << d.msg;
+    }
+  }
+}
+
+TEST(Plan, EveryTruncationIsRejected) {
+  std::string path = write_sample("trunc_src.apx");
+  std::vector<uint8_t> good = slurp(path);
+  std::string bad_path = tmpdir() + "/trunc.apx";
+  for (size_t n = 0; n < good.size(); n++) {
+    spit(bad_path, std::vector<uint8_t>(good.begin(), good.begin() + n));
+    ApxDiag d = try_read(bad_path);
+    ASSERT_EQ(d.code, APX_EXIT_BAD_INPUT) << "truncated at " << n << " accepted";
+  }
+  std::vector<uint8_t> longer = good;
+  longer.push_back(0);
+  spit(bad_path, longer);
+  EXPECT_EQ(try_read(bad_path).code, APX_EXIT_BAD_INPUT);
+  EXPECT_EQ(try_read(tmpdir() + "/does_not_exist.apx").code, APX_EXIT_BAD_INPUT);
+}
+
+TEST(Plan, WrongFormatVersionIsRejectedByName) {
+  std::string path = write_sample("version_src.apx");
+  std::vector<uint8_t> f = slurp(path);
+  uint32_t v = APX_PLAN_FORMAT_VERSION + 1;
+  memcpy(&f[8], &v, 4);
+  memset(&f[48], 0, 4);
+  uint32_t crc = apx_crc32c(0, f.data(), f.size());  // a well-formed file of another version
+  memcpy(&f[48], &crc, 4);
+  std::string bad_path = tmpdir() + "/version.apx";
+  spit(bad_path, f);
+  ApxDiag d = try_read(bad_path);
+  EXPECT_EQ(d.code, APX_EXIT_BAD_INPUT);
+  EXPECT_NE(std::string(d.msg).find("format version 2"), std::string::npos) << d.msg;
+}
+
+TEST(Plan, NotAPlanIsRejected) {
+  std::string bad_path = tmpdir() + "/notaplan.apx";
+  std::string text = "this is a text file that is long enough to have a header of 64 bytes...";
+  spit(bad_path, std::vector<uint8_t>(text.begin(), text.end()));
+  ApxDiag d = try_read(bad_path);
+  EXPECT_EQ(d.code, APX_EXIT_BAD_INPUT);
+  EXPECT_NE(std::string(d.msg).find("not an apexc plan"), std::string::npos) << d.msg;
+}
+
+// Files with a valid checksum whose metadata breaks the contract.
+TEST(Plan, SemanticErrorsAreRejected) {
+  std::string src = write_sample("sem_src.apx");
+  struct Case {
+    const char *what;
+    std::function<void(Apexc__Plan *)> mutate;
+  } cases[] = {
+      {"unknown op", [](Apexc__Plan *m) { set_str(&m->kernels[0]->op, "NoSuchOp"); }},
+      {"attributes are", [](Apexc__Plan *m) { m->kernels[0]->attrs.len -= 4; }},
+      {"refers to buffer", [](Apexc__Plan *m) { m->kernels[1]->inputs[0] = 99; }},
+      {"refers to buffer", [](Apexc__Plan *m) { m->kernels[0]->outputs[0] = -2; }},
+      {"attribute ABI", [](Apexc__Plan *m) { m->attrs_abi = APX_ATTRS_ABI + 1; }},
+      {"outside the data section", [](Apexc__Plan *m) { m->buffers[1]->data_offset = 1u << 20; }},
+      {"outside the persistent", [](Apexc__Plan *m) { m->buffers[7]->offset = 1 << 20; }},
+      {"outside the arena", [](Apexc__Plan *m) { m->memory->arena_bytes = 100; }},
+      {"shape and dtype give", [](Apexc__Plan *m) { m->buffers[3]->bytes = 31; }},
+      {"has id", [](Apexc__Plan *m) { m->buffers[2]->id = 5; }},
+      {"alias", [](Apexc__Plan *m) { m->buffers[6]->alias_of = 1; }},
+      {"unsupported dtype", [](Apexc__Plan *m) { m->buffers[0]->dtype = 8; }},
+      {"backward kernel after", [](Apexc__Plan *m) { m->kernels[3]->section = 1, m->kernels[4]->section = 1, m->kernels[2]->section = 2; }},
+      {"compile-time only",
+       [](Apexc__Plan *m) {
+         set_str(&m->kernels[1]->op, "Shape");
+         free(m->kernels[1]->attrs.data);
+         m->kernels[1]->attrs.data = (uint8_t *)calloc(1, sizeof(ApxAttrShape));
+         m->kernels[1]->attrs.len = sizeof(ApxAttrShape);
+       }},
+      {"ready_at", [](Apexc__Plan *m) { m->buckets[0]->ready_at = 9; }},
+      {"not an input buffer", [](Apexc__Plan *m) { m->inputs[0] = 1; }},
+      {"loss refers", [](Apexc__Plan *m) { m->loss = 8; }},
+      {"metadata version", [](Apexc__Plan *m) { m->format_version = 7; }},
+  };
+  int i = 0;
+  for (const Case &c : cases) {
+    std::string path = rewrite_meta(src, ("sem" + std::to_string(i++) + ".apx").c_str(), c.mutate);
+    ApxDiag d = try_read(path);
+    EXPECT_EQ(d.code, APX_EXIT_BAD_INPUT) << c.what;
+    EXPECT_NE(std::string(d.msg).find(c.what), std::string::npos) << c.what << ": " << d.msg;
+  }
+  // the unmutated rewrite is accepted (the helper itself is sound)
+  EXPECT_EQ(try_read(rewrite_meta(src, "sem_ok.apx", [](Apexc__Plan *) {})).code, 0);
+}
+
+TEST(Plan, InvalidPlanIsNotWritten) {
+  Sample s;
+  s.p.kernels[2].in[0] = 42;
+  ApxDiag d;
+  apx_diag_init(&d);
+  std::string path = tmpdir() + "/invalid_write.apx";
+  unlink(path.c_str());
+  EXPECT_EQ(apx_plan_write(&s.p, path.c_str(), &d), -1);
+  EXPECT_NE(std::string(d.msg).find("kernel 2 ('mean'"), std::string::npos) << d.msg;
+  EXPECT_NE(access(path.c_str(), F_OK), 0);
+}
+
+TEST(Plan, BlobsRoundTripAfterTheBuffers) {
+  Sample s;
+  const char text[] = "an embedded model: any bytes \x00\x01\x02";
+  ASSERT_EQ(apx_plan_add_blob(&s.p, "model.onnx", text, sizeof text), 0);
+  ASSERT_EQ(apx_plan_add_blob(&s.p, "empty", nullptr, 0), 0);
+  apx_plan_layout_data(&s.p);
+  ApxDiag d;
+  apx_diag_init(&d);
+  std::string path = tmpdir() + "/blobs.apx";
+  ASSERT_EQ(apx_plan_write(&s.p, path.c_str(), &d), 0) << d.msg;
+  ApxPlan r;
+  apx_plan_init(&r);
+  ASSERT_EQ(apx_plan_read(&r, path.c_str(), &d), 0) << d.msg;
+  ASSERT_EQ(r.n_blobs, 2);
+  const ApxPlanBlob *b = apx_plan_find_blob(&r, "model.onnx");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->data_len, sizeof text);
+  EXPECT_EQ(b->data_offset % APX_PLAN_ALIGN, 0u);
+  for (int32_t i = 0; i < r.n_bufs; i++)  // placed after every buffer's bytes
+    EXPECT_GE(b->data_offset, r.bufs[i].data_offset + r.bufs[i].data_len);
+  EXPECT_EQ(0, memcmp(b->data, text, sizeof text));
+  EXPECT_EQ(apx_plan_find_blob(&r, "empty")->data_len, 0u);
+  EXPECT_EQ(apx_plan_find_blob(&r, "nope"), nullptr);
+  for (int32_t i = 0; i < r.n_bufs; i++)  // buffers unchanged by the blobs
+    if (s.p.bufs[i].data_len) {
+      EXPECT_EQ(0, memcmp(r.bufs[i].data, s.p.bufs[i].data, s.p.bufs[i].data_len));
+    }
+  apx_plan_free(&r);
+  // a blob range outside the data section is rejected
+  s.p.blobs[0].data_offset = s.p.data_bytes;
+  EXPECT_EQ(apx_plan_validate(&s.p, &d), -1);
+  EXPECT_NE(std::string(d.msg).find("blob 0 ('model.onnx')"), std::string::npos) << d.msg;
+}
