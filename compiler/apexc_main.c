@@ -120,7 +120,7 @@ static int run(const ApxOptions *opts, const ApxCliArgs *args) {
   apx_diag_init(&d);
   d.quiet = o.quiet;
   ApxGraph g;
-  int rc = apx_compile_file(&g, &o, &d);
+  int rc = apx_compile_file_inspected(&g, &o, apx_inspect_write, &d);
   /* fusion happens after --explain's rows are written: its section is appended */
   if (rc == 0 && o.explain == 1) rc = apx_explain_fusion_emit(&g, &o, &d);
   if (rc == 0 && o.explain == 1) rc = apx_explain_buckets_emit(&g, &o, &d);

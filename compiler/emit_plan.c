@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "passes/precision_rules.h"
-#include "passes/memplan.h"
 #include "plan/model_blob.h"
 
 /* The plan stores ApxMemRegion and ApxSection values as they are. */
@@ -151,8 +150,8 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
     int32_t *in = ids, *out = ids + max_args + 1;
     for (int k = 0; k < n->n_in; k++) {
       int v = n->in[k];
-      in[k] = v >= 0 && apx_memplan_input_is_runtime(n, k) ? buf_of[v] : -1;
-      if (v >= 0 && apx_memplan_input_is_runtime(n, k) && in[k] < 0)
+      in[k] = v >= 0 && apx_node_input_is_runtime(n, k) ? buf_of[v] : -1;
+      if (v >= 0 && apx_node_input_is_runtime(n, k) && in[k] < 0)
         return apx_node_error(d, g, id, "internal error: input %d has no buffer", k);
     }
     for (int k = 0; k < n->n_out; k++) {

@@ -68,6 +68,12 @@ int apx_explain_fusion_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d);
  * section after compilation. Does nothing unless o->explain is text. Returns 0 or -1 (d). */
 int apx_explain_buckets_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d);
 
+/* --bucket-report and the buckets section: the bucket table (passes/bucketing.h
+ * apx_buckets_collect) written as text (one line per bucket, then its members) or JSON
+ * ("apexc-buckets/1": {"buckets": [{id, dtype, bytes, ready_at, launch_at, overlap,
+ * members: [{gradient, param, bytes}]}], "summary": {...}}). json: 0 text, 1 JSON. */
+void apx_buckets_report_write(const ApxGraph *g, const ApxOptions *o, int json, FILE *f);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@
 #include "compiler/emit_onnx.h"
 #include "compiler/explain.h"
 #include "compiler/onnx_load.h"
+#include "compiler/policy_file.h"
 #include "passes/autodiff.h"
 #include "passes/bucketing.h"
 #include "passes/cast_cleanup.h"
@@ -27,14 +28,6 @@
 #include "passes/overflow_check.h"
 #include "passes/precision.h"
 
-/* Inspection stage: --explain and --emit-onnx see the graph after the precision passes and
- * before fusion, so rows and emitted nodes are the model's own (DESIGN.md 7). */
-static int stage_inspect(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
-  if (o->explain && apx_explain_emit(g, o, d)) return APX_PASS_ERROR;
-  if (o->emit_onnx && apx_emit_onnx(g, o->emit_onnx, d)) return APX_PASS_ERROR;
-  return APX_PASS_UNCHANGED;
-}
-
 /* The pass table (STYLE.md 3): the whole compiler, in order. Each entry is a function in
  * passes/<name>.c; passes that do not apply (training passes with --inference) return
  * unchanged. */
@@ -47,7 +40,6 @@ static const ApxPassInfo passes[] = {
     {"precision", pass_precision, "per-node precision decisions with their reasons"},
     {"cast_insert", pass_cast_insert, "casts where dtypes and decisions differ"},
     {"cast_cleanup", pass_cast_cleanup, "no round trips, one cast per value and type"},
-    {"inspect", stage_inspect, "--explain and --emit-onnx output"},
     {"sync_bn", pass_sync_bn, "--sync-bn: BatchNorm statistics over all ranks"},
     {"master_weights", pass_master_weights, "optimizer updates fp32 masters, refreshes half"},
     /* fusion (DESIGN.md 10): forward patterns and the backward nodes derived from them */
@@ -76,7 +68,21 @@ static int list_matches(const ApxNameList *l, const char *name) {
   return 0;
 }
 
+/* The inspection point: after this pass (run or disabled) the driver's inspect function sees
+ * the graph that --explain and --emit-onnx describe. */
+static const char *const inspect_after = "cast_cleanup";
+
+int apx_inspect_write(const ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
+  if (o->explain && apx_explain_emit(g, o, d)) return -1;
+  if (o->emit_onnx && apx_emit_onnx(g, o->emit_onnx, d)) return -1;
+  return 0;
+}
+
 int apx_compile_graph(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
+  return apx_compile_graph_inspected(g, o, NULL, d);
+}
+
+int apx_compile_graph_inspected(ApxGraph *g, const ApxOptions *o, ApxInspectFn inspect, ApxDiag *d) {
   /* unknown pass names in --disable-pass / --dump-after are usage errors; --dump-after also
    * takes "load" and "all" */
   const ApxNameList *lists[2] = {&o->disable_pass, &o->dump_after};
@@ -88,10 +94,16 @@ int apx_compile_graph(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
       if (!found)
         return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s=%s: no such pass (see apexc --help)",
                               flags[l], lists[l]->items[i]);
+      if (l == 0 && !strcmp(lists[l]->items[i], "memplan"))
+        return apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                              "--disable-pass=memplan: every plan needs its memory plan");
     }
   if (list_matches(&o->dump_after, "load")) apx_graph_dump(g, stderr);
   for (int p = 0; passes[p].name; p++) {
-    if (apx_name_list_has(&o->disable_pass, passes[p].name)) continue;
+    if (apx_name_list_has(&o->disable_pass, passes[p].name)) {
+      if (inspect && !strcmp(passes[p].name, inspect_after) && inspect(g, o, d)) return -1;
+      continue;
+    }
     int rc = passes[p].fn(g, o, d);
     if (rc < 0) return -1;
     if (rc > 0 && apx_graph_toposort(g, d)) return -1;
@@ -106,15 +118,31 @@ int apx_compile_graph(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
       fprintf(stderr, "--- after %s ---\n", passes[p].name);
       apx_graph_dump(g, stderr);
     }
+    if (inspect && !strcmp(passes[p].name, inspect_after) && inspect(g, o, d)) return -1;
   }
   return 0;
 }
 
 int apx_compile_file(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
+  return apx_compile_file_inspected(g, o, NULL, d);
+}
+
+int apx_compile_file_inspected(ApxGraph *g, const ApxOptions *o, ApxInspectFn inspect, ApxDiag *d) {
   apx_graph_init(g, o->model_path);
-  if (apx_onnx_load_file(g, o->model_path, o, d)) return -1;
-  if (o->verify_each_pass && apx_graph_verify(g, d)) return -1;
-  return apx_compile_graph(g, o, d);
+  /* the driver reads --policy; pass_precision gets its decisions as data */
+  ApxOptions with_policy = *o;
+  ApxPolicy policy;
+  apx_policy_init(&policy);
+  int rc = 0;
+  if (o->policy_path && !o->policy) {
+    rc = apx_policy_load_file(&policy, o->policy_path, d);
+    with_policy.policy = &policy;
+  }
+  if (rc == 0) rc = apx_onnx_load_file(g, o->model_path, o, d);
+  if (rc == 0 && o->verify_each_pass) rc = apx_graph_verify(g, d);
+  if (rc == 0) rc = apx_compile_graph_inspected(g, &with_policy, inspect, d);
+  apx_policy_free(&policy);
+  return rc;
 }
 
 static const char *section_name(ApxSection s) {

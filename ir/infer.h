@@ -1,7 +1,7 @@
 /* infer.h - attribute canonicalization and static shape + dtype inference (DESIGN.md 2-4).
  *
  * Two steps per node, run in topological order so that every input's dtype and shape are
- * already known (pass_fold_constants and pass_infer_shapes walk g->order doing both):
+ * already known (the fold_constants and infer_shapes passes walk g->order doing both):
  *
  *   apx_node_canonicalize  generic ONNX attributes (ApxAttr) + constant static inputs
  *                          (ops.def STATIC_INPUTS) -> the op's typed struct (attrs.h)
@@ -74,7 +74,7 @@ int apx_node_canonicalize(ApxGraph *g, int node, ApxDiag *d);
  * attributes (canonicalize first), checking input dtypes and shapes. Returns 0 or -1. */
 int apx_node_infer(ApxGraph *g, int node, ApxDiag *d);
 
-/* Compile-time values for pass_fold_constants:
+/* Compile-time values for the fold_constants pass:
  * the tensor a Constant node holds (attribute value / value_float(s) / value_int(s)); t's
  * data points into the attribute (arena). Returns 0 or -1. */
 int apx_constant_node_value(const ApxGraph *g, int node, ApxTensorConst *t, ApxDiag *d);

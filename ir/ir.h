@@ -169,6 +169,11 @@ int apx_graph_add_node(ApxGraph *g, ApxDiag *d, ApxOp op, const char *name, int 
                        const int *in, int n_out, const int *out);
 /* Typed attributes of node, cast to the op's struct type. */
 #define APX_NODE_ATTRS(g, node_id, Type) ((Type *)(g)->nodes[(node_id)].typed)
+/* 1 if input slot k of node n is present and a runtime tensor (not one of the op's static
+ * inputs, which the compiler reads into the typed attributes). */
+static inline int apx_node_input_is_runtime(const ApxNode *n, int k) {
+  return k >= 0 && k < n->n_in && n->in[k] >= 0 && !apx_op_input_is_static(n->op, k);
+}
 /* Generic attribute lookup by name, NULL when absent. */
 const ApxAttr *apx_node_attr(const ApxGraph *g, int node, const char *name);
 

@@ -55,7 +55,9 @@ typedef struct ApxOptions {
   /* overrides (DESIGN.md 6) */
   ApxNameList half_ops, fp32_ops, promote_ops; /* op types */
   ApxNameList fp32_nodes;                      /* glob patterns on node names */
-  const char *policy_path;                     /* --policy FILE.json */
+  const char *policy_path;                     /* --policy FILE.json (for messages) */
+  const struct ApxPolicy *policy;              /* its decisions, read by the driver
+                                                  (compiler/policy_file.h); passes/policy.h */
   int32_t clamp_constants;
 
   /* input contract (DESIGN.md 2): accepted ranges. Defaults ir_version >= 7, ai.onnx

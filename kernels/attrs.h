@@ -310,6 +310,23 @@ typedef struct ApxAttrOptimizer {
   float max_grad_norm;    /* > 0: clip by global norm (from norm_sq); 0: off */
 } ApxAttrOptimizer;
 
+/* Input layout of OptimizerStep (the kernel ABI above): the fixed inputs before the
+ * per-parameter groups. */
+enum {
+  APX_OPTIM_IN_FOUND_INF = 0,
+  APX_OPTIM_IN_NORM_SQ = 1,
+  APX_OPTIM_IN_LR = 2,
+  APX_OPTIM_IN_STEP = 3,
+  APX_OPTIM_IN_FIRST_GROUP = 4,
+};
+/* Outputs of UnscaleCheck before the unscaled gradients. */
+enum {
+  APX_UNSCALE_OUT_FOUND_INF = 0,
+  APX_UNSCALE_OUT_FIRST_BAD = 1,
+  APX_UNSCALE_OUT_NORM_SQ = 2,
+  APX_UNSCALE_OUT_FIRST_GRAD = 3,
+};
+
 /* LossScaleSeed: see above. */
 typedef struct ApxAttrLossScaleSeed {
   float multiplier; /* 1/K with --accumulate K, else 1 */

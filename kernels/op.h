@@ -56,6 +56,11 @@ static inline const char *apx_op_name(ApxOp op) { return apx_op_info(op)->name; 
 /* Lookup by ONNX op_type / internal name (case-sensitive); APX_OP_INVALID if unknown. */
 ApxOp apx_op_from_name(const char *name);
 const char *apx_prec_class_name(ApxPrecClass c); /* "half", "fp32", "promote", ... */
+/* 1 if input slot k of op must be a compile-time constant (ops.def STATIC_INPUTS: read into
+ * the typed attributes, never a runtime tensor). */
+static inline int apx_op_input_is_static(ApxOp op, int k) {
+  return k >= 0 && k < 32 && ((apx_op_info(op)->static_inputs >> k) & 1u);
+}
 
 #ifdef __cplusplus
 }

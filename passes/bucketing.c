@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "ir/infer.h"
-#include "compiler/json.h"
 #include "passes/optimizer.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -288,99 +287,4 @@ int apx_buckets_collect(const ApxGraph *g, ApxBucketInfo *out, int cap) {
   }
   free(pos);
   return count;
-}
-
-/* The parameter a gradient belongs to (origin chain), or NULL. */
-static const char *param_of(const ApxGraph *g, int v) {
-  for (int hops = 0; v >= 0 && hops < 8; hops++) {
-    const ApxValue *val = &g->vals[v];
-    if (val->kind == APX_VAL_PARAM) return val->name;
-    if (val->kind == APX_VAL_STATE && (val->flags & APX_VALF_MASTER)) return val->name;
-    v = val->origin;
-  }
-  return NULL;
-}
-
-void apx_buckets_report_write(const ApxGraph *g, const ApxOptions *o, int json, FILE *f) {
-  int n = apx_buckets_collect(g, NULL, 0);
-  ApxBucketInfo *bs = calloc((size_t)n + 1, sizeof *bs);
-  if (!bs) return;
-  apx_buckets_collect(g, bs, n);
-  int64_t total = 0;
-  for (int i = 0; i < n; i++) total += bs[i].bytes;
-  int32_t bwd = 0;
-  for (int32_t t = 0; t < g->n_order; t++) bwd += g->nodes[g->order[t]].section == APX_SEC_BACKWARD;
-  double cap = o ? o->bucket_mb : 25.0, first = o ? o->first_bucket_mb : 1.0;
-  if (json) {
-    ApxJsonWriter w;
-    apx_json_writer_init(&w, f);
-    apx_json_begin_object(&w);
-    apx_json_kv_string(&w, "schema", "apexc-buckets/1");
-    apx_json_kv_string(&w, "model", g->file);
-    apx_json_key(&w, "options");
-    apx_json_begin_object_inline(&w);
-    apx_json_kv_number(&w, "bucket_mb", cap);
-    apx_json_kv_number(&w, "first_bucket_mb", first);
-    apx_json_key(&w, "allreduce_fp32");
-    apx_json_bool(&w, o && o->allreduce_fp32);
-    apx_json_kv_number(&w, "grad_predivide", o ? o->grad_predivide : 1.0);
-    apx_json_end_object(&w);
-    apx_json_key(&w, "buckets");
-    apx_json_begin_array(&w);
-    for (int i = 0; i < n; i++) {
-      const ApxNode *nd = &g->nodes[bs[i].node];
-      apx_json_begin_object_inline(&w);
-      apx_json_kv_int(&w, "id", bs[i].id);
-      apx_json_kv_string(&w, "node", nd->name);
-      apx_json_kv_string(&w, "section", nd->section == APX_SEC_BACKWARD ? "backward" : "optimizer");
-      apx_json_kv_string(&w, "dtype", apx_dtype_short(bs[i].dtype));
-      apx_json_kv_int(&w, "bytes", bs[i].bytes);
-      apx_json_kv_int(&w, "ready_at", bs[i].ready_at);
-      apx_json_kv_int(&w, "launch_at", bs[i].launch_at);
-      apx_json_kv_int(&w, "overlap_kernels", bs[i].overlap);
-      apx_json_key(&w, "members");
-      apx_json_begin_array_inline(&w);
-      for (int k = 0; k < nd->n_in; k++) {
-        int v = nd->in[k];
-        if (v < 0) continue;
-        apx_json_begin_object_inline(&w);
-        apx_json_kv_string(&w, "gradient", g->vals[v].name);
-        apx_json_kv_string(&w, "param", param_of(g, v));
-        apx_json_kv_int(&w, "bytes", apx_value_bytes(&g->vals[v]));
-        apx_json_end_object(&w);
-      }
-      apx_json_end_array(&w);
-      apx_json_end_object(&w);
-    }
-    apx_json_end_array(&w);
-    apx_json_key(&w, "summary");
-    apx_json_begin_object_inline(&w);
-    apx_json_kv_int(&w, "buckets", n);
-    apx_json_kv_int(&w, "bytes", total);
-    apx_json_kv_int(&w, "backward_kernels", bwd);
-    apx_json_end_object(&w);
-    apx_json_end_object(&w);
-    fputc('\n', f);
-  } else {
-    fprintf(f, "gradient buckets: %d, %" PRId64 " bytes (cap %g MiB, first %g MiB%s, predivide %g)\n", n,
-            total, cap, first, o && o->allreduce_fp32 ? ", allreduce in fp32" : "",
-            o ? (double)o->grad_predivide : 1.0);
-    if (n == 0) fputs("  (none: not a training graph, or bucketing disabled)\n", f);
-    for (int i = 0; i < n; i++) {
-      const ApxNode *nd = &g->nodes[bs[i].node];
-      fprintf(f, "  bucket %d  %-4s %10" PRId64 " bytes  %3d tensors  ready after kernel %d, "
-                 "launched at %d (%s), %d kernels left to overlap\n",
-              bs[i].id, apx_dtype_short(bs[i].dtype), bs[i].bytes, bs[i].n_members, bs[i].ready_at,
-              bs[i].launch_at, nd->section == APX_SEC_BACKWARD ? "backward" : "optimizer",
-              bs[i].overlap);
-      for (int k = 0; k < nd->n_in; k++) {
-        int v = nd->in[k];
-        if (v < 0) continue;
-        const char *p = param_of(g, v);
-        fprintf(f, "      %-40s %10" PRId64 " bytes%s%s\n", g->vals[v].name,
-                apx_value_bytes(&g->vals[v]), p ? "  param " : "", p ? p : "");
-      }
-    }
-  }
-  free(bs);
 }

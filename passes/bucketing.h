@@ -56,7 +56,7 @@ int pass_bucketing(ApxGraph *g, const ApxOptions *o, ApxDiag *d);
 
 /* The buckets of a compiled graph, for --explain and --bucket-report: one entry per
  * Allreduce node in g->order. Kernel indices are positions in g->order (= plan kernel
- * indices, compiler/emit_plan.h). */
+ * indices, compiler/emit_plan.h). The report written from them: compiler/explain.h. */
 typedef struct ApxBucketInfo {
   int node;           /* the Allreduce node */
   int32_t id;         /* ApxAttrAllreduce.bucket */
@@ -71,10 +71,6 @@ typedef struct ApxBucketInfo {
 /* Fills up to cap entries of out; returns the number of Allreduce nodes (may exceed cap). */
 int apx_buckets_collect(const ApxGraph *g, ApxBucketInfo *out, int cap);
 
-/* Writes the bucket table: text (one line per bucket, then its members) or JSON
- * ("apexc-buckets/1": {"buckets": [{id, dtype, bytes, ready_at, launch_at, overlap,
- * members: [{gradient, param, bytes}]}], "summary": {...}}). json: 0 text, 1 JSON. */
-void apx_buckets_report_write(const ApxGraph *g, const ApxOptions *o, int json, FILE *f);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 
 extern "C" {
 #include "compiler/emit_plan.h"
+#include "compiler/explain.h"
 #include "compiler/json.h"
 #include "compiler/pipeline.h"
 #include "passes/autodiff.h"

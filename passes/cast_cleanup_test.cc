@@ -1,6 +1,6 @@
 // cast_cleanup_test.cc - pass_cast_cleanup: round trips, lossless chains, no-op casts,
 // constant casts, duplicates; the model's own narrowing casts and graph outputs are kept.
-#include "passes/precision_testing.h"
+#include "tests/testing/precision_testing.h"
 
 extern "C" {
 #include "kernels/half.h"

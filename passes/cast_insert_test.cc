@@ -1,7 +1,7 @@
 // cast_insert_test.cc - pass_cast_insert: casts shared per value and type, constants
 // converted at compile time, parameter storage (O1 copies, O2 half + fp32 masters, O3),
 // graph outputs keep their dtype, index inputs and BN statistics untouched.
-#include "passes/precision_testing.h"
+#include "tests/testing/precision_testing.h"
 
 extern "C" {
 #include "kernels/half.h"

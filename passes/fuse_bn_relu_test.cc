@@ -2,7 +2,7 @@
 // Relu becomes BatchNormRelu + BatchNormReluGrad with the same forward, gradients and
 // running statistics; at O2 the BN's fp32 decision carries over with half X/Y; the reasons
 // it does not fuse.
-#include "passes/fusion_testing.h"
+#include "tests/testing/fusion_testing.h"
 
 namespace {
 

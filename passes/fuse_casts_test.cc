@@ -1,6 +1,6 @@
 // fuse_casts_test.cc - pass_fuse_casts as a spec: a narrowing Cast after a fused fp32-math
 // kernel is folded into it (same numbers), a Cast whose input is read elsewhere stays.
-#include "passes/fusion_testing.h"
+#include "tests/testing/fusion_testing.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // fuse_conv_test.cc - pass_fuse_conv as a spec: Conv (+ bias) + Relu becomes ConvBiasRelu +
 // ConvBiasReluGrad with the same forward and gradients (fp32, fp16), and the reasons it does
 // not fuse.
-#include "passes/fusion_testing.h"
+#include "tests/testing/fusion_testing.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 // (fp32 at O0, fp16 at O2), and why each non-fused candidate was not fused.
 #include <chrono>
 
-#include "passes/fusion_testing.h"
+#include "tests/testing/fusion_testing.h"
 
 namespace {
 

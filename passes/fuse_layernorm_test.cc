@@ -2,7 +2,7 @@
 // exporters becomes LayerNormalization + LayerNormGrad with the same forward and gradients
 // (fp32 at O0, fp16/bf16 at O2), the overflow rule's fp32 decision carries over, and
 // intermediates read elsewhere keep the pattern unfused.
-#include "passes/fusion_testing.h"
+#include "tests/testing/fusion_testing.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // fuse_softmax_test.cc - pass_fuse_softmax as a spec: scale + mask + Softmax (attention
 // scores) becomes FusedSoftmax + FusedSoftmaxGrad with the same forward and gradients, the
 // mask kept fp32 by the overflow rule does not block it, and the reasons it does not fuse.
-#include "passes/fusion_testing.h"
+#include "tests/testing/fusion_testing.h"
 
 namespace {
 

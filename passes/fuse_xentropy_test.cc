@@ -2,7 +2,7 @@
 // FusedXentropy + FusedXentropyGrad (no log_prob materialized for the backward) with the
 // same loss and gradients for every reduction and ignore_index, half logits read directly,
 // and the reasons it does not fuse.
-#include "passes/fusion_testing.h"
+#include "tests/testing/fusion_testing.h"
 
 namespace {
 

@@ -124,7 +124,7 @@ TEST(FusionReport, ExplainTextEndsWithTheFusionSection) {
   o.explain_path = path;
   char err[256];
   ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
-  ASSERT_EQ(apx_compile_file(&g, &o, &d), 0) << d.msg;
+  ASSERT_EQ(apx_compile_file_inspected(&g, &o, apx_inspect_write, &d), 0) << d.msg;
   ASSERT_EQ(apx_explain_fusion_emit(&g, &o, &d), 0) << d.msg;
   std::ifstream in(path);
   std::stringstream ss;

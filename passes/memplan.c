@@ -24,12 +24,6 @@ typedef struct Plan {
 
 static int64_t align_up(int64_t x) { return (x + APX_MEMPLAN_ALIGN - 1) & ~(int64_t)(APX_MEMPLAN_ALIGN - 1); }
 
-int apx_memplan_input_is_runtime(const ApxNode *n, int k) {
-  if (k < 0 || k >= n->n_in || n->in[k] < 0) return 0;
-  uint32_t mask = apx_op_info(n->op)->static_inputs;
-  return !(k < 32 && (mask >> k) & 1u);
-}
-
 /* In-place and view rules (ops.def flags, attrs.h contracts): pair i of node n says
  * output out_slot may take input in_slot's bytes; view = the output is a SHAPEONLY view
  * (allowed even when the input lives on). */
@@ -285,7 +279,7 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   for (int32_t t = 0; t < g->n_order; t++) {
     const ApxNode *n = &g->nodes[g->order[t]];
     for (int k = 0; k < n->n_in; k++)
-      if (apx_memplan_input_is_runtime(n, k) && n->in[k] < nv) USE(n->in[k], t);
+      if (apx_node_input_is_runtime(n, k) && n->in[k] < nv) USE(n->in[k], t);
     for (int k = 0; k < n->n_out; k++) {
       int v = n->out[k];
       if (v < 0 || v >= nv) continue;
@@ -322,7 +316,7 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
       inplace_pair(n, i, &in_slot, &out_slot, &view);
       int in = n->in[in_slot], out = n->out[out_slot];
       if (in < 0 || out < 0 || in >= nv || out >= nv || in == out) continue;
-      if (!apx_memplan_input_is_runtime(n, in_slot) || g->vals[out].mem_alias >= 0) continue;
+      if (!apx_node_input_is_runtime(n, in_slot) || g->vals[out].mem_alias >= 0) continue;
       ApxValue *vi = &g->vals[in], *vo = &g->vals[out];
       if (vo->kind != APX_VAL_ACTIVATION) continue;
       if (apx_value_bytes(vo) != apx_value_bytes(vi)) continue;

@@ -41,8 +41,6 @@ extern "C" {
 
 int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d);
 
-/* 1 when node input slot k is a runtime tensor (not a static shape/axes operand). */
-int apx_memplan_input_is_runtime(const ApxNode *n, int k);
 
 #ifdef __cplusplus
 }

@@ -31,22 +31,6 @@
 extern "C" {
 #endif
 
-/* Fixed inputs of OptimizerStep before the per-parameter groups. */
-enum {
-  APX_OPTIM_IN_FOUND_INF = 0,
-  APX_OPTIM_IN_NORM_SQ = 1,
-  APX_OPTIM_IN_LR = 2,
-  APX_OPTIM_IN_STEP = 3,
-  APX_OPTIM_IN_FIRST_GROUP = 4,
-};
-/* Outputs of UnscaleCheck before the unscaled gradients. */
-enum {
-  APX_UNSCALE_OUT_FOUND_INF = 0,
-  APX_UNSCALE_OUT_FIRST_BAD = 1,
-  APX_UNSCALE_OUT_NORM_SQ = 2,
-  APX_UNSCALE_OUT_FIRST_GRAD = 3,
-};
-
 int pass_optimizer(ApxGraph *g, const ApxOptions *o, ApxDiag *d);
 
 /* Number of per-parameter state groups of OptimizerStep for these attributes. */

@@ -3,7 +3,7 @@
 // notes.
 #include <cmath>
 
-#include "passes/precision_testing.h"
+#include "tests/testing/precision_testing.h"
 
 extern "C" {
 #include "kernels/half.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/policy.h"
+#include "passes/policy.h"
 #include "passes/precision_rules.h"
 
 typedef struct Dec {
@@ -22,8 +22,7 @@ typedef struct Ctx {
   int32_t n_vals0;         /* values before the pass (clamping adds some) */
   unsigned char *bn_param; /* [n_vals0] consumed in a KEEP slot of some node: stays fp32 */
   int *clamped;            /* [n_vals0] clamped copy of a constant, -1 */
-  ApxPolicy pol;
-  int have_pol;
+  const ApxPolicy *pol;    /* o->policy, NULL without --policy */
   int *pol_entry;          /* [n_nodes] policy node entry or -1 */
   int glob_hits[APX_MAX_LIST];
   int changed;
@@ -131,15 +130,15 @@ static int decide_override(Ctx *c, int id, Dec *r) {
                apx_arena_printf(&g->arena, "node override --fp32-nodes '%s'", o->fp32_nodes.items[i]));
       return 1;
     }
-  if (c->have_pol && c->pol_entry[id] >= 0) {
-    const ApxPolicyNode *e = &c->pol.nodes[c->pol_entry[id]];
+  if (c->pol && c->pol_entry[id] >= 0) {
+    const ApxPolicyNode *e = &c->pol->nodes[c->pol_entry[id]];
     ApxDType dt = apx_policy_dtype(e->kind, e->dtype, c->s.half);
     if (e->kind == APX_POLICY_DTYPE && !apx_dtype_is_float(dt))
-      apx_node_warn(c->d, g, id, "--policy %s asks %s for a float node, ignored", c->pol.path,
+      apx_node_warn(c->d, g, id, "--policy %s asks %s for a float node, ignored", c->pol->path,
                     apx_dtype_short(dt));
     if (apx_dtype_is_float(dt)) {
       *r = dec(dt, APX_REASON_POLICY_NODE,
-               apx_arena_printf(&g->arena, "node override --policy %s: %s", c->pol.path,
+               apx_arena_printf(&g->arena, "node override --policy %s: %s", c->pol->path,
                                 apx_dtype_short(dt)));
       return 1;
     }
@@ -159,13 +158,13 @@ static int decide_override(Ctx *c, int id, Dec *r) {
                               apx_dtype_short(w)));
     return 1;
   }
-  for (int i = 0; c->have_pol && i < c->pol.n_ops; i++) {
-    const ApxPolicyOp *e = &c->pol.ops[i];
+  for (int i = 0; c->pol && i < c->pol->n_ops; i++) {
+    const ApxPolicyOp *e = &c->pol->ops[i];
     if (e->op != n->op) continue;
     ApxDType dt = e->kind == APX_POLICY_PROMOTE ? or_fp32(widest_input(c, id))
                                                 : apx_policy_dtype(e->kind, e->dtype, c->s.half);
     *r = dec(dt, APX_REASON_POLICY_OP,
-             apx_arena_printf(&g->arena, "op override --policy %s: %s %s%s", c->pol.path, op,
+             apx_arena_printf(&g->arena, "op override --policy %s: %s %s%s", c->pol->path, op,
                               e->kind == APX_POLICY_PROMOTE ? "promote, widest input " : "",
                               apx_dtype_short(dt)));
     return 1;
@@ -346,7 +345,6 @@ static void ctx_free(Ctx *c) {
   free(c->bn_param);
   free(c->clamped);
   free(c->pol_entry);
-  if (c->have_pol) apx_policy_free(&c->pol);
 }
 
 static int decide_node(Ctx *c, int id) {
@@ -365,11 +363,11 @@ static int decide_node(Ctx *c, int id) {
   Dec r;
   if (decide_fixed(c, id, &r)) {
     /* a policy entry cannot move a node out of its role */
-    if (c->have_pol && c->pol_entry[id] >= 0) {
-      const ApxPolicyNode *e = &c->pol.nodes[c->pol_entry[id]];
+    if (c->pol && c->pol_entry[id] >= 0) {
+      const ApxPolicyNode *e = &c->pol->nodes[c->pol_entry[id]];
       ApxDType want = apx_policy_dtype(e->kind, e->dtype, c->s.half);
       if (e->kind != APX_POLICY_NONE && want != r.dt)
-        apx_node_warn(c->d, g, id, "--policy %s asks %s, ignored: %s", c->pol.path,
+        apx_node_warn(c->d, g, id, "--policy %s asks %s, ignored: %s", c->pol->path,
                       apx_dtype_short(want), r.detail);
     }
   } else if (decide_forward(c, id, finding, fdetail, &r)) {
@@ -409,10 +407,13 @@ int pass_precision(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
           (n->op == APX_OP_BatchNormalization || n->op == APX_OP_BatchNormRelu))
         c.bn_param[n->in[s]] = 1;
   }
-  if (o->policy_path) {
-    apx_policy_init(&c.pol);
-    c.have_pol = 1;
-    if (apx_policy_load_file(&c.pol, o->policy_path, d) || apx_policy_bind(&c.pol, g, c.pol_entry, d)) {
+  if (o->policy_path && !o->policy) {
+    ctx_free(&c);
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "internal error: --policy %s was not read", o->policy_path);
+  }
+  if (o->policy) {
+    c.pol = o->policy;
+    if (apx_policy_bind(c.pol, g, c.pol_entry, d)) {
       ctx_free(&c);
       return -1;
     }

@@ -34,7 +34,8 @@
  * fp32 anyway, the finding is kept in ApxNode.note, without a warning.
  *
  * Errors (exit 2): unknown op names in --half-ops/--fp32-ops/--promote-ops, an op in two
- * of them, and --policy errors (compiler/policy.h). Warnings: --fp32-nodes patterns that
+ * of them, and --policy binding errors (passes/policy.h; the file is read by the driver:
+ * compiler/policy_file.h). Warnings: --fp32-nodes patterns that
  * match no forward node; policy entries that contradict a fixed role (ignored).
  * Returns APX_PASS_CHANGED when a decision changed or a constant was clamped. */
 #ifndef APX_PASS_PRECISION_H

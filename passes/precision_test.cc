@@ -1,6 +1,6 @@
 // precision_test.cc - pass_precision: opt levels, lists, BN retention, overrides and their
 // precedence, fixed roles (integer, Cast, loss, optimizer), backward inheritance.
-#include "passes/precision_testing.h"
+#include "tests/testing/precision_testing.h"
 
 using apxtest::PGraph;
 

@@ -28,7 +28,6 @@
 #include "ir/options.h"
 #include "compiler/pipeline.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "passes/memplan.h"
 #include "runtime/backend.h"
 #include "runtime/collective.h"
 #include "runtime/exec.h"
@@ -265,7 +264,6 @@ static int cmd_infer(int argc, char **argv) {
   } else {
     have_graph = 1;
     if (apx_compile_file(&g, &a.o, &d)) goto done;
-    if (g.arena_bytes < 0 && pass_memplan(&g, &a.o, &d) < 0) goto done;
     if (apx_plan_from_graph(&g, &a.o, &plan, &d)) goto done;
     plan.path = a.model; /* errors of the compiled plan name the model file */
   }

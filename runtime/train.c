@@ -11,7 +11,6 @@
 
 #include "kernels/attrs.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "passes/optimizer.h"
 #include "runtime/export_onnx.h"
 
 void apx_train_config_init(ApxTrainConfig *c) {

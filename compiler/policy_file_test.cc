@@ -1,4 +1,4 @@
-// policy_test.cc - --policy file reading: errors name the path and the OS reason, and a
+// policy_file_test.cc - --policy file reading: errors name the path and the OS reason, and a
 // readable policy loads.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 #include <vector>
 
 extern "C" {
-#include "compiler/policy.h"
+#include "compiler/policy_file.h"
 }
 
 namespace {

@@ -17,6 +17,7 @@ extern "C" {
 #include "ir/ir.h"
 #include "ir/options.h"
 #include "ir/pass.h"
+#include "compiler/policy_file.h"
 #include "passes/precision_rules.h"
 #include "passes/cast_cleanup.h"
 #include "passes/cast_insert.h"
@@ -34,6 +35,8 @@ struct PGraph {
   ApxOptions o;
   char *warn_buf = nullptr;
   size_t warn_len = 0;
+  ApxPolicy policy;
+  bool policy_loaded = false;
 
   explicit PGraph(ApxOptLevel level, ApxDType half = APX_DT_F16) {
     apx_graph_init(&g, "m.onnx");
@@ -45,6 +48,7 @@ struct PGraph {
     o.verify_each_pass = 1;
   }
   ~PGraph() {
+    if (policy_loaded) apx_policy_free(&policy);
     if (d.warn_stream) fclose(d.warn_stream);
     free(warn_buf);
     apx_graph_free(&g);
@@ -52,10 +56,23 @@ struct PGraph {
   PGraph(const PGraph &) = delete;
   PGraph &operator=(const PGraph &) = delete;
 
-  // Applies the opt-level preset (call after setting flags, before running passes).
+  // Reads o.policy_path as the driver does (compiler/policy_file.h) into o.policy.
+  // Returns 0, or -1 with the reader's message in d.
+  int load_policy() {
+    if (!policy_loaded) apx_policy_init(&policy);
+    policy_loaded = true;
+    if (apx_policy_load_file(&policy, o.policy_path, &d)) return -1;
+    o.policy = &policy;
+    return 0;
+  }
+  // Applies the opt-level preset (call after setting flags, before running passes); reads
+  // o.policy_path when set.
   void preset() {
     char err[256];
     ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
+    if (o.policy_path && !o.policy) {
+      ASSERT_EQ(load_policy(), 0) << d.msg;
+    }
   }
 
   // graph input/output lists live in the arena like the loader's

@@ -1,21 +1,15 @@
-/* policy.h - --policy FILE.json: precision decisions read back from the --explain=json
- * schema (docs/explain-schema.md), applied by passes/precision.c.
+/* policy.h - the --policy decisions as data (passes/precision.c applies them): node entries
+ * and op entries with their decisions, and their binding to a graph's nodes by name. The
+ * driver reads the file (compiler/policy_file.h: the --explain=json schema,
+ * docs/explain-schema.md) and hands the result to the pass in ApxOptions.policy; the pass
+ * does no file I/O.
  *
- * Read from the file:
- *   "nodes": [{"name": N, "decision": D, "op": OP?}, ...]   node entries (every other
- *            member of an --explain=json row is ignored). They become node overrides,
- *            the highest-precedence rule, for forward float nodes; for backward, loss,
- *            optimizer, Cast and integer nodes (whose precision is fixed by their role) an
- *            entry that disagrees with the fixed decision is ignored with a warning.
- *   "ops":   [{"op": OP, "decision": D}, ...]              op entries, like --half-ops /
- *            --fp32-ops / --promote-ops (below the command-line flags).
- * D is "fp16", "bf16", "fp32", "fp64", "half" (the run's --half type), "promote" (op
- * entries only: widest float input), or for integer nodes their type ("i64", "bool", ...);
- * a node entry's null decision (an undecided row) only checks the name.
- * A "schema" member, when present, must be "apexc-explain/1". Unknown node names, unknown
- * op names, a node entry whose "op" differs from the model's node, duplicate entries and
- * malformed entries are errors naming them: "<policy>: unknown node 'a', 'b' (not in
- * model.onnx)". */
+ * Node entries become node overrides, the highest-precedence rule, for forward float nodes;
+ * for backward, loss, optimizer, Cast and integer nodes (whose precision is fixed by their
+ * role) an entry that disagrees with the fixed decision is ignored with a warning. Op entries
+ * act like --half-ops / --fp32-ops / --promote-ops (below the command-line flags). Binding:
+ * unknown node names, a node entry whose "op" differs from the model's node and duplicate
+ * entries are errors naming them: "<policy>: unknown node 'a', 'b' (not in model.onnx)". */
 #ifndef APX_POLICY_H
 #define APX_POLICY_H
 
@@ -29,8 +23,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define APX_EXPLAIN_SCHEMA "apexc-explain/1"
 
 typedef enum ApxPolicyKind {
   APX_POLICY_DTYPE = 0, /* dtype holds the decision */
@@ -65,10 +57,6 @@ typedef struct ApxPolicy {
 
 void apx_policy_init(ApxPolicy *p);
 void apx_policy_free(ApxPolicy *p);
-/* Reads and parses path. Returns 0, or -1 with "<path>: ..." in d (exit code 2). */
-int apx_policy_load_file(ApxPolicy *p, const char *path, ApxDiag *d);
-/* Parses a policy held in memory; path is used in messages. */
-int apx_policy_parse(ApxPolicy *p, const char *path, const char *text, size_t len, ApxDiag *d);
 /* Matches node entries to the live nodes of g by name: node_entry[id] = entry index or -1
  * for every node id (n_nodes ints). Every entry must match at least one node (nodes with
  * the same name all take the entry) and agree with its op when it names one. */
