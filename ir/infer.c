@@ -1,6 +1,7 @@
-/* infer.c - entry points of canonicalization and inference: finds the op's rule in the
- * family tables (infer_elementwise.c, infer_nn.c, infer_shape_ops.c, infer_train_ops.c),
- * checks arity and that every input has a known dtype and static shape, then runs it. */
+/* infer.c - entry points of canonicalization and inference: finds the op's rule (the
+ * generated kinds' shared rules, or the family tables infer_elementwise.c, infer_nn.c,
+ * infer_shape_ops.c, infer_train_ops.c for ops of kind OWN), checks arity (the op table)
+ * and that every input has a known dtype and static shape, then runs it. */
 #include "ir/infer.h"
 
 #include <stdio.h>
@@ -15,7 +16,16 @@ static const InferRule *const families[] = {
     apx_infer_rules_train,
 };
 
+/* The generated kinds' rules (ops.def KIND): generic canonicalization, shared inference. */
+static const InferRule ew_unary_rule = {APX_OP_INVALID, NULL, infer_ew_unary};
+static const InferRule ew_unary_grad_rule = {APX_OP_INVALID, NULL, infer_ew_unary_grad};
+
 static const InferRule *rule_for(ApxOp op) {
+  switch ((ApxOpKind)apx_op_info(op)->kind) {
+    case APX_KIND_EW_UNARY: return &ew_unary_rule;
+    case APX_KIND_EW_UNARY_GRAD: return &ew_unary_grad_rule;
+    case APX_KIND_OWN: break;
+  }
   for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
     for (const InferRule *r = families[f]; r->op != APX_OP_INVALID; r++)
       if (r->op == op) return r;
@@ -28,9 +38,11 @@ static const char *op_label(const ApxNode *n) {
   return n->op_type ? n->op_type : apx_op_name(n->op);
 }
 
-/* Arity: the first min_in inputs present, at most max_in inputs; outputs alike. */
-static int check_arity(const ApxGraph *g, int node, const InferRule *r, ApxDiag *d) {
+/* Arity (ops.def IO): the first min_in inputs present, at most max_in inputs; outputs
+ * alike. */
+static int check_arity(const ApxGraph *g, int node, ApxDiag *d) {
   const ApxNode *n = &g->nodes[node];
+  const ApxOpInfo *r = apx_op_info(n->op);
   if (n->n_in < r->min_in || (r->max_in >= 0 && n->n_in > r->max_in)) {
     if (r->max_in == r->min_in)
       return apx_node_error(d, g, node, "expects %d inputs, got %d", r->min_in, n->n_in);
@@ -105,11 +117,11 @@ int apx_node_canonicalize(ApxGraph *g, int node, ApxDiag *d) {
   const InferRule *r = rule_for(n->op);
   if (!r) return unsupported(g, node, d);
   if (!n->typed) return apx_node_error(d, g, node, "has no typed attribute storage");
-  if (check_arity(g, node, r, d)) return -1;
+  if (check_arity(g, node, d)) return -1;
   /* Internal ops: the creating pass owns the typed struct. */
-  if ((info->flags & APX_OPF_INTERNAL) || !r->canon) return 0;
+  if (info->flags & APX_OPF_INTERNAL) return 0;
   if (check_inputs_known(g, node, d)) return -1;
-  return r->canon(g, node, d);
+  return r->canon ? r->canon(g, node, d) : infer_attrs_from_fields(g, node, d);
 }
 
 int apx_node_infer(ApxGraph *g, int node, ApxDiag *d) {
@@ -119,7 +131,7 @@ int apx_node_infer(ApxGraph *g, int node, ApxDiag *d) {
   const InferRule *r = rule_for(n->op);
   if (!r) return unsupported(g, node, d);
   if (!n->typed) return apx_node_error(d, g, node, "has no typed attribute storage");
-  if (check_arity(g, node, r, d)) return -1;
+  if (check_arity(g, node, d)) return -1;
   if (check_inputs_known(g, node, d)) return -1;
   return r->infer(g, node, d);
 }

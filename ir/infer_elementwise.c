@@ -1,35 +1,12 @@
 /* infer_elementwise.c - elementwise ops and their gradients: numpy broadcasting, dtype
- * rules (Equal -> bool, Cast -> to, Pow keeps the base's type), LeakyRelu/Gelu/Cast
- * attributes. */
+ * rules (Equal -> bool, Cast -> to, Pow keeps the base's type), Cast attributes; the
+ * inference of the generated kinds EW_UNARY and EW_UNARY_GRAD (ops.def). */
 #include <math.h>
 #include <string.h>
 
 #include "ir/infer_util.h"
 
 /* ---- canonicalization --------------------------------------------------------------- */
-
-static int canon_leaky_relu(ApxGraph *g, int node, ApxDiag *d) {
-  ApxAttrLeakyRelu *a = APX_NODE_ATTRS(g, node, ApxAttrLeakyRelu);
-  float alpha;
-  if (infer_attr_float(g, node, "alpha", 0.01f, &alpha, d)) return -1;
-  if (!isfinite(alpha))
-    return apx_node_error(d, g, node, "attribute 'alpha' = %g must be finite", alpha);
-  a->alpha = alpha;
-  return 0;
-}
-
-static int canon_gelu(ApxGraph *g, int node, ApxDiag *d) {
-  ApxAttrGelu *a = APX_NODE_ATTRS(g, node, ApxAttrGelu);
-  const char *s;
-  if (infer_attr_string(g, node, "approximate", "none", &s, d)) return -1;
-  if (strcmp(s, "none") == 0)
-    a->approximate = APX_GELU_NONE;
-  else if (strcmp(s, "tanh") == 0)
-    a->approximate = APX_GELU_TANH;
-  else
-    return apx_node_error(d, g, node, "attribute 'approximate' = '%s' (expected 'none' or 'tanh')", s);
-  return 0;
-}
 
 static int canon_cast(ApxGraph *g, int node, ApxDiag *d) {
   ApxAttrCast *a = APX_NODE_ATTRS(g, node, ApxAttrCast);
@@ -102,7 +79,7 @@ static int unary(ApxGraph *g, int node, unsigned mask, ApxDiag *d) {
   return infer_set_out_like(g, node, 0, 0, d);
 }
 
-static int infer_unary_float(ApxGraph *g, int node, ApxDiag *d) {
+int infer_ew_unary(ApxGraph *g, int node, ApxDiag *d) {
   return unary(g, node, INFER_DT_FLOAT, d);
 }
 
@@ -140,7 +117,7 @@ static int infer_cast(ApxGraph *g, int node, ApxDiag *d) {
 
 /* Elementwise gradient GradOp(dY, T) -> dX: T (X or Y of the forward) has dY's shape and
  * dtype (DropoutGrad: T is the bool mask); dX is shaped like dY. */
-static int infer_unary_grad(ApxGraph *g, int node, ApxDiag *d) {
+int infer_ew_unary_grad(ApxGraph *g, int node, ApxDiag *d) {
   const ApxValue *dy = infer_in(g, node, 0);
   if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d)) return -1;
   if (g->nodes[node].op == APX_OP_DropoutGrad) {
@@ -171,37 +148,21 @@ static int infer_pow_grad(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out_shape(g, node, 1, infer_in(g, node, 2)->dtype, &s, d);
 }
 
-#define R(OP, MIN_IN, MAX_IN, MIN_OUT, MAX_OUT, CANON, INFER) \
-  {APX_OP_##OP, MIN_IN, MAX_IN, MIN_OUT, MAX_OUT, CANON, INFER}
+#define R(OP, CANON, INFER) {APX_OP_##OP, CANON, INFER}
 
 const InferRule apx_infer_rules_elementwise[] = {
-    R(Add, 2, 2, 1, 1, NULL, infer_arith),
-    R(Sub, 2, 2, 1, 1, NULL, infer_arith),
-    R(Mul, 2, 2, 1, 1, NULL, infer_arith),
-    R(Div, 2, 2, 1, 1, NULL, infer_arith),
-    R(Neg, 1, 1, 1, 1, NULL, infer_unary_signed),
-    R(Relu, 1, 1, 1, 1, NULL, infer_unary_signed),
-    R(LeakyRelu, 1, 1, 1, 1, canon_leaky_relu, infer_unary_float),
-    R(Sigmoid, 1, 1, 1, 1, NULL, infer_unary_float),
-    R(Tanh, 1, 1, 1, 1, NULL, infer_unary_float),
-    R(Gelu, 1, 1, 1, 1, canon_gelu, infer_unary_float),
-    R(Erf, 1, 1, 1, 1, NULL, infer_unary_float),
-    R(Sqrt, 1, 1, 1, 1, NULL, infer_unary_float),
-    R(Exp, 1, 1, 1, 1, NULL, infer_unary_float),
-    R(Log, 1, 1, 1, 1, NULL, infer_unary_float),
-    R(Pow, 2, 2, 1, 1, NULL, infer_pow),
-    R(Where, 3, 3, 1, 1, NULL, infer_where),
-    R(Cast, 1, 1, 1, 1, canon_cast, infer_cast),
-    R(Equal, 2, 2, 1, 1, NULL, infer_equal),
-    R(Sum, 1, -1, 1, 1, NULL, infer_sum),
-    R(ReluGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
-    R(LeakyReluGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
-    R(SigmoidGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
-    R(TanhGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
-    R(GeluGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
-    R(ErfGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
-    R(SqrtGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
-    R(DropoutGrad, 2, 2, 1, 1, NULL, infer_unary_grad),
-    R(PowGrad, 3, 3, 1, 2, NULL, infer_pow_grad),
-    {APX_OP_INVALID, 0, 0, 0, 0, NULL, NULL},
+    R(Add, NULL, infer_arith),
+    R(Sub, NULL, infer_arith),
+    R(Mul, NULL, infer_arith),
+    R(Div, NULL, infer_arith),
+    R(Neg, NULL, infer_unary_signed),
+    R(Relu, NULL, infer_unary_signed),
+    R(Pow, NULL, infer_pow),
+    R(Where, NULL, infer_where),
+    R(Cast, canon_cast, infer_cast),
+    R(Equal, NULL, infer_equal),
+    R(Sum, NULL, infer_sum),
+    R(DropoutGrad, NULL, infer_ew_unary_grad),
+    R(PowGrad, NULL, infer_pow_grad),
+    {APX_OP_INVALID, NULL, NULL},
 };

@@ -21,21 +21,6 @@ static int check_input_shape(const ApxGraph *g, int node, int slot, const IShape
 
 /* ---- Gemm, MatMul, FusedMatMul, FusedDense ------------------------------------------ */
 
-static int canon_gemm(ApxGraph *g, int node, ApxDiag *d) {
-  ApxAttrGemm *a = APX_NODE_ATTRS(g, node, ApxAttrGemm);
-  int64_t ta, tb;
-  if (infer_attr_float(g, node, "alpha", 1.0f, &a->alpha, d)) return -1;
-  if (infer_attr_float(g, node, "beta", 1.0f, &a->beta, d)) return -1;
-  if (infer_attr_int(g, node, "transA", 0, &ta, d)) return -1;
-  if (infer_attr_int(g, node, "transB", 0, &tb, d)) return -1;
-  if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
-    return apx_node_error(d, g, node, "attribute '%s' = %" PRId64 " (expected 0 or 1)",
-                          (ta != 0 && ta != 1) ? "transA" : "transB", (ta != 0 && ta != 1) ? ta : tb);
-  a->trans_a = (int32_t)ta;
-  a->trans_b = (int32_t)tb;
-  return 0;
-}
-
 #define MATMUL_TYPES (INFER_DT_FLOAT | INFER_DT_INDEX | INFER_DT_UINT)
 
 static int infer_gemm(ApxGraph *g, int node, ApxDiag *d) {
@@ -860,43 +845,42 @@ static int infer_nll_grad(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out_shape(g, node, 0, infer_in(g, node, 0)->dtype, &xs, d);
 }
 
-#define R(OP, MIN_IN, MAX_IN, MIN_OUT, MAX_OUT, CANON, INFER) \
-  {APX_OP_##OP, MIN_IN, MAX_IN, MIN_OUT, MAX_OUT, CANON, INFER}
+#define R(OP, CANON, INFER) {APX_OP_##OP, CANON, INFER}
 
 const InferRule apx_infer_rules_nn[] = {
-    R(Gemm, 2, 3, 1, 1, canon_gemm, infer_gemm),
-    R(MatMul, 2, 2, 1, 1, NULL, infer_matmul),
-    R(FusedMatMul, 2, 2, 1, 1, NULL, infer_fused_matmul),
-    R(FusedDense, 2, 3, 1, 2, NULL, infer_fused_dense),
-    R(FusedDenseGrad, 3, 4, 1, 3, NULL, infer_fused_dense_grad),
-    R(Softmax, 1, 1, 1, 1, canon_softmax, infer_softmax),
-    R(LogSoftmax, 1, 1, 1, 1, canon_softmax, infer_softmax),
-    R(SoftmaxGrad, 2, 2, 1, 1, NULL, infer_softmax_grad),
-    R(LogSoftmaxGrad, 2, 2, 1, 1, NULL, infer_softmax_grad),
-    R(FusedSoftmax, 1, 2, 1, 1, NULL, infer_fused_softmax),
-    R(FusedSoftmaxGrad, 2, 2, 1, 1, NULL, infer_softmax_grad),
-    R(LayerNormalization, 2, 3, 1, 3, canon_layer_norm, infer_layer_norm),
-    R(LayerNormGrad, 5, 5, 1, 3, NULL, infer_layer_norm_grad),
-    R(BatchNormalization, 5, 5, 1, 5, canon_batch_norm, infer_batch_norm),
-    R(BatchNormRelu, 5, 5, 1, 5, NULL, infer_batch_norm),
-    R(BatchNormGrad, 5, 5, 1, 3, NULL, infer_batch_norm_grad),
-    R(BatchNormReluGrad, 6, 6, 1, 3, NULL, infer_batch_norm_relu_grad),
-    R(Dropout, 1, 3, 1, 2, canon_dropout, infer_dropout),
-    R(Conv, 2, 3, 1, 1, canon_conv, infer_conv),
-    R(ConvBiasRelu, 2, 3, 1, 1, NULL, infer_conv),
-    R(ConvGrad, 3, 3, 1, 3, NULL, infer_conv_grad),
-    R(ConvBiasReluGrad, 4, 4, 1, 3, NULL, infer_conv_relu_grad),
-    R(MaxPool, 1, 1, 1, 2, canon_pool, infer_pool),
-    R(AveragePool, 1, 1, 1, 1, canon_pool, infer_pool),
-    R(MaxPoolGrad, 2, 2, 1, 1, NULL, infer_max_pool_grad),
-    R(AveragePoolGrad, 1, 1, 1, 1, NULL, infer_avg_pool_grad),
-    R(GlobalAveragePool, 1, 1, 1, 1, NULL, infer_global_avg_pool),
-    R(GlobalAveragePoolGrad, 1, 1, 1, 1, NULL, infer_global_avg_pool_grad),
-    R(SoftmaxCrossEntropyLoss, 2, 3, 1, 2, canon_loss, infer_loss),
-    R(NegativeLogLikelihoodLoss, 2, 3, 1, 1, canon_loss, infer_loss),
-    R(FusedXentropy, 2, 2, 1, 2, NULL, infer_loss),
-    R(SoftmaxCrossEntropyLossGrad, 3, 4, 1, 1, NULL, infer_sce_grad),
-    R(NegativeLogLikelihoodLossGrad, 2, 3, 1, 1, NULL, infer_nll_grad),
-    R(FusedXentropyGrad, 4, 4, 1, 1, NULL, infer_xent_grad),
-    {APX_OP_INVALID, 0, 0, 0, 0, NULL, NULL},
+    R(Gemm, NULL, infer_gemm),
+    R(MatMul, NULL, infer_matmul),
+    R(FusedMatMul, NULL, infer_fused_matmul),
+    R(FusedDense, NULL, infer_fused_dense),
+    R(FusedDenseGrad, NULL, infer_fused_dense_grad),
+    R(Softmax, canon_softmax, infer_softmax),
+    R(LogSoftmax, canon_softmax, infer_softmax),
+    R(SoftmaxGrad, NULL, infer_softmax_grad),
+    R(LogSoftmaxGrad, NULL, infer_softmax_grad),
+    R(FusedSoftmax, NULL, infer_fused_softmax),
+    R(FusedSoftmaxGrad, NULL, infer_softmax_grad),
+    R(LayerNormalization, canon_layer_norm, infer_layer_norm),
+    R(LayerNormGrad, NULL, infer_layer_norm_grad),
+    R(BatchNormalization, canon_batch_norm, infer_batch_norm),
+    R(BatchNormRelu, NULL, infer_batch_norm),
+    R(BatchNormGrad, NULL, infer_batch_norm_grad),
+    R(BatchNormReluGrad, NULL, infer_batch_norm_relu_grad),
+    R(Dropout, canon_dropout, infer_dropout),
+    R(Conv, canon_conv, infer_conv),
+    R(ConvBiasRelu, NULL, infer_conv),
+    R(ConvGrad, NULL, infer_conv_grad),
+    R(ConvBiasReluGrad, NULL, infer_conv_relu_grad),
+    R(MaxPool, canon_pool, infer_pool),
+    R(AveragePool, canon_pool, infer_pool),
+    R(MaxPoolGrad, NULL, infer_max_pool_grad),
+    R(AveragePoolGrad, NULL, infer_avg_pool_grad),
+    R(GlobalAveragePool, NULL, infer_global_avg_pool),
+    R(GlobalAveragePoolGrad, NULL, infer_global_avg_pool_grad),
+    R(SoftmaxCrossEntropyLoss, canon_loss, infer_loss),
+    R(NegativeLogLikelihoodLoss, canon_loss, infer_loss),
+    R(FusedXentropy, NULL, infer_loss),
+    R(SoftmaxCrossEntropyLossGrad, NULL, infer_sce_grad),
+    R(NegativeLogLikelihoodLossGrad, NULL, infer_nll_grad),
+    R(FusedXentropyGrad, NULL, infer_xent_grad),
+    {APX_OP_INVALID, NULL, NULL},
 };

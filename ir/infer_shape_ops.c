@@ -758,29 +758,28 @@ static int infer_range(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out(g, node, 0, infer_in(g, node, 0)->dtype, 1, &n, d);
 }
 
-#define R(OP, MIN_IN, MAX_IN, MIN_OUT, MAX_OUT, CANON, INFER) \
-  {APX_OP_##OP, MIN_IN, MAX_IN, MIN_OUT, MAX_OUT, CANON, INFER}
+#define R(OP, CANON, INFER) {APX_OP_##OP, CANON, INFER}
 
 const InferRule apx_infer_rules_shape[] = {
-    R(Flatten, 1, 1, 1, 1, canon_flatten, infer_flatten),
-    R(Reshape, 1, 2, 1, 1, canon_reshape, infer_reshape),
-    R(Transpose, 1, 1, 1, 1, canon_transpose, infer_transpose),
-    R(Squeeze, 1, 2, 1, 1, canon_squeeze, infer_squeeze),
-    R(Unsqueeze, 1, 2, 1, 1, canon_unsqueeze, infer_unsqueeze),
-    R(Identity, 1, 1, 1, 1, NULL, infer_identity),
-    R(Concat, 1, -1, 1, 1, canon_concat, infer_concat),
-    R(Split, 1, 2, 1, -1, canon_split, infer_split),
-    R(Slice, 1, 5, 1, 1, canon_slice, infer_slice),
-    R(SliceGrad, 1, 1, 1, 1, NULL, infer_slice_grad),
-    R(Gather, 2, 2, 1, 1, canon_gather, infer_gather),
-    R(GatherGrad, 2, 2, 1, 1, NULL, infer_gather_grad),
-    R(Expand, 1, 2, 1, 1, canon_expand, infer_expand),
-    R(ReduceSum, 1, 2, 1, 1, canon_reduce, infer_reduce),
-    R(ReduceMean, 1, 2, 1, 1, canon_reduce, infer_reduce),
-    R(ReduceSumTo, 1, 2, 1, 1, NULL, infer_reduce_sum_to),
-    R(Shape, 1, 1, 1, 1, canon_shape, infer_shape),
-    R(Constant, 0, 0, 1, 1, NULL, infer_constant),
-    R(ConstantOfShape, 1, 1, 1, 1, canon_constant_of_shape, infer_constant_of_shape),
-    R(Range, 3, 3, 1, 1, NULL, infer_range),
-    {APX_OP_INVALID, 0, 0, 0, 0, NULL, NULL},
+    R(Flatten, canon_flatten, infer_flatten),
+    R(Reshape, canon_reshape, infer_reshape),
+    R(Transpose, canon_transpose, infer_transpose),
+    R(Squeeze, canon_squeeze, infer_squeeze),
+    R(Unsqueeze, canon_unsqueeze, infer_unsqueeze),
+    R(Identity, NULL, infer_identity),
+    R(Concat, canon_concat, infer_concat),
+    R(Split, canon_split, infer_split),
+    R(Slice, canon_slice, infer_slice),
+    R(SliceGrad, NULL, infer_slice_grad),
+    R(Gather, canon_gather, infer_gather),
+    R(GatherGrad, NULL, infer_gather_grad),
+    R(Expand, canon_expand, infer_expand),
+    R(ReduceSum, canon_reduce, infer_reduce),
+    R(ReduceMean, canon_reduce, infer_reduce),
+    R(ReduceSumTo, NULL, infer_reduce_sum_to),
+    R(Shape, canon_shape, infer_shape),
+    R(Constant, NULL, infer_constant),
+    R(ConstantOfShape, canon_constant_of_shape, infer_constant_of_shape),
+    R(Range, NULL, infer_range),
+    {APX_OP_INVALID, NULL, NULL},
 };

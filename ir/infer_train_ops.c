@@ -110,14 +110,13 @@ static int infer_allreduce(ApxGraph *g, int node, ApxDiag *d) {
   return 0;
 }
 
-#define R(OP, MIN_IN, MAX_IN, MIN_OUT, MAX_OUT, CANON, INFER) \
-  {APX_OP_##OP, MIN_IN, MAX_IN, MIN_OUT, MAX_OUT, CANON, INFER}
+#define R(OP, CANON, INFER) {APX_OP_##OP, CANON, INFER}
 
 const InferRule apx_infer_rules_train[] = {
-    R(LossScaleSeed, 2, 2, 1, 1, NULL, infer_loss_scale_seed),
-    R(UnscaleCheck, 1, -1, 3, -1, NULL, infer_unscale_check),
-    R(OptimizerStep, 4, -1, 0, 0, NULL, infer_optimizer_step),
-    R(AssignState, 2, 2, 0, 0, NULL, infer_assign_state),
-    R(Allreduce, 1, -1, 1, -1, NULL, infer_allreduce),
-    {APX_OP_INVALID, 0, 0, 0, 0, NULL, NULL},
+    R(LossScaleSeed, NULL, infer_loss_scale_seed),
+    R(UnscaleCheck, NULL, infer_unscale_check),
+    R(OptimizerStep, NULL, infer_optimizer_step),
+    R(AssignState, NULL, infer_assign_state),
+    R(Allreduce, NULL, infer_allreduce),
+    {APX_OP_INVALID, NULL, NULL},
 };

@@ -3,6 +3,7 @@
 #include "ir/infer_util.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +138,76 @@ int infer_attr_ints(const ApxGraph *g, int node, const char *name, int64_t *out,
   for (int i = 0; i < a->n; i++) out[i] = a->ints[i];
   *n = a->n;
   return 1;
+}
+
+/* ---- attributes from the typed struct's fields (attrs.def) ------------------------- */
+
+/* "'a' or 'b'" / "'a', 'b' or 'c'" from an ENUM field's names. */
+static void enum_choices(const ApxAttrField *f, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = '\0';
+  char name[64];
+  int count = 0;
+  while (apx_attr_enum_name(f, count, name, sizeof name)) count++;
+  for (int i = 0; i < count && len < cap; i++) {
+    apx_attr_enum_name(f, i, name, sizeof name);
+    const char *sep = i == 0 ? "" : i == count - 1 ? " or " : ", ";
+    len += (size_t)snprintf(buf + len, cap - len, "%s'%s'", sep, name);
+  }
+}
+
+int infer_attrs_from_fields(ApxGraph *g, int node, ApxDiag *d) {
+  const ApxNode *n = &g->nodes[node];
+  const ApxAttrDesc *desc = apx_op_attrs(n->op);
+  char *base = n->typed;
+  for (int32_t i = 0; i < desc->n_fields; i++) {
+    const ApxAttrField *f = &desc->fields[i];
+    if (!f->onnx) continue;
+    char *p = base + f->offset;
+    switch ((ApxAttrFieldKind)f->kind) {
+      case APX_FIELD_F32: {
+        float v;
+        if (infer_attr_float(g, node, f->onnx, f->fdef, &v, d)) return -1;
+        if (!isfinite(v)) return apx_node_error(d, g, node, "attribute '%s' = %g must be finite", f->onnx, v);
+        memcpy(p, &v, sizeof v);
+        break;
+      }
+      case APX_FIELD_I32: case APX_FIELD_BOOL: case APX_FIELD_DTYPE: {
+        int64_t v;
+        if (infer_attr_int(g, node, f->onnx, f->idef, &v, d)) return -1;
+        if (f->kind == APX_FIELD_BOOL && v != 0 && v != 1)
+          return apx_node_error(d, g, node, "attribute '%s' = %" PRId64 " (expected 0 or 1)", f->onnx, v);
+        if (v < INT32_MIN || v > INT32_MAX)
+          return apx_node_error(d, g, node, "attribute '%s' = %" PRId64 " is out of range", f->onnx, v);
+        int32_t w = (int32_t)v;
+        memcpy(p, &w, sizeof w);
+        break;
+      }
+      case APX_FIELD_I64: {
+        int64_t v;
+        if (infer_attr_int(g, node, f->onnx, f->idef, &v, d)) return -1;
+        memcpy(p, &v, sizeof v);
+        break;
+      }
+      case APX_FIELD_ENUM: {
+        char def[64], choices[256];
+        const char *s;
+        if (!apx_attr_enum_name(f, f->idef, def, sizeof def))
+          return apx_node_error(d, g, node, "internal error: attribute '%s' has no default", f->onnx);
+        if (infer_attr_string(g, node, f->onnx, def, &s, d)) return -1;
+        int32_t idx = apx_attr_enum_index(f, s);
+        if (idx < 0) {
+          enum_choices(f, choices, sizeof choices);
+          return apx_node_error(d, g, node, "attribute '%s' = '%s' (expected %s)", f->onnx, s, choices);
+        }
+        memcpy(p, &idx, sizeof idx);
+        break;
+      }
+      case APX_FIELD_COUNT: case APX_FIELD_I64S: case APX_FIELD_I64V:
+        break; /* arrays: ops with array attributes canonicalize them by hand */
+    }
+  }
+  return 0;
 }
 
 /* ---- static inputs ------------------------------------------------------------------ */

@@ -12,15 +12,25 @@
 
 typedef int (*InferFn)(ApxGraph *g, int node, ApxDiag *d);
 
-/* One op's rule: arity (first min_in inputs required; max -1 = variadic) and the two
- * steps (canon NULL: nothing to canonicalize). Family tables end with op APX_OP_INVALID. */
+/* One op's rule for the ops of kind OWN (ops.def): the two steps. canon NULL: the typed
+ * attributes are read generically from their fields (attrs.def; infer_attrs_from_fields).
+ * Arity comes from the op table. Family tables end with op APX_OP_INVALID. */
 typedef struct InferRule {
   ApxOp op;
-  int8_t min_in, max_in;
-  int8_t min_out, max_out;
   InferFn canon;
   InferFn infer;
 } InferRule;
+
+/* The inference of the generated kinds (ops.def KIND, infer_elementwise.c):
+ * EW_UNARY y = f(x): float input, output of its dtype and shape;
+ * EW_UNARY_GRAD dX = f(dY, T): dY float, T of dY's dtype and shape, dX like dY. */
+int infer_ew_unary(ApxGraph *g, int node, ApxDiag *d);
+int infer_ew_unary_grad(ApxGraph *g, int node, ApxDiag *d);
+
+/* Generic canonicalization (ops without a hand-written canon): every scalar field of the
+ * op's typed struct that has an ONNX name is read from the node's attributes, its default
+ * when absent; F32 must be finite, BOOL 0 or 1, ENUM one of its names. */
+int infer_attrs_from_fields(ApxGraph *g, int node, ApxDiag *d);
 
 extern const InferRule apx_infer_rules_elementwise[];
 extern const InferRule apx_infer_rules_nn[];

@@ -6,12 +6,15 @@
  * Forward:  relu, leaky_relu, sigmoid, erf, gelu (erf form), gelu_tanh (tanh approximation)
  * Backward: relu_grad(dy, x or y: same sign), leaky_relu_grad(dy, x, alpha), sigmoid_grad(dy, y),
  *           tanh_grad(dy, y), gelu_grad(dy, x), gelu_tanh_grad(dy, x), erf_grad(dy, x),
- *           sqrt_grad(dy, y)   (x: the forward input, y: the forward output) */
+ *           sqrt_grad(dy, y)   (x: the forward input, y: the forward output)
+ * Ops of kind EW_UNARY / EW_UNARY_GRAD (ops.def): apx_ew_<ID>(x, attrs) and
+ *           apx_ew_<ID>(dy, t, attrs), the function the generated kernels call. */
 #ifndef APX_EW_MATH_H
 #define APX_EW_MATH_H
 
 #include <math.h>
 
+#include "kernels/attrs.h"
 #include "kernels/half.h" /* APX_HD */
 
 #ifdef __cplusplus
@@ -62,6 +65,8 @@ static inline APX_HD float apx_erf_poly_f32(float xf) {
 #define APX_EW_EXP expf
 #define APX_EW_TANH tanhf
 #define APX_EW_ERF apx_erf_poly_f32
+#define APX_EW_SQRT sqrtf
+#define APX_EW_LOG logf
 #include "kernels/ew_math.inc"
 #undef APX_EW_T
 #undef APX_EW_F
@@ -69,6 +74,8 @@ static inline APX_HD float apx_erf_poly_f32(float xf) {
 #undef APX_EW_EXP
 #undef APX_EW_TANH
 #undef APX_EW_ERF
+#undef APX_EW_SQRT
+#undef APX_EW_LOG
 
 #define APX_EW_T double
 #define APX_EW_F(name) name##_f64
@@ -76,6 +83,8 @@ static inline APX_HD float apx_erf_poly_f32(float xf) {
 #define APX_EW_EXP exp
 #define APX_EW_TANH tanh
 #define APX_EW_ERF erf
+#define APX_EW_SQRT sqrt
+#define APX_EW_LOG log
 #include "kernels/ew_math.inc"
 #undef APX_EW_T
 #undef APX_EW_F
@@ -83,6 +92,8 @@ static inline APX_HD float apx_erf_poly_f32(float xf) {
 #undef APX_EW_EXP
 #undef APX_EW_TANH
 #undef APX_EW_ERF
+#undef APX_EW_SQRT
+#undef APX_EW_LOG
 
 #ifdef __cplusplus
 }

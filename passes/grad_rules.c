@@ -1,5 +1,5 @@
-/* grad_rules.c - the gradient-rule table (one entry per v1 op, indexed by op) and the
- * helpers rules use to emit backward nodes. */
+/* grad_rules.c - the gradient-rule table (expanded from ops.def's GRAD column, indexed by
+ * op) and the helpers rules use to emit backward nodes. */
 #include "passes/grad_rules.h"
 
 #include <string.h>
@@ -7,49 +7,15 @@
 #include "ir/infer.h"
 
 static const GradRuleFn rules[APX_OP_COUNT] = {
-    [APX_OP_Gemm] = apx_grad_Gemm,
-    [APX_OP_MatMul] = apx_grad_MatMul,
-    [APX_OP_Add] = apx_grad_Add,
-    [APX_OP_Sub] = apx_grad_Sub,
-    [APX_OP_Mul] = apx_grad_Mul,
-    [APX_OP_Div] = apx_grad_Div,
-    [APX_OP_Neg] = apx_grad_Neg,
-    [APX_OP_Relu] = apx_grad_Relu,
-    [APX_OP_LeakyRelu] = apx_grad_LeakyRelu,
-    [APX_OP_Sigmoid] = apx_grad_Sigmoid,
-    [APX_OP_Tanh] = apx_grad_Tanh,
-    [APX_OP_Gelu] = apx_grad_Gelu,
-    [APX_OP_Erf] = apx_grad_Erf,
-    [APX_OP_Sqrt] = apx_grad_Sqrt,
-    [APX_OP_Pow] = apx_grad_Pow,
-    [APX_OP_Exp] = apx_grad_Exp,
-    [APX_OP_Log] = apx_grad_Log,
-    [APX_OP_Softmax] = apx_grad_Softmax,
-    [APX_OP_LogSoftmax] = apx_grad_LogSoftmax,
-    [APX_OP_LayerNormalization] = apx_grad_LayerNormalization,
-    [APX_OP_BatchNormalization] = apx_grad_BatchNormalization,
-    [APX_OP_Dropout] = apx_grad_Dropout,
-    [APX_OP_Conv] = apx_grad_Conv,
-    [APX_OP_MaxPool] = apx_grad_MaxPool,
-    [APX_OP_AveragePool] = apx_grad_AveragePool,
-    [APX_OP_GlobalAveragePool] = apx_grad_GlobalAveragePool,
-    [APX_OP_Flatten] = apx_grad_Reshape,
-    [APX_OP_Reshape] = apx_grad_Reshape,
-    [APX_OP_Transpose] = apx_grad_Transpose,
-    [APX_OP_Squeeze] = apx_grad_Reshape,
-    [APX_OP_Unsqueeze] = apx_grad_Reshape,
-    [APX_OP_Identity] = apx_grad_Identity,
-    [APX_OP_Concat] = apx_grad_Concat,
-    [APX_OP_Split] = apx_grad_Split,
-    [APX_OP_Slice] = apx_grad_Slice,
-    [APX_OP_Gather] = apx_grad_Gather,
-    [APX_OP_Expand] = apx_grad_Expand,
-    [APX_OP_ReduceSum] = apx_grad_ReduceSum,
-    [APX_OP_ReduceMean] = apx_grad_ReduceMean,
-    [APX_OP_Where] = apx_grad_Where,
-    [APX_OP_Cast] = apx_grad_Cast,
-    [APX_OP_SoftmaxCrossEntropyLoss] = apx_grad_SoftmaxCrossEntropyLoss,
-    [APX_OP_NegativeLogLikelihoodLoss] = apx_grad_NegativeLogLikelihoodLoss,
+#define IO(a, b, c, d)
+#define APX_GRAD(rule) apx_grad_##rule
+#define APX_NOGRAD NULL
+#define APX_OP(ID, NAME, PREC, FLAGS, STATIC, ATTRS, ARITY, GRAD, KIND) [APX_OP_##ID] = GRAD,
+#include "kernels/ops.def"
+#undef APX_OP
+#undef APX_GRAD
+#undef APX_NOGRAD
+#undef IO
 };
 
 GradRuleFn apx_grad_rule(ApxOp op) {

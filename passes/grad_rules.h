@@ -1,7 +1,8 @@
 /* grad_rules.h - gradient rules of the v1 ops (private to //passes:autodiff).
  *
- * One rule per op, found in one table indexed by op (grad_rules.c); the rules themselves
- * live by op family in grad_rules_elementwise.c, grad_rules_nn.c and grad_rules_shape.c.
+ * One rule per op, named by the op table (ops.def GRAD column), found in one table indexed
+ * by op (grad_rules.c, generated); the rules themselves live by op family in
+ * grad_rules_elementwise.c, grad_rules_nn.c and grad_rules_shape.c.
  *
  * A rule receives the forward node, the gradient of each of its outputs (dy[k], -1 when no
  * gradient reaches output k) and which inputs need a gradient (need[k]: float inputs on a
@@ -34,22 +35,18 @@ typedef int (*GradRuleFn)(GradCtx *c); /* 0 or -1 (error in c->d) */
 /* The rule for op, NULL when the op has none. */
 GradRuleFn apx_grad_rule(ApxOp op);
 
-/* ---- rules (one per v1 op) ---------------------------------------------------------- */
+/* ---- rules: one per op with APX_GRAD(Rule) in ops.def, defined in the family files
+ * (grad_rules_elementwise.c, grad_rules_nn.c, grad_rules_shape.c) as GRAD_RULE(Rule). */
 #define GRAD_RULE(Name) int apx_grad_##Name(GradCtx *c)
-/* grad_rules_elementwise.c */
-GRAD_RULE(Add); GRAD_RULE(Sub); GRAD_RULE(Mul); GRAD_RULE(Div); GRAD_RULE(Neg);
-GRAD_RULE(Relu); GRAD_RULE(LeakyRelu); GRAD_RULE(Sigmoid); GRAD_RULE(Tanh); GRAD_RULE(Gelu);
-GRAD_RULE(Erf); GRAD_RULE(Sqrt); GRAD_RULE(Pow); GRAD_RULE(Exp); GRAD_RULE(Log);
-GRAD_RULE(Where); GRAD_RULE(Cast); GRAD_RULE(Identity);
-/* grad_rules_nn.c */
-GRAD_RULE(Gemm); GRAD_RULE(MatMul); GRAD_RULE(Softmax); GRAD_RULE(LogSoftmax);
-GRAD_RULE(LayerNormalization); GRAD_RULE(BatchNormalization); GRAD_RULE(Dropout);
-GRAD_RULE(Conv); GRAD_RULE(MaxPool); GRAD_RULE(AveragePool); GRAD_RULE(GlobalAveragePool);
-GRAD_RULE(SoftmaxCrossEntropyLoss); GRAD_RULE(NegativeLogLikelihoodLoss);
-/* grad_rules_shape.c */
-GRAD_RULE(Reshape); GRAD_RULE(Transpose); GRAD_RULE(Concat); GRAD_RULE(Split);
-GRAD_RULE(Slice); GRAD_RULE(Gather); GRAD_RULE(Expand); GRAD_RULE(ReduceSum);
-GRAD_RULE(ReduceMean);
+#define IO(a, b, c, d)
+#define APX_GRAD(rule) GRAD_RULE(rule);
+#define APX_NOGRAD
+#define APX_OP(ID, NAME, PREC, FLAGS, STATIC, ATTRS, ARITY, GRAD, KIND) GRAD
+#include "kernels/ops.def"
+#undef APX_OP
+#undef APX_GRAD
+#undef APX_NOGRAD
+#undef IO
 
 /* ---- access to the forward node (by id: safe across helper calls) ------------------- */
 static inline int gr_in(const GradCtx *c, int k) {

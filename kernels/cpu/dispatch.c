@@ -43,21 +43,18 @@ static const CpuEntry cpu_table[APX_OP_COUNT] = {
     [APX_OP_Sum] = MATH(apx_cpu_sum, TF | TI),
     [APX_OP_Neg] = MATH(apx_cpu_unary, TF | TI),
     [APX_OP_Relu] = MATH(apx_cpu_unary, TF),
-    [APX_OP_LeakyRelu] = MATH(apx_cpu_unary, TF),
-    [APX_OP_Sigmoid] = MATH(apx_cpu_unary, TF),
-    [APX_OP_Tanh] = MATH(apx_cpu_unary, TF),
-    [APX_OP_Gelu] = MATH(apx_cpu_unary, TF),
-    [APX_OP_Erf] = MATH(apx_cpu_unary, TF),
-    [APX_OP_Sqrt] = MATH(apx_cpu_unary, TF),
-    [APX_OP_Exp] = MATH(apx_cpu_unary, TF),
-    [APX_OP_Log] = MATH(apx_cpu_unary, TF),
-    [APX_OP_ReluGrad] = MATH(apx_cpu_unary_grad, TF),
-    [APX_OP_LeakyReluGrad] = MATH(apx_cpu_unary_grad, TF),
-    [APX_OP_SigmoidGrad] = MATH(apx_cpu_unary_grad, TF),
-    [APX_OP_TanhGrad] = MATH(apx_cpu_unary_grad, TF),
-    [APX_OP_GeluGrad] = MATH(apx_cpu_unary_grad, TF),
-    [APX_OP_ErfGrad] = MATH(apx_cpu_unary_grad, TF),
-    [APX_OP_SqrtGrad] = MATH(apx_cpu_unary_grad, TF),
+    /* every op of kind EW_UNARY / EW_UNARY_GRAD (ops.def) */
+#define IO(a, b, c, d)
+#define APX_KIND_OWN(ID)
+#define APX_KIND_EW_UNARY(ID) [APX_OP_##ID] = MATH(apx_cpu_unary, TF),
+#define APX_KIND_EW_UNARY_GRAD(ID) [APX_OP_##ID] = MATH(apx_cpu_unary_grad, TF),
+#define APX_OP(ID, NAME, PREC, FLAGS, STATIC, ATTRS, ARITY, GRAD, KIND) APX_KIND_##KIND(ID)
+#include "kernels/ops.def"
+#undef APX_OP
+#undef APX_KIND_EW_UNARY
+#undef APX_KIND_EW_UNARY_GRAD
+#undef APX_KIND_OWN
+#undef IO
     [APX_OP_PowGrad] = MATH(apx_cpu_pow_grad, TF),
     /* normalization, softmax, losses */
     [APX_OP_Softmax] = MATH(apx_cpu_softmax, TF),
