@@ -446,6 +446,16 @@ static int cmd_train(int argc, char **argv) {
   c.coll = coll;
   c.rank = apx_coll_rank(coll);
   c.world = apx_coll_world(coll);
+  /* one GPU per rank: the rank's index among the ranks on its node (the launcher's local
+   * rank; the cuda backend refuses an index past the device count, naming both) */
+  if (c.world > 1) {
+    static const char *local[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMIX_LOCAL_RANK", "SLURM_LOCALID"};
+    for (size_t k = 0; k < sizeof local / sizeof local[0]; k++)
+      if (getenv(local[k])) {
+        c.exec.device_index = (int32_t)atoi(getenv(local[k]));
+        break;
+      }
+  }
   ApxPlan plan;
   apx_plan_init(&plan);
   int rc = apx_plan_read(&plan, plan_path, &d) ? fail(&d) : apx_train_run(&plan, &c);

@@ -11,8 +11,10 @@
  * addresses inside those buffers (host addresses on the CPU backend).
  *
  * Ordering: work submitted to one queue runs in submission order. Copies and launches
- * return as soon as the work is queued; host memory given to an async copy must stay valid
- * and unchanged until the queue is synchronized (or an event recorded after it completes).
+ * return as soon as the work is queued. copy_h2d has read its host source before it returns
+ * (the CPU copies at once, CUDA stages through pinned memory), so the source may change right
+ * after; copy_d2h's destination is written by the time the queue is synchronized (or an event
+ * recorded after it completes) and must stay valid until then.
  *
  * Collectives: the slots allreduce/broadcast/allreduce_bucket/barrier start NULL and are
  * filled by a collective layer (runtime/collective.h: MPI for cpu, NCCL for cuda) through

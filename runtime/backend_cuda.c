@@ -39,6 +39,9 @@ typedef struct CudaBe {
   int next_slot;
   int64_t seq;
   int ready;                    /* the device context exists (setup got that far) */
+  cudaStream_t zero_stream;     /* non-blocking stream that zeroes new buffers (buffer_alloc) */
+  ApxCudaDevErr *dev_err_host;  /* pinned: the device-side error record, read with each sync */
+  int64_t host_waits;           /* times the host blocked on the device (apx_backend_cuda_host_waits) */
   const char *names[NAME_RING]; /* node of launch seq % NAME_RING */
 } CudaBe;
 
@@ -78,6 +81,7 @@ static ApxStatus stage_flush(ApxBackend *be, int wait) {
     StageSlot *s = &c->slot[i];
     if (!s->in_use) continue;
     if (wait) {
+      c->host_waits++;
       CU_TRY(be, cudaEventSynchronize(s->done));
     } else {
       cudaError_t e = cudaEventQuery(s->done);
@@ -95,6 +99,7 @@ static ApxStatus stage_take(ApxBackend *be, StageSlot **out) {
   StageSlot *s = &c->slot[c->next_slot];
   c->next_slot = (c->next_slot + 1) % STAGE_SLOTS;
   if (s->in_use) {
+    c->host_waits++; /* the ring is full: wait for the oldest copy */
     CU_TRY(be, cudaEventSynchronize(s->done));
     slot_retire(s);
   }
@@ -117,7 +122,11 @@ static ApxStatus cuda_buffer_alloc(ApxBackend *be, size_t size, ApxDevBuffer *ou
                             "cudaMalloc(%zu bytes): %s (device %d: %zu of %zu bytes free)", size,
                             cudaGetErrorString(e), cb(be)->device, free_b, total);
   }
-  e = cudaMemset(p, 0, n);
+  /* zeroed on the backend's own stream and waited for here: a cudaMemset on the legacy stream
+   * is not ordered before work on the queues (non-blocking streams), so uploads queued right
+   * after the allocation could land first and be zeroed */
+  e = cudaMemsetAsync(p, 0, n, cb(be)->zero_stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(cb(be)->zero_stream);
   if (e != cudaSuccess) {
     cudaFree(p);
     CU_TRY(be, e);
@@ -199,24 +208,34 @@ static void cuda_queue_destroy(ApxBackend *be, ApxQueue *q) {
   free(cq);
 }
 
-/* A device-side error recorded by a kernel queued on q: names the launch's node. */
+/* A device-side error recorded by a kernel queued on q (its record fetched into
+ * c->dev_err_host before the sync): names the launch's node. */
 static ApxStatus check_dev_error(ApxBackend *be, ApxQueue *q) {
   CudaBe *c = cb(be);
   c->kctx.stream = (void *)qstream(q);
   int64_t seq = -1;
-  ApxStatus st = apx_cuda_dev_error(&c->kctx, &seq);
+  ApxStatus st = apx_cuda_dev_error_check(&c->kctx, c->dev_err_host, &seq);
   if (st == APX_STATUS_OK) return st;
   const char *node = seq >= 0 && seq > c->seq - NAME_RING ? c->names[seq % NAME_RING] : NULL;
   if (node) return apx_backend_fail(be, st, "node '%s': %s", node, c->kctx.err);
   return apx_backend_fail(be, st, "%s", c->kctx.err);
 }
 
+/* One host wait: the device error record is copied (pinned, async) behind the queue's work,
+ * then the stream is synchronized once. */
 static ApxStatus cuda_queue_sync(ApxBackend *be, ApxQueue *q) {
+  CudaBe *c = cb(be);
+  c->kctx.stream = (void *)qstream(q);
+  ApxStatus st = apx_cuda_dev_error_fetch(&c->kctx, c->dev_err_host);
+  if (st != APX_STATUS_OK) return apx_backend_fail(be, st, "%s", c->kctx.err);
+  c->host_waits++;
   CU_TRY(be, cudaStreamSynchronize(qstream(q)));
-  ApxStatus st = stage_flush(be, 0);
+  st = stage_flush(be, 0);
   if (st) return st;
   return check_dev_error(be, q);
 }
+
+int64_t apx_backend_cuda_host_waits(const ApxBackend *be) { return ((const CudaBe *)be->ctx)->host_waits; }
 
 /* ---- kernels ----------------------------------------------------------------------------------- */
 
@@ -266,6 +285,7 @@ static ApxStatus cuda_queue_wait(ApxBackend *be, ApxQueue *q, ApxEvent *ev) {
 }
 
 static ApxStatus cuda_event_sync(ApxBackend *be, ApxEvent *ev) {
+  cb(be)->host_waits++;
   CU_TRY(be, cudaEventSynchronize(ev->ev));
   return stage_flush(be, 0); /* D2H copies queued before the event have landed */
 }
@@ -284,6 +304,8 @@ static void cuda_free(ApxBackend *be) {
     if (c->slot[i].done) cudaEventDestroy(c->slot[i].done);
   }
   if (c->pinned) cudaFreeHost(c->pinned);
+  if (c->dev_err_host) cudaFreeHost(c->dev_err_host);
+  if (c->zero_stream) cudaStreamDestroy(c->zero_stream);
   apx_cuda_ctx_free(&c->kctx);
   free(c);
   be->ctx = NULL;
@@ -323,6 +345,9 @@ static ApxStatus setup(ApxBackend *be, const ApxBackendConfig *cfg) {
   ApxStatus st = apx_cuda_ctx_init(&c->kctx, c->device, NULL);
   if (st != APX_STATUS_OK) return apx_backend_fail(be, st, "%s", c->kctx.err);
   c->kctx.seed = cfg->seed;
+  CU_TRY(be, cudaStreamCreateWithFlags(&c->zero_stream, cudaStreamNonBlocking));
+  CU_TRY(be, cudaHostAlloc((void **)&c->dev_err_host, sizeof *c->dev_err_host, cudaHostAllocDefault));
+  memset(c->dev_err_host, 0, sizeof *c->dev_err_host);
   CU_TRY(be, cudaHostAlloc((void **)&c->pinned, STAGE_SLOTS * STAGE_SLOT_BYTES, cudaHostAllocDefault));
   for (int i = 0; i < STAGE_SLOTS; i++) {
     c->slot[i].host = c->pinned + (size_t)i * STAGE_SLOT_BYTES;

@@ -37,6 +37,9 @@ ApxStatus apx_backend_cuda_create(const ApxBackendConfig *cfg, ApxBackend **out)
 void *apx_backend_cuda_stream(ApxQueue *q);
 /* The device ordinal of a cuda backend. */
 int32_t apx_backend_cuda_device(const ApxBackend *be);
+/* Times the host has blocked on the device since creation (stream and event
+ * synchronizations, waits for a staging slot): a training step makes one (train.h). */
+int64_t apx_backend_cuda_host_waits(const ApxBackend *be);
 
 #ifdef __cplusplus
 }

@@ -5,8 +5,7 @@
  * (Debian OpenMPI, MPI_THREAD_MULTIPLE so the watchdog may abort) and takes rank and world
  * size from MPI_COMM_WORLD; otherwise it is one process (rank 0, world 1) that never
  * touches MPI. Engines: MPI over host memory for the cpu backend (collective_mpi.c); NCCL
- * bootstrapped over MPI for cuda (collective_nccl.c, compiled where CUDA is; apx_coll_attach
- * refuses the cuda backend with "not supported yet" until a CUDA backend exists).
+ * bootstrapped over MPI for cuda (collective_nccl.c, linked where CUDA is).
  *
  * Reductions (APX_REDUCE_SUM / APX_REDUCE_MAX) work in place on a list of tensors, fused
  * into one call per run of tensors with the same wire type: fp16/bf16/fp32 travel as fp32
@@ -116,14 +115,24 @@ int apx_coll_wait(ApxColl *c, ApxCollRequest *req, ApxDiag *d);
 /* Reductions started and not yet waited for. */
 int32_t apx_coll_pending(const ApxColl *c);
 
+/* The name of a bucket's reduction in messages and the watchdog ("allreduce bucket 3"). */
+void apx_coll_bucket_what(const ApxAttrAllreduce *a, char *what, size_t cap);
 /* The scale factors of a gradient bucket (see the file comment). */
 void apx_coll_bucket_scales(const ApxAttrAllreduce *a, int32_t world, float *pre, float *post);
 
-/* Installs the collective slots of backend be (apx_backend_set_collectives): cpu gets the
- * MPI engine over its host buffers (allreduce_bucket, and allreduce_bucket_start /
- * request_test / request_wait over apx_coll_iallreduce / test / wait); cuda: "not supported yet" (exit code 2). The backend
- * does not own c: finalize c after freeing the backend. */
+/* Installs the collective slots of backend be (apx_backend_set_collectives) when there is
+ * more than one rank (one process: nothing is installed, on any backend, and 0 is returned):
+ * cpu gets the MPI engine over its host buffers (allreduce_bucket, and allreduce_bucket_start /
+ * request_test / request_wait over apx_coll_iallreduce / test / wait); cuda gets the NCCL
+ * engine (collective_nccl.h: communicator bootstrapped over MPI, buckets on the communicator's
+ * own stream ordered by events) where the binary links //runtime:collective_nccl, else "not
+ * supported yet" (exit code 2). The backend does not own c: finalize c after freeing the
+ * backend. */
 int apx_coll_attach(ApxColl *c, ApxBackend *be, ApxDiag *d);
+/* The NCCL layer's attach (collective_nccl.c; a weak symbol elsewhere). */
+int apx_coll_attach_nccl(ApxColl *c, ApxBackend *be, ApxDiag *d);
+/* The deadline of collectives in seconds (<= 0: none). */
+double apx_coll_timeout(const ApxColl *c);
 
 #ifdef __cplusplus
 }

@@ -693,7 +693,7 @@ static ApxStatus slot_allreduce(ApxBackend *be, ApxQueue *q, ApxTensor *t, int32
                                                                                  : APX_STATUS_OK;
 }
 
-static void bucket_what(const ApxAttrAllreduce *a, char *what, size_t cap) {
+void apx_coll_bucket_what(const ApxAttrAllreduce *a, char *what, size_t cap) {
   if (a && a->bucket < 0)
     snprintf(what, cap, "allreduce of BatchNorm statistics (--sync-bn)");
   else
@@ -707,7 +707,7 @@ static ApxStatus slot_bucket_start(ApxBackend *be, ApxQueue *q, const ApxTensor 
   float pre, post;
   apx_coll_bucket_scales(a, be->world, &pre, &post);
   char what[64];
-  bucket_what(a, what, sizeof what);
+  apx_coll_bucket_what(a, what, sizeof what);
   return apx_coll_iallreduce(be->coll_ctx, ins, outs, n, APX_REDUCE_SUM, pre, post, what, req, &d)
              ? slot_status(be, &d)
              : APX_STATUS_OK;
@@ -746,11 +746,23 @@ static ApxStatus slot_barrier(ApxBackend *be) {
   return apx_coll_barrier(be->coll_ctx, "barrier", &d) ? slot_status(be, &d) : APX_STATUS_OK;
 }
 
+/* The cuda backend's slots come from the NCCL layer (runtime/collective_nccl.c), linked only
+ * where CUDA is; a weak reference keeps every other binary linkable. */
+int apx_coll_attach_nccl(ApxColl *c, ApxBackend *be, ApxDiag *d) __attribute__((weak));
+
+double apx_coll_timeout(const ApxColl *c) { return c ? c->timeout_s : 0; }
+
 int apx_coll_attach(ApxColl *c, ApxBackend *be, ApxDiag *d) {
+  if (apx_coll_world(c) <= 1) return 0; /* one process: nothing to reduce, on any backend */
+  if (!strcmp(be->iface.name, "cuda")) {
+    if (!apx_coll_attach_nccl)
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                            "not supported yet: data parallelism on the cuda backend in a binary "
+                            "built without the NCCL layer (//runtime:collective_nccl)");
+    return apx_coll_attach_nccl(c, be, d);
+  }
   if (strcmp(be->iface.name, "cpu") != 0)
-    return apx_diag_error(d, APX_EXIT_BAD_INPUT,
-                          "not supported yet: data parallelism on the %s backend (the NCCL layer, "
-                          "runtime/collective_nccl.c, waits for a CUDA backend)",
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "not supported yet: data parallelism on the %s backend",
                           be->iface.name);
   ApxBackendI slots;
   memset(&slots, 0, sizeof slots);

@@ -1,6 +1,7 @@
 /* collective_nccl.c - collective_nccl.h: NCCL communicator bootstrapped over MPI, in-place
- * allreduce/broadcast of device tensors on a CUDA stream, deadline-bounded waits. Compiled
- * only where CUDA is (runtime/BUILD: if_cuda). */
+ * allreduce/broadcast of device tensors on a CUDA stream, deadline-bounded waits, and the cuda
+ * backend's collective slots (apx_coll_attach_nccl). Compiled only where CUDA is (runtime/BUILD:
+ * if_cuda); NCCL itself is loaded at run time (kernels/cuda/cudalibs.h). */
 #include "runtime/collective_nccl.h"
 
 #include <cuda_runtime.h>
@@ -13,6 +14,7 @@
 #include <time.h>
 
 #include "kernels/half.h"
+#include "runtime/backend_cuda.h"
 
 struct ApxNccl {
   ncclComm_t comm;
@@ -218,4 +220,203 @@ int apx_nccl_wait(ApxNccl *n, void *stream, double timeout_s, const char *what, 
     struct timespec ts = {0, 100000}; /* 0.1 ms */
     nanosleep(&ts, NULL);
   }
+}
+
+/* ---- the cuda backend's collective slots (apx_coll_attach -> apx_coll_attach_nccl) ----------
+ * Blocking slots (allreduce, allreduce_bucket, broadcast) are queued on the caller's queue
+ * (stream order does the rest: no host wait). A non-blocking bucket runs on the
+ * communicator's own stream: start copies ins to outs on the queue where they differ (so the
+ * memory plan may reuse ins right after), records an event, the NCCL stream waits for it and
+ * reduces outs in place, then records `done`; test polls `done`; wait makes the queue wait for
+ * `done` (no host wait either). The kernels between start and wait overlap the reduction;
+ * the executor keeps every kernel touching outs after the wait. The host waits only at the
+ * executor's synchronization: the queue_sync slot is wrapped to poll the queue with the
+ * collective deadline (apx_nccl_wait: a dead or hung peer aborts the communicator and fails
+ * the step, naming the wait) before the backend's own queue_sync. */
+
+typedef struct NcclReq {
+  struct NcclReq *next;
+  cudaEvent_t start, done;
+} NcclReq;
+
+typedef struct NcclSlots {
+  ApxNccl *n;
+  ApxColl *c;
+  cudaStream_t ns;     /* the communicator's stream */
+  ApxStatus (*queue_sync)(ApxBackend *be, ApxQueue *q); /* the backend's own */
+  NcclReq *free_reqs;
+  int dirty;           /* NCCL work queued since the last sync */
+} NcclSlots;
+
+static NcclSlots *slots_of(ApxBackend *be) { return (NcclSlots *)be->coll_ctx; }
+
+static ApxStatus slot_fail(ApxBackend *be, const ApxDiag *d) {
+  return apx_backend_fail(be, APX_STATUS_RUNTIME, "%s", d->msg);
+}
+
+static ApxStatus nccl_allreduce_slot(ApxBackend *be, ApxQueue *q, ApxTensor *t, int32_t n, ApxReduceOp op) {
+  NcclSlots *s = slots_of(be);
+  ApxDiag d;
+  apx_diag_init(&d);
+  s->dirty = 1;
+  return apx_nccl_allreduce(s->n, apx_backend_cuda_stream(q), t, n, op, 1.0f, 1.0f, "allreduce", &d)
+             ? slot_fail(be, &d)
+             : APX_STATUS_OK;
+}
+
+static ApxStatus nccl_bucket_slot(ApxBackend *be, ApxQueue *q, ApxTensor *t, int32_t n, const ApxAttrAllreduce *a) {
+  NcclSlots *s = slots_of(be);
+  ApxDiag d;
+  apx_diag_init(&d);
+  float pre, post;
+  apx_coll_bucket_scales(a, be->world, &pre, &post);
+  char what[64];
+  apx_coll_bucket_what(a, what, sizeof what);
+  s->dirty = 1;
+  return apx_nccl_allreduce(s->n, apx_backend_cuda_stream(q), t, n, APX_REDUCE_SUM, pre, post, what, &d)
+             ? slot_fail(be, &d)
+             : APX_STATUS_OK;
+}
+
+static ApxStatus nccl_bucket_start_slot(ApxBackend *be, ApxQueue *q, const ApxTensor *ins, const ApxTensor *outs,
+                                        int32_t n, const ApxAttrAllreduce *a, ApxCollRequest **req) {
+  NcclSlots *s = slots_of(be);
+  *req = NULL;
+  cudaStream_t qs = (cudaStream_t)apx_backend_cuda_stream(q);
+  NcclReq *r = s->free_reqs;
+  if (r) {
+    s->free_reqs = r->next;
+  } else {
+    r = calloc(1, sizeof *r);
+    if (!r) return apx_backend_fail(be, APX_STATUS_OOM, "out of host memory");
+    if (cudaEventCreateWithFlags(&r->start, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming) != cudaSuccess) {
+      free(r);
+      return apx_backend_fail(be, APX_STATUS_RUNTIME, "cudaEventCreateWithFlags: %s",
+                              cudaGetErrorString(cudaGetLastError()));
+    }
+  }
+  ApxTensor t[64];
+  if (n > 64) return apx_backend_fail(be, APX_STATUS_UNSUPPORTED, "not supported yet: a bucket of %d tensors", n);
+  for (int32_t i = 0; i < n; i++) {
+    t[i] = outs[i];
+    if (!ins[i].data || !outs[i].data || ins[i].data == outs[i].data) continue;
+    cudaError_t e = cudaMemcpyAsync(outs[i].data, ins[i].data, apx_tensor_bytes(&ins[i]), cudaMemcpyDeviceToDevice, qs);
+    if (e != cudaSuccess) return apx_backend_fail(be, APX_STATUS_RUNTIME, "cudaMemcpyAsync: %s", cudaGetErrorString(e));
+  }
+  cudaError_t e = cudaEventRecord(r->start, qs);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(s->ns, r->start, 0);
+  if (e != cudaSuccess) return apx_backend_fail(be, APX_STATUS_RUNTIME, "ordering a bucket: %s", cudaGetErrorString(e));
+  ApxDiag d;
+  apx_diag_init(&d);
+  float pre, post;
+  apx_coll_bucket_scales(a, be->world, &pre, &post);
+  char what[64];
+  apx_coll_bucket_what(a, what, sizeof what);
+  s->dirty = 1;
+  if (apx_nccl_allreduce(s->n, s->ns, t, n, APX_REDUCE_SUM, pre, post, what, &d)) return slot_fail(be, &d);
+  e = cudaEventRecord(r->done, s->ns);
+  if (e != cudaSuccess) return apx_backend_fail(be, APX_STATUS_RUNTIME, "cudaEventRecord: %s", cudaGetErrorString(e));
+  *req = (ApxCollRequest *)r;
+  return APX_STATUS_OK;
+}
+
+static ApxStatus nccl_request_test_slot(ApxBackend *be, ApxCollRequest *req, int *done) {
+  *done = 1;
+  if (!req) return APX_STATUS_OK;
+  cudaError_t e = cudaEventQuery(((NcclReq *)req)->done);
+  if (e == cudaErrorNotReady) {
+    *done = 0;
+    return APX_STATUS_OK;
+  }
+  return e == cudaSuccess ? APX_STATUS_OK
+                          : apx_backend_fail(be, APX_STATUS_RUNTIME, "cudaEventQuery: %s", cudaGetErrorString(e));
+}
+
+static ApxStatus nccl_request_wait_slot(ApxBackend *be, ApxQueue *q, ApxCollRequest *req) {
+  if (!req) return APX_STATUS_OK;
+  NcclSlots *s = slots_of(be);
+  NcclReq *r = (NcclReq *)req;
+  cudaError_t e = cudaStreamWaitEvent((cudaStream_t)apx_backend_cuda_stream(q), r->done, 0);
+  r->next = s->free_reqs;
+  s->free_reqs = r;
+  return e == cudaSuccess ? APX_STATUS_OK
+                          : apx_backend_fail(be, APX_STATUS_RUNTIME, "cudaStreamWaitEvent: %s", cudaGetErrorString(e));
+}
+
+static ApxStatus nccl_broadcast_slot(ApxBackend *be, ApxQueue *q, ApxTensor *t, int32_t n, int32_t root) {
+  NcclSlots *s = slots_of(be);
+  ApxDiag d;
+  apx_diag_init(&d);
+  s->dirty = 1;
+  return apx_nccl_broadcast(s->n, apx_backend_cuda_stream(q), t, n, root, "broadcast", &d) ? slot_fail(be, &d)
+                                                                                          : APX_STATUS_OK;
+}
+
+static ApxStatus nccl_barrier_slot(ApxBackend *be) {
+  ApxDiag d;
+  apx_diag_init(&d);
+  return apx_coll_barrier(slots_of(be)->c, "barrier", &d) ? slot_fail(be, &d) : APX_STATUS_OK;
+}
+
+/* The backend's queue_sync behind a deadline-bounded poll while NCCL work is queued. */
+static ApxStatus nccl_queue_sync(ApxBackend *be, ApxQueue *q) {
+  NcclSlots *s = slots_of(be);
+  if (s->dirty) {
+    ApxDiag d;
+    apx_diag_init(&d);
+    if (apx_nccl_wait(s->n, apx_backend_cuda_stream(q), apx_coll_timeout(s->c), "step synchronization", &d))
+      return slot_fail(be, &d);
+    s->dirty = 0;
+  }
+  return s->queue_sync(be, q);
+}
+
+static void nccl_slots_free(ApxBackend *be) {
+  NcclSlots *s = slots_of(be);
+  if (!s) return;
+  if (s->ns) cudaStreamSynchronize(s->ns);
+  while (s->free_reqs) {
+    NcclReq *r = s->free_reqs;
+    s->free_reqs = r->next;
+    cudaEventDestroy(r->start);
+    cudaEventDestroy(r->done);
+    free(r);
+  }
+  apx_nccl_free(s->n);
+  if (s->ns) cudaStreamDestroy(s->ns);
+  be->iface.queue_sync = s->queue_sync;
+  free(s);
+  be->coll_ctx = NULL;
+}
+
+int apx_coll_attach_nccl(ApxColl *c, ApxBackend *be, ApxDiag *d) {
+  NcclSlots *s = calloc(1, sizeof *s);
+  if (!s) return apx_diag_error(d, APX_EXIT_RUNTIME, "nccl: out of memory");
+  s->c = c;
+  int32_t device = apx_backend_cuda_device(be);
+  if (apx_nccl_init(&s->n, c, device, d)) {
+    free(s);
+    return -1;
+  }
+  cudaError_t e = cudaStreamCreateWithFlags(&s->ns, cudaStreamNonBlocking);
+  if (e != cudaSuccess) {
+    apx_nccl_free(s->n);
+    free(s);
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "rank %d of %d: nccl: cudaStreamCreateWithFlags: %s",
+                          (int)apx_coll_rank(c), (int)apx_coll_world(c), cudaGetErrorString(e));
+  }
+  ApxBackendI slots;
+  memset(&slots, 0, sizeof slots);
+  slots.allreduce = nccl_allreduce_slot;
+  slots.allreduce_bucket = nccl_bucket_slot;
+  slots.allreduce_bucket_start = nccl_bucket_start_slot;
+  slots.request_test = nccl_request_test_slot;
+  slots.request_wait = nccl_request_wait_slot;
+  slots.broadcast = nccl_broadcast_slot;
+  slots.barrier = nccl_barrier_slot;
+  s->queue_sync = be->iface.queue_sync;
+  apx_backend_set_collectives(be, &slots, s, nccl_slots_free, apx_coll_rank(c), apx_coll_world(c));
+  be->iface.queue_sync = nccl_queue_sync;
+  return 0;
 }

@@ -1,10 +1,17 @@
 /* collective_nccl.h - NCCL collectives for the CUDA backend, bootstrapped over MPI
  * (DESIGN.md 11, runtime/collective.h).
  *
- * Built only where CUDA is (bazel/cuda.bzl if_cuda: the library is empty otherwise) and not
- * yet wired into apexrun: there is no CUDA backend, so apx_coll_attach refuses the cuda
- * backend with "not supported yet". When the CUDA backend lands, its collective slots call
- * these functions with its stream (the ApxQueue) and device buffers.
+ * Built only where CUDA is (bazel/cuda.bzl if_cuda: the library is empty otherwise) and
+ * linked into apexrun there: apx_coll_attach gives a cuda backend under K > 1 ranks the slots
+ * of apx_coll_attach_nccl (collective.h), which call these functions with the queue's stream
+ * (blocking slots) or the communicator's own stream ordered by CUDA events (overlapped
+ * buckets: start records an event on the queue, the NCCL stream waits for it, reduces, records
+ * `done`; the wait makes the queue wait for `done`), and poll the queue under the collective
+ * deadline before each host synchronization (apx_nccl_wait).
+ * Numerics: NCCL sums fp16 / bf16 buckets in their own type (the MPI engine widens to fp32),
+ * so K-rank results agree with one process within half rounding, not bit for bit; averaging
+ * is PreMulSum(1 / K) and a sum with --grad-predivide but without averaging is "not supported
+ * yet" (it needs a scaling kernel).
  *
  *   apx_nccl_init       rank 0 creates the NCCL unique id, apx_coll_broadcast sends it to
  *                       every rank (MPI, under the collective watchdog), each rank binds its

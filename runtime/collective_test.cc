@@ -118,18 +118,18 @@ TEST(Collective, OneProcessWithoutMpirun) {
   ASSERT_EQ(apx_coll_allgather(c, &mine, sizeof mine, &all, "gather", &d), 0) << d.msg;
   EXPECT_EQ(all, 42);
   EXPECT_EQ(apx_coll_barrier(c, "barrier", &d), 0);
-  // a cuda backend is refused until it exists; the cpu backend gets the slots
+  // one process: nothing to reduce, so attach installs nothing, on any backend (cuda
+  // included: `apexrun --device cuda` in one process must not be refused here)
   ApxBackend *be = nullptr;
   char err[256];
   ASSERT_EQ(apx_backend_create("cpu", nullptr, &be, err, sizeof err), APX_STATUS_OK) << err;
   ASSERT_EQ(apx_coll_attach(c, be, &d), 0) << d.msg;
-  EXPECT_NE(be->iface.allreduce_bucket, nullptr);
-  EXPECT_NE(be->iface.allreduce_bucket_start, nullptr);
+  EXPECT_EQ(be->iface.allreduce_bucket, nullptr);
   EXPECT_EQ(be->world, 1);
   const char *saved = be->iface.name;
   be->iface.name = "cuda";
-  EXPECT_EQ(apx_coll_attach(c, be, &d), -1);
-  EXPECT_NE(std::string(d.msg).find("not supported yet"), std::string::npos) << d.msg;
+  EXPECT_EQ(apx_coll_attach(c, be, &d), 0) << d.msg;
+  EXPECT_EQ(be->iface.allreduce_bucket, nullptr);
   be->iface.name = saved;
   apx_backend_free(be);
   apx_coll_finalize(c);

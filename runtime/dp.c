@@ -45,9 +45,9 @@ int apx_dp_init(ApxDp *dp, ApxColl *coll, ApxExec *ex, const ApxPlan *p, int64_t
   for (int32_t b = 0; b < p->n_bufs; b++)
     if (apx_checkpoint_saves(&p->bufs[b]) && !bn[b]) dp->checked[b] = 1, dp->n_checked++;
   free(bn);
-  if (!coll) return 0;
+  /* one process (any backend, cuda included): nothing to reduce, no collective slots */
+  if (!coll || dp->world <= 1) return 0;
   if (apx_coll_attach(coll, ex->be, d)) return -1;
-  if (dp->world <= 1) return 0;
 
   int32_t n_grad_buckets = 0;
   for (int32_t i = 0; i < p->n_buckets; i++) n_grad_buckets += p->buckets[i].id >= 0;
@@ -92,18 +92,20 @@ void apx_dp_free(ApxDp *dp) {
 
 int apx_dp_run_optimizer(ApxDp *dp, ApxExec *ex, ApxDiag *d) {
   const ApxPlan *p = ex->plan;
-  if (dp->world <= 1 || dp->split < 0) return apx_exec_run(ex, APX_SEC_OPTIMIZER, d);
-  if (apx_exec_run_range(ex, p->sec_begin[APX_SEC_OPTIMIZER], dp->split, d)) return -1;
+  if (dp->world <= 1 || dp->split < 0)
+    return apx_exec_queue_range(ex, p->sec_begin[APX_SEC_OPTIMIZER], p->sec_end[APX_SEC_OPTIMIZER], d);
+  if (apx_exec_queue_range(ex, p->sec_begin[APX_SEC_OPTIMIZER], dp->split, d)) return -1;
   ApxBackend *be = ex->be;
   ApxTensor t = *apx_exec_view(ex, dp->found_inf_buf);
   be->err[0] = 0;
+  /* queued on the executor's queue like a kernel (cpu: done on return; NCCL: in stream order
+   * before the rest of the section), so no host synchronization is needed here */
   ApxStatus st = be->iface.allreduce ? be->iface.allreduce(be, ex->q, &t, 1, APX_REDUCE_MAX)
                                      : APX_STATUS_UNSUPPORTED;
-  if (st == APX_STATUS_OK) st = be->iface.queue_sync(be, ex->q);
   if (st != APX_STATUS_OK)
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: agreeing on gradient overflow: %s", plan_name(p),
                           be->err[0] ? be->err : apx_status_name(st));
-  return apx_exec_run_range(ex, dp->split, p->sec_end[APX_SEC_OPTIMIZER], d);
+  return apx_exec_queue_range(ex, dp->split, p->sec_end[APX_SEC_OPTIMIZER], d);
 }
 
 int apx_dp_check_replicas(ApxDp *dp, ApxExec *ex, int64_t step, double scale, int quiet, ApxDiag *d) {

@@ -13,11 +13,12 @@
  * apx_dp_init (once, before the first step) with K > 1 ranks:
  *   - refuses a plan without gradient buckets (compiled with --disable-pass=bucketing, or
  *     an inference plan) with exit code 2;
- *   - installs the collective slots in the executor's backend (collective.h; cuda: not
- *     supported yet);
+ *   - installs the collective slots in the executor's backend (collective.h: MPI for cpu,
+ *     NCCL for cuda); one process installs none, on any backend;
  *   - checks with one allgather that every rank runs the same plan (plan hash), the same
  *     data size and batch: "rank R runs plan hash H, rank 0 H0" (exit code 2).
- * apx_dp_run_optimizer replaces running the OPTIMIZER section: it runs up to and including
+ * apx_dp_run_optimizer replaces running the OPTIMIZER section: it queues it (no host
+ *   synchronization: apx_exec_queue_range; the caller synchronizes once per step) up to and including
  *   UnscaleCheck, takes the maximum of found_inf over the ranks (so the loss-scaler decision
  *   is the same everywhere: an overflow on any rank makes every rank skip the step and halve
  *   its scale), then runs the rest (OptimizerStep skips itself when found_inf is set).
@@ -59,7 +60,8 @@ int apx_dp_init(ApxDp *dp, ApxColl *coll, ApxExec *ex, const ApxPlan *plan, int6
                 int64_t batch, int64_t check_every, ApxDiag *d);
 void apx_dp_free(ApxDp *dp);
 
-/* The OPTIMIZER section with found_inf agreed over the ranks. Returns 0 or -1. */
+/* The OPTIMIZER section with found_inf agreed over the ranks, queued without a final host
+ * synchronization (the caller's next sync completes it). Returns 0 or -1. */
 int apx_dp_run_optimizer(ApxDp *dp, ApxExec *ex, ApxDiag *d);
 
 /* Replica check after `step` optimizer steps with loss scale `scale`. quiet = 0 prints one

@@ -35,6 +35,7 @@ int apx_exec_reset_persistent(ApxExec *ex, ApxDiag *d) {
     st = be->iface.copy_h2d(be, ex->q, (uint8_t *)ex->persistent.base + b->offset, b->data,
                             (size_t)b->data_len);
   }
+  ex->n_syncs++;
   if (st == APX_STATUS_OK) st = be->iface.queue_sync(be, ex->q);
   return st == APX_STATUS_OK ? 0 : be_error(ex, d, st, "uploading initial data");
 }
@@ -242,6 +243,7 @@ void apx_exec_free(ApxExec *ex) {
     ApxBackend *be = ex->be;
     if (ex->arena.base) be->iface.buffer_free(be, &ex->arena);
     if (ex->persistent.base) be->iface.buffer_free(be, &ex->persistent);
+    if (ex->readback.base) be->iface.buffer_free(be, &ex->readback);
     if (ex->q) be->iface.queue_destroy(be, ex->q);
     apx_backend_free(be);
   }
@@ -273,11 +275,17 @@ static int check_buf(ApxExec *ex, int32_t buf, size_t bytes, ApxDiag *d) {
   return 0;
 }
 
-int apx_exec_write(ApxExec *ex, int32_t buf, const void *host, size_t bytes, ApxDiag *d) {
+int apx_exec_write_async(ApxExec *ex, int32_t buf, const void *host, size_t bytes, ApxDiag *d) {
   if (check_buf(ex, buf, bytes, d)) return -1;
   ApxBackend *be = ex->be;
   ApxStatus st = be->iface.copy_h2d(be, ex->q, ex->views[buf].data, host, bytes);
-  if (st == APX_STATUS_OK) st = be->iface.queue_sync(be, ex->q);
+  return st == APX_STATUS_OK ? 0 : be_error(ex, d, st, "copying to the device");
+}
+
+int apx_exec_write(ApxExec *ex, int32_t buf, const void *host, size_t bytes, ApxDiag *d) {
+  if (apx_exec_write_async(ex, buf, host, bytes, d)) return -1;
+  ex->n_syncs++;
+  ApxStatus st = ex->be->iface.queue_sync(ex->be, ex->q);
   return st == APX_STATUS_OK ? 0 : be_error(ex, d, st, "copying to the device");
 }
 
@@ -285,8 +293,41 @@ int apx_exec_read(ApxExec *ex, int32_t buf, void *host, size_t bytes, ApxDiag *d
   if (check_buf(ex, buf, bytes, d)) return -1;
   ApxBackend *be = ex->be;
   ApxStatus st = be->iface.copy_d2h(be, ex->q, host, ex->views[buf].data, bytes);
+  ex->n_syncs++;
   if (st == APX_STATUS_OK) st = be->iface.queue_sync(be, ex->q);
   return st == APX_STATUS_OK ? 0 : be_error(ex, d, st, "copying from the device");
+}
+
+int apx_exec_readback_init(ApxExec *ex, int32_t n_slots, ApxDiag *d) {
+  ApxBackend *be = ex->be;
+  if (ex->readback.base) be->iface.buffer_free(be, &ex->readback);
+  ex->n_readback = 0;
+  if (n_slots <= 0) return 0;
+  ApxStatus st = be->iface.buffer_alloc(be, (size_t)n_slots * 8, &ex->readback);
+  if (st != APX_STATUS_OK) return be_error(ex, d, st, "allocating the readback buffer");
+  ex->n_readback = n_slots;
+  return 0;
+}
+
+int apx_exec_readback_stage(ApxExec *ex, int32_t slot, int32_t buf, ApxDiag *d) {
+  if (slot < 0 || slot >= ex->n_readback || buf < 0 || buf >= ex->plan->n_bufs ||
+      ex->plan->bufs[buf].bytes > 8)
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: readback slot %d of %d for buffer %d", ex->plan->path,
+                          slot, ex->n_readback, buf);
+  ApxBackend *be = ex->be;
+  ApxStatus st = be->iface.copy_d2d(be, ex->q, (uint8_t *)ex->readback.base + (size_t)slot * 8,
+                                    ex->views[buf].data, (size_t)ex->plan->bufs[buf].bytes);
+  return st == APX_STATUS_OK ? 0 : be_error(ex, d, st, "staging a scalar for readback");
+}
+
+int apx_exec_readback_fetch(ApxExec *ex, int32_t n, void *host, ApxDiag *d) {
+  if (n < 0 || n > ex->n_readback)
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: readback of %d slots, %d reserved", ex->plan->path, n,
+                          ex->n_readback);
+  ApxBackend *be = ex->be;
+  ApxStatus st = n ? be->iface.copy_d2h(be, ex->q, host, ex->readback.base, (size_t)n * 8) : APX_STATUS_OK;
+  if (st != APX_STATUS_OK) return be_error(ex, d, st, "copying from the device");
+  return apx_exec_sync(ex, d);
 }
 
 int apx_exec_set_input(ApxExec *ex, int32_t i, const ApxTensor *host, ApxDiag *d) {
@@ -395,7 +436,19 @@ static int complete_all(ApxExec *ex, ApxDiag *d) {
   return 0;
 }
 
+int apx_exec_sync(ApxExec *ex, ApxDiag *d) {
+  ApxBackend *be = ex->be;
+  ex->n_syncs++;
+  ApxStatus st = be->iface.queue_sync(be, ex->q);
+  return st == APX_STATUS_OK ? 0 : be_error(ex, d, st, "running kernels");
+}
+
 int apx_exec_run_range(ApxExec *ex, int32_t begin, int32_t end, ApxDiag *d) {
+  if (apx_exec_queue_range(ex, begin, end, d)) return -1;
+  return apx_exec_sync(ex, d);
+}
+
+int apx_exec_queue_range(ApxExec *ex, int32_t begin, int32_t end, ApxDiag *d) {
   const ApxPlan *p = ex->plan;
   ApxBackend *be = ex->be;
   if (begin < 0 || end > p->n_kernels || begin > end)
@@ -431,9 +484,7 @@ int apx_exec_run_range(ApxExec *ex, int32_t begin, int32_t end, ApxDiag *d) {
     ex->n_launched++;
   }
   ex->overlapped_total += ex->n_overlapped;
-  if (complete_all(ex, d)) return -1;
-  ApxStatus st = be->iface.queue_sync(be, ex->q);
-  return st == APX_STATUS_OK ? 0 : be_error(ex, d, st, "running kernels");
+  return complete_all(ex, d);
 }
 
 int apx_exec_run(ApxExec *ex, ApxSection sec, ApxDiag *d) {

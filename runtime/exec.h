@@ -60,6 +60,10 @@ typedef struct ApxExec {
   int32_t n_inflight;
   int32_t n_overlapped;   /* kernels the last run launched while a bucket was in flight */
   int64_t overlapped_total; /* the same over every run since init */
+  int64_t n_syncs;        /* host synchronizations of the queue since init (queue_sync calls
+                             made by the executor; tests count them per training step) */
+  ApxDevBuffer readback;  /* apx_exec_readback_*: n_readback 8-byte slots on the device */
+  int32_t n_readback;
 } ApxExec;
 
 void apx_exec_config_init(ApxExecConfig *cfg);
@@ -81,6 +85,22 @@ const ApxTensor *apx_exec_view(const ApxExec *ex, int32_t buf);
 
 /* Runs the kernels of section sec (an empty section does nothing), then synchronizes. */
 int apx_exec_run(ApxExec *ex, ApxSection sec, ApxDiag *d);
+/* Queues kernels [begin, end) in order without the final host synchronization (the
+ * buckets of this range are complete or queued before it returns): the work finishes by the
+ * next apx_exec_sync / readback fetch. Otherwise as apx_exec_run_range. */
+int apx_exec_queue_range(ApxExec *ex, int32_t begin, int32_t end, ApxDiag *d);
+/* Waits for everything queued (one host synchronization; reports asynchronous failures). */
+int apx_exec_sync(ApxExec *ex, ApxDiag *d);
+/* apx_exec_write without the synchronization: the backend has read `host` before it returns
+ * (backend.h: copy_h2d), so host may change right away. */
+int apx_exec_write_async(ApxExec *ex, int32_t buf, const void *host, size_t bytes, ApxDiag *d);
+/* Scalar readback (the training step's one synchronization): a device buffer of n_slots
+ * 8-byte slots; _stage queues a device-side copy of buffer buf (at most 8 bytes: the loss,
+ * found_inf, first_bad, norm_sq) into a slot; _fetch copies slots [0, n) to host (n * 8
+ * bytes, the buffers' own encodings) in one transfer and synchronizes once. */
+int apx_exec_readback_init(ApxExec *ex, int32_t n_slots, ApxDiag *d);
+int apx_exec_readback_stage(ApxExec *ex, int32_t slot, int32_t buf, ApxDiag *d);
+int apx_exec_readback_fetch(ApxExec *ex, int32_t n, void *host, ApxDiag *d);
 /* Runs kernels [begin, end) in order, then synchronizes. Under data parallelism an
  * Allreduce kernel only starts its bucket's reduction: the kernel stages its inputs and
  * returns; the result is written into its outputs before the first later kernel whose

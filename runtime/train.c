@@ -133,6 +133,11 @@ int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *c
   t->host = calloc((size_t)t->ds.n_inputs, sizeof *t->host);
   t->loss_host = calloc(1, (size_t)plan->bufs[plan->loss].bytes + 8);
   if (!t->idx || !t->host || !t->loss_host) return apx_diag_error(d, APX_EXIT_RUNTIME, "out of memory");
+  /* the step's one host synchronization reads the loss of every micro-batch, found_inf,
+   * first_bad and norm_sq together (apx_trainer_step) */
+  if (apx_exec_readback_init(&t->ex, t->accumulate + 3, d)) return -1;
+  t->readback = calloc((size_t)t->accumulate + 3, 8);
+  if (!t->readback) return apx_diag_error(d, APX_EXIT_RUNTIME, "out of memory");
   for (int32_t i = 0; i < t->ds.n_inputs; i++) {
     t->host[i] = malloc((size_t)t->ds.batch * t->ds.sample_bytes[i] + 1);
     if (!t->host[i]) return apx_diag_error(d, APX_EXIT_RUNTIME, "out of memory");
@@ -154,15 +159,21 @@ void apx_trainer_free(ApxTrainer *t) {
   apx_sampler_free(&t->sampler);
   free(t->idx);
   free(t->loss_host);
+  free(t->readback);
   free(t->param_names);
   memset(t, 0, sizeof *t);
 }
 
+/* Queued without a synchronization (copy_h2d reads f before returning). */
 static int write_f32(ApxTrainer *t, int32_t buf, double v, ApxDiag *d) {
   float f = (float)v;
-  return apx_exec_write(&t->ex, buf, &f, 4, d);
+  return apx_exec_write_async(&t->ex, buf, &f, 4, d);
 }
 
+/* One optimizer step with one host synchronization: lr, scale and every micro-batch's inputs
+ * are queued as copies, the sections as kernels, each loss and then found_inf / first_bad /
+ * norm_sq are staged device-side into the readback slots, and one transfer + sync at the end
+ * brings them all to the host. */
 int apx_trainer_step(ApxTrainer *t, ApxStepRecord *rec, ApxDiag *d) {
   const ApxPlan *p = t->plan;
   memset(rec, 0, sizeof *rec);
@@ -171,36 +182,45 @@ int apx_trainer_step(ApxTrainer *t, ApxStepRecord *rec, ApxDiag *d) {
   double lr = apx_lr_at(&t->lr, t->step);
   double scale = t->scaler.scale;
   if (write_f32(t, t->lr_buf, lr, d) || write_f32(t, t->scale_buf, scale, d)) return -1;
-  double loss_sum = 0;
-  for (int32_t j = 0; j < t->accumulate; j++) {
-    int64_t k = t->step * t->accumulate + j;
+  const int32_t K = t->accumulate;
+  for (int32_t j = 0; j < K; j++) {
+    int64_t k = t->step * K + j;
     if (apx_sampler_batch(&t->sampler, k, t->idx, d)) return -1;
     for (int32_t i = 0; i < t->ds.n_inputs; i++) {
       apx_dataset_gather(&t->ds, i, t->idx, t->ds.batch, t->host[i]);
-      if (apx_exec_write(&t->ex, p->inputs[i], t->host[i], (size_t)p->bufs[p->inputs[i]].bytes, d))
+      if (apx_exec_write_async(&t->ex, p->inputs[i], t->host[i], (size_t)p->bufs[p->inputs[i]].bytes, d))
         return -1;
     }
     apx_exec_set_step(&t->ex, k);
-    if (apx_exec_run(&t->ex, APX_SEC_FORWARD, d)) return -1;
-    const ApxPlanBuffer *lb = &p->bufs[t->loss_buf];
-    if (apx_exec_read(&t->ex, t->loss_buf, t->loss_host, (size_t)lb->bytes, d)) return -1;
-    double l = 0;
-    apx_cpu_convert(t->loss_host, lb->dtype, &l, APX_DT_F64, 1);
-    loss_sum += l;
-    if (apx_exec_run(&t->ex, APX_SEC_BACKWARD, d)) return -1;
+    if (apx_exec_queue_range(&t->ex, p->sec_begin[APX_SEC_FORWARD], p->sec_end[APX_SEC_FORWARD], d) ||
+        apx_exec_readback_stage(&t->ex, j, t->loss_buf, d) ||
+        apx_exec_queue_range(&t->ex, p->sec_begin[APX_SEC_BACKWARD], p->sec_end[APX_SEC_BACKWARD], d))
+      return -1;
   }
   if (apx_dp_run_optimizer(&t->dp, &t->ex, d)) return -1; /* found_inf agreed over ranks */
+  if (apx_exec_readback_stage(&t->ex, K, t->found_inf_buf, d) ||
+      apx_exec_readback_stage(&t->ex, K + 1, t->first_bad_buf, d) ||
+      apx_exec_readback_stage(&t->ex, K + 2, t->norm_sq_buf, d) ||
+      apx_exec_readback_fetch(&t->ex, K + 3, t->readback, d))
+    return -1;
+  const uint8_t *rb = t->readback;
+  double loss_sum = 0;
+  const ApxPlanBuffer *lb = &p->bufs[t->loss_buf];
+  for (int32_t j = 0; j < K; j++) {
+    double l = 0;
+    apx_cpu_convert(rb + 8 * j, lb->dtype, &l, APX_DT_F64, 1);
+    loss_sum += l;
+  }
   float found_inf = 0, norm_sq = 0;
   int32_t first_bad = -1;
-  if (apx_exec_read(&t->ex, t->found_inf_buf, &found_inf, 4, d) ||
-      apx_exec_read(&t->ex, t->first_bad_buf, &first_bad, 4, d) ||
-      apx_exec_read(&t->ex, t->norm_sq_buf, &norm_sq, 4, d))
-    return -1;
+  memcpy(&found_inf, rb + 8 * K, 4);
+  memcpy(&first_bad, rb + 8 * (K + 1), 4);
+  memcpy(&norm_sq, rb + 8 * (K + 2), 4);
   int overflow = found_inf != 0.0f;
   rec->scaler_events = apx_scaler_update(&t->scaler, overflow);
   t->step++;
   rec->step = t->step;
-  rec->loss = loss_sum / t->accumulate;
+  rec->loss = loss_sum / K;
   rec->loss_scale = scale;
   rec->skipped = overflow;
   rec->overflow_at = overflow && first_bad >= 0 && first_bad < t->n_params ? t->param_names[first_bad] : NULL;

@@ -1,6 +1,7 @@
 /* train.h - the training loop of `apexrun PLAN.apx --data DIR --steps N` (DESIGN.md 9, 12, 13).
  *
- * One optimizer step (apx_trainer_step):
+ * One optimizer step (apx_trainer_step), with one host synchronization (everything below is
+ * queued; the losses, found_inf, first_bad and norm_sq come back in one transfer at the end):
  *   lr = schedule(step) -> apx_lr;  scaler's scale -> apx_loss_scale
  *   for each of the plan's --accumulate K micro-batches j:
  *     global batch k = step * K + j from the sampler (sampler.h), gathered from the dataset
@@ -106,6 +107,7 @@ typedef struct ApxTrainer {
   int64_t *idx;              /* [batch] */
   void **host;               /* [n_inputs] one batch per input */
   void *loss_host;
+  void *readback;            /* [accumulate + 3] 8-byte slots: losses, found_inf, first_bad, norm_sq */
 } ApxTrainer;
 
 void apx_train_config_init(ApxTrainConfig *c);

@@ -18,3 +18,10 @@ if ! python3 -c 'import onnx, onnxruntime, numpy' >/dev/null 2>&1; then
   echo "setup: installing Python test oracles (onnx, onnxruntime, numpy)" >&2
   python3 -m pip install -q --disable-pip-version-check onnx onnxruntime numpy >/dev/null
 fi
+# cuobjdump (register counts of the built CUDA objects: //kernels/cuda:objects_test); the
+# toolkit here comes without it
+if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v cuobjdump >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/cuobjdump ] &&
+   ! python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["purelib"] + "/nvidia/cu13/bin/cuobjdump"))' 2>/dev/null; then
+  echo "setup: installing cuobjdump (nvidia-cuda-cuobjdump)" >&2
+  python3 -m pip install -q --disable-pip-version-check "nvidia-cuda-cuobjdump>=13.2,<14" >/dev/null
+fi

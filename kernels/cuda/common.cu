@@ -60,7 +60,10 @@ ApxStatus apx_cuda_ctx_init(ApxCudaCtx *ctx, int32_t device, void *stream) {
   uint64_t keep = UINT64_MAX;
   APX_CUDA_TRY(ctx, cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   APX_CUDA_TRY(ctx, cudaMalloc((void **)&ctx->dev_err, sizeof(ApxCudaDevErr)));
-  APX_CUDA_TRY(ctx, cudaMemset(ctx->dev_err, 0, sizeof(ApxCudaDevErr)));
+  /* zeroed and waited for before any kernel can record into it (a plain cudaMemset runs on
+   * the legacy stream, unordered with the non-blocking streams the kernels run on) */
+  APX_CUDA_TRY(ctx, cudaMemsetAsync(ctx->dev_err, 0, sizeof(ApxCudaDevErr), (cudaStream_t)stream));
+  APX_CUDA_TRY(ctx, cudaStreamSynchronize((cudaStream_t)stream));
   APX_CUDA_TRY(ctx, cudaMalloc(&ctx->lt_ws, LT_WORKSPACE_BYTES));
   ctx->lt_ws_bytes = LT_WORKSPACE_BYTES;
   cublasLtHandle_t lt = NULL;
@@ -75,6 +78,7 @@ ApxStatus apx_cuda_ctx_init(ApxCudaCtx *ctx, int32_t device, void *stream) {
 void apx_cuda_ctx_free(ApxCudaCtx *ctx) {
   if (!ctx) return;
   apx_cuda_tmp_release(ctx);
+  apx_cuda_lt_cache_free(ctx);
   if (ctx->dnn) cudnnDestroy((cudnnHandle_t)ctx->dnn);
   if (ctx->lt) cublasLtDestroy((cublasLtHandle_t)ctx->lt);
   if (ctx->lt_ws) cudaFree(ctx->lt_ws);
@@ -102,10 +106,23 @@ ApxStatus apx_cuda_dev_error(ApxCudaCtx *ctx, int64_t *seq) {
   ApxCudaDevErr e;
   if (seq) *seq = -1;
   if (!ctx->dev_err) return APX_STATUS_OK;
-  APX_CUDA_TRY(ctx, cudaMemcpyAsync(&e, ctx->dev_err, sizeof e, cudaMemcpyDeviceToHost,
-                                    apx_cu_stream(ctx)));
+  APX_TRY(apx_cuda_dev_error_fetch(ctx, &e));
   APX_CUDA_TRY(ctx, cudaStreamSynchronize(apx_cu_stream(ctx)));
-  if (e.code == 0) return APX_STATUS_OK;
+  return apx_cuda_dev_error_check(ctx, &e, seq);
+}
+
+ApxStatus apx_cuda_dev_error_fetch(ApxCudaCtx *ctx, ApxCudaDevErr *host) {
+  memset(host, 0, sizeof *host);
+  if (!ctx->dev_err) return APX_STATUS_OK;
+  APX_CUDA_TRY(ctx, cudaMemcpyAsync(host, ctx->dev_err, sizeof *host, cudaMemcpyDeviceToHost,
+                                    apx_cu_stream(ctx)));
+  return APX_STATUS_OK;
+}
+
+ApxStatus apx_cuda_dev_error_check(ApxCudaCtx *ctx, const ApxCudaDevErr *rec, int64_t *seq) {
+  if (seq) *seq = -1;
+  if (!ctx->dev_err || rec->code == 0) return APX_STATUS_OK;
+  ApxCudaDevErr e = *rec;
   APX_CUDA_TRY(ctx, cudaMemsetAsync(ctx->dev_err, 0, sizeof e, apx_cu_stream(ctx)));
   if (seq) *seq = e.seq;
   const char *op = apx_op_name((ApxOp)e.op);

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/shape.h"
 #include "kernels/ew_math.h"
 #include "kernels/half.h"
@@ -123,11 +124,19 @@ static inline int apx_cu_is_float16(ApxDType dt) {
 
 /* ---- launches ------------------------------------------------------------------------- */
 
-/* Threads per block: ctx->block when set (rounded to a warp multiple in [32, 1024]), else dflt. */
+/* Every kernel is declared APX_CU_KERNEL(name): __launch_bounds__ from its entry in the
+ * launch table (launch.h), so ptxas keeps its registers within what that block size allows. */
+#define APX_CU_MAXB_ENTRY_(k, b) APX_CU_MAXB_##k = (b),
+enum { APX_CU_KERNELS(APX_CU_MAXB_ENTRY_) };
+#define APX_CU_KERNEL(k) __global__ void __launch_bounds__(APX_CU_MAXB_##k) k
+
+/* Threads per block: ctx->block when set (rounded to a warp multiple in
+ * [32, APX_CU_BLOCK_MAX]), else dflt. Kernels launched with it have APX_CU_BLOCK_MAX in the
+ * launch table. */
 static inline int apx_cu_block(const ApxCudaCtx *ctx, int dflt) {
   int b = ctx->block > 0 ? ctx->block : dflt;
   b = (b + 31) / 32 * 32;
-  return b < 32 ? 32 : b > 1024 ? 1024 : b;
+  return b < 32 ? 32 : b > APX_CU_BLOCK_MAX ? APX_CU_BLOCK_MAX : b;
 }
 
 /* Blocks for a grid-stride loop over n items: enough to fill the device, never more than
@@ -149,6 +158,8 @@ static inline unsigned apx_cu_grid(const ApxCudaCtx *ctx, int64_t n, int block) 
 ApxStatus apx_cuda_tmp(ApxCudaCtx *ctx, size_t bytes, void **out);
 /* Releases the op's temporaries (dispatch.cu, after every op). */
 void apx_cuda_tmp_release(ApxCudaCtx *ctx);
+/* Frees matmul.cu's descriptor and heuristic cache (apx_cuda_ctx_free). */
+void apx_cuda_lt_cache_free(ApxCudaCtx *ctx);
 
 /* ---- device-side errors --------------------------------------------------------------- */
 

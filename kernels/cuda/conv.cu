@@ -4,7 +4,8 @@
  * dB? and ConvBiasReluGrad(dY, Y, X, W) = ConvGrad of dY * (Y > 0).
  * Accumulation is fp32 (compute type CUDNN_DATA_FLOAT; tensor cores for fp16 / bf16, plain
  * FMA for fp32 so fp32 results are not TF32). Algorithms come from cuDNN's heuristics
- * (the _v7 queries), restricted to deterministic ones. The bias and ReLU are one kernel
+ * (the _v7 queries), restricted to deterministic ones, run with the math type cuDNN ranked
+ * them with (for fp32 an FMA-math one first). The bias and ReLU are one kernel
  * after the convolution (for half outputs the convolution's result is rounded before the
  * bias is added: one rounding more than the CPU reference). dB sums dY over (N, H, W) with
  * the deterministic reduction. Asymmetric pads (which this cuDNN API cannot express) are
@@ -23,23 +24,41 @@
 
 #define MAX_CONV_WORKSPACE ((size_t)1 << 30)
 
-/* The first algorithm of cuDNN's ranking (perf, n, from the query named `query` that returned
- * ds) that ran, is deterministic and fits MAX_CONV_WORKSPACE; NULL with *st set to the error
- * when the query failed or none qualifies (`which`: forward, backward-data, backward-filter). */
+/* The algorithm to run from cuDNN's ranking (perf[0 .. n), the result of the query named
+ * `query`, which returned ds): the first that ran, is deterministic and fits
+ * MAX_CONV_WORKSPACE; for fp32 tensors the first such with FMA math is preferred (no TF32,
+ * as the CPU), any math type otherwise. Its math type is set on conv (cuDNN runs the
+ * algorithm with the descriptor's math type, which must be the one it was ranked with).
+ * NULL with *st set when the query failed or none qualifies (`which`: forward, backward-data,
+ * backward-filter). The caller runs the query first and passes its count: reading n in the
+ * same call that sets it is unspecified order (GCC read n = 0 and dropped every convolution). */
 template <typename Perf>
-static const Perf *pick_algo(ApxCudaCtx *ctx, cudnnStatus_t ds, const char *query, const Perf *perf,
-                             int n, const char *which, ApxStatus *st) {
+static const Perf *pick_algo(ApxCudaCtx *ctx, cudnnConvolutionDescriptor_t conv, ApxDType dt,
+                             cudnnStatus_t ds, const char *query, const Perf *perf, int n,
+                             const char *which, ApxStatus *st) {
   if (ds != CUDNN_STATUS_SUCCESS) {
     *st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "%s: %s", query, cudnnGetErrorString(ds));
     return NULL;
   }
-  for (int i = 0; i < n; i++)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-        perf[i].memory <= MAX_CONV_WORKSPACE)
-      return &perf[i];
-  *st = apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
-                      "not supported yet on cuda: no deterministic cuDNN %s algorithm", which);
-  return NULL;
+  const Perf *best = NULL;
+  for (int pass = dt == APX_DT_F32 ? 0 : 1; pass < 2 && !best; pass++)
+    for (int i = 0; i < n && !best; i++)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+          perf[i].memory <= MAX_CONV_WORKSPACE && (pass == 1 || perf[i].mathType == CUDNN_FMA_MATH))
+        best = &perf[i];
+  if (!best) {
+    *st = apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
+                        "not supported yet on cuda: no deterministic cuDNN %s algorithm (%d ranked)",
+                        which, n);
+    return NULL;
+  }
+  cudnnStatus_t ms = cudnnSetConvolutionMathType(conv, best->mathType);
+  if (ms != CUDNN_STATUS_SUCCESS) {
+    *st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnSetConvolutionMathType(conv, best->mathType): %s",
+                        cudnnGetErrorString(ms));
+    return NULL;
+  }
+  return best;
 }
 
 static cudnnDataType_t dnn_type(ApxDType dt) {
@@ -101,7 +120,7 @@ static ApxStatus conv_descs(ApxCudaCtx *ctx, const ApxConvGeom *g, ApxDType dt, 
 /* ---- bias + activation, bias gradient ----------------------------------------------------- */
 
 template <typename T>
-__global__ void conv_bias_act_kernel(T *y, const void *b, int bdt, int64_t M, int64_t S, int64_t n, int relu) {
+APX_CU_KERNEL(conv_bias_act_kernel)(T *y, const void *b, int bdt, int64_t M, int64_t S, int64_t n, int relu) {
   APX_CU_GRID_STRIDE(i, n) {
     float v = ld(y[i]) + (b ? ld_dt(b, bdt, (i / S) % M) : 0.0f);
     y[i] = st<T>(relu ? apx_relu_f32(v) : v);
@@ -141,9 +160,10 @@ APX_CUDA_ENTRY(apx_cuda_conv) {
   cudnnConvolutionFwdAlgoPerf_t perf[16];
   int n = 0;
   const cudnnConvolutionFwdAlgoPerf_t *best = NULL;
-  if (st == APX_STATUS_OK)
-    best = pick_algo(ctx, cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, 16, &n, perf),
-                  "cudnnGetConvolutionForwardAlgorithm_v7", perf, n, "forward", &st);
+  if (st == APX_STATUS_OK) {
+    cudnnStatus_t ds = cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, 16, &n, perf);
+    best = pick_algo(ctx, d.conv, dt, ds, "cudnnGetConvolutionForwardAlgorithm_v7", perf, n, "forward", &st);
+  }
   void *ws = NULL;
   if (best && best->memory) st = apx_cuda_tmp(ctx, best->memory, &ws);
   if (st == APX_STATUS_OK) {
@@ -203,9 +223,9 @@ static ApxStatus conv_grad(ApxCudaCtx *ctx, const ApxAttrConv *a, const ApxTenso
   if (st == APX_STATUS_OK && dx) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[16];
     int n = 0;
-    const cudnnConvolutionBwdDataAlgoPerf_t *best =
-        pick_algo(ctx, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, 16, &n, perf),
-                  "cudnnGetConvolutionBackwardDataAlgorithm_v7", perf, n, "backward-data", &st);
+    cudnnStatus_t qs = cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, 16, &n, perf);
+    const cudnnConvolutionBwdDataAlgoPerf_t *best = pick_algo(
+        ctx, d.conv, dt, qs, "cudnnGetConvolutionBackwardDataAlgorithm_v7", perf, n, "backward-data", &st);
     void *ws = NULL;
     if (best && best->memory) st = apx_cuda_tmp(ctx, best->memory, &ws);
     if (st == APX_STATUS_OK) {
@@ -218,9 +238,9 @@ static ApxStatus conv_grad(ApxCudaCtx *ctx, const ApxAttrConv *a, const ApxTenso
   if (st == APX_STATUS_OK && dw) {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
     int n = 0;
-    const cudnnConvolutionBwdFilterAlgoPerf_t *best =
-        pick_algo(ctx, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, 16, &n, perf),
-                  "cudnnGetConvolutionBackwardFilterAlgorithm_v7", perf, n, "backward-filter", &st);
+    cudnnStatus_t qs = cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, 16, &n, perf);
+    const cudnnConvolutionBwdFilterAlgoPerf_t *best = pick_algo(
+        ctx, d.conv, dt, qs, "cudnnGetConvolutionBackwardFilterAlgorithm_v7", perf, n, "backward-filter", &st);
     void *ws = NULL;
     if (best && best->memory) st = apx_cuda_tmp(ctx, best->memory, &ws);
     if (st == APX_STATUS_OK) {

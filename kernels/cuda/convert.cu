@@ -10,7 +10,7 @@
 /* ---- fast path: between fp32, fp16 and bf16 ---------------------------------------------- */
 
 template <typename S, typename D>
-__global__ void convert_float_kernel(const S *src, D *dst, int64_t n, int fill) {
+APX_CU_KERNEL(convert_float_kernel)(const S *src, D *dst, int64_t n, int fill) {
   if (fill) {
     D v = st<D>(ld(src[0]));
     APX_CU_GRID_STRIDE(i, n) dst[i] = v;
@@ -123,7 +123,7 @@ static __device__ void store_i64(void *p, int dt, int64_t i, int64_t v, int src_
   }
 }
 
-__global__ void convert_any_kernel(const void *src, int sdt, void *dst, int ddt, int64_t n, int fill) {
+APX_CU_KERNEL(convert_any_kernel)(const void *src, int sdt, void *dst, int ddt, int64_t n, int fill) {
   APX_CU_GRID_STRIDE(i, n) {
     int64_t j = fill ? 0 : i;
     if (dt_is_float(sdt))

@@ -66,6 +66,9 @@ typedef struct ApxCudaCtx {
   void *lt_ws;           /* cuBLASLt workspace (device) */
   size_t lt_ws_bytes;
   void *dnn;             /* cudnnHandle_t, created on first convolution */
+  void *lt_cache;        /* matmul.cu: cuBLASLt descriptors and heuristic result per distinct
+                          * product, made on its first call and reused (freed by ctx_free) */
+  int64_t lt_heuristic_calls; /* cuBLASLt heuristic queries made (tests: one per product) */
   ApxCudaDevErr *dev_err; /* device memory, zeroed by init */
   void *tmp[APX_CUDA_MAX_TMP]; /* this op's temporaries (freed after it) */
   int32_t n_tmp;
@@ -91,6 +94,12 @@ int apx_cuda_supports(ApxOp op, ApxDType dt);
  * APX_STATUS_OK when none was recorded, else APX_STATUS_BAD_INPUT with "<Op>: <what>" in
  * ctx->err and the record's launch number in *seq (may be NULL). */
 ApxStatus apx_cuda_dev_error(ApxCudaCtx *ctx, int64_t *seq);
+/* The same in two halves around the caller's own synchronization (one host wait): _fetch
+ * queues the record's copy into host (pinned memory, so the copy is asynchronous) on
+ * ctx->stream; after the stream is synchronized, _check decodes it as apx_cuda_dev_error
+ * does and clears the device record when one was set. */
+ApxStatus apx_cuda_dev_error_fetch(ApxCudaCtx *ctx, ApxCudaDevErr *host);
+ApxStatus apx_cuda_dev_error_check(ApxCudaCtx *ctx, const ApxCudaDevErr *rec, int64_t *seq);
 
 /* The number of CUDA devices, or -1 with the runtime's reason ("cudaGetDeviceCount:
  * cudaErrorNoDevice: no CUDA-capable device is detected") in why. */

@@ -8,7 +8,7 @@
 #include "kernels/philox.h"
 
 template <typename T>
-__global__ void dropout_kernel(const T *x, T *y, uint8_t *mask, int64_t n, float ratio, float scale,
+APX_CU_KERNEL(dropout_kernel)(const T *x, T *y, uint8_t *mask, int64_t n, float ratio, float scale,
                                uint64_t seed, uint64_t stream, int64_t step) {
   int64_t nb = (n + 3) / 4;
   APX_CU_GRID_STRIDE(b, nb) {
@@ -25,7 +25,7 @@ __global__ void dropout_kernel(const T *x, T *y, uint8_t *mask, int64_t n, float
 }
 
 template <typename T>
-__global__ void dropout_grad_kernel(const T *dy, const uint8_t *mask, T *dx, int64_t n, float scale) {
+APX_CU_KERNEL(dropout_grad_kernel)(const T *dy, const uint8_t *mask, T *dx, int64_t n, float scale) {
   APX_CU_GRID_STRIDE(i, n) dx[i] = mask[i] ? st<T>(ld(dy[i]) * scale) : st<T>(0.0f);
 }
 

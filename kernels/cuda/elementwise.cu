@@ -87,18 +87,18 @@ static __device__ __forceinline__ void bcast_off(const BcastArgs &g, int64_t i, 
 /* ---- kernels ---------------------------------------------------------------------------- */
 
 template <int OP, typename T>
-__global__ void unary_kernel(const T *x, T *y, int64_t n, float a) {
+APX_CU_KERNEL(unary_kernel)(const T *x, T *y, int64_t n, float a) {
   APX_CU_GRID_STRIDE(i, n) y[i] = st<T>(unary_f<OP>(ld(x[i]), a));
 }
 
 template <int OP, typename T>
-__global__ void unary_grad_kernel(const T *dy, const T *t, T *dx, int64_t n, float a) {
+APX_CU_KERNEL(unary_grad_kernel)(const T *dy, const T *t, T *dx, int64_t n, float a) {
   APX_CU_GRID_STRIDE(i, n) dx[i] = st<T>(grad_f<OP>(ld(dy[i]), ld(t[i]), a));
 }
 
 /* CONTIG: both inputs have the output's layout (no index arithmetic). */
 template <int OP, typename T, bool CONTIG>
-__global__ void binary_kernel(const T *a, const T *b, T *o, int64_t n, BcastArgs g) {
+APX_CU_KERNEL(binary_kernel)(const T *a, const T *b, T *o, int64_t n, BcastArgs g) {
   APX_CU_GRID_STRIDE(i, n) {
     int64_t ia = i, ib = i;
     if (!CONTIG) bcast_off(g, i, &ia, &ib, NULL);
@@ -109,7 +109,7 @@ __global__ void binary_kernel(const T *a, const T *b, T *o, int64_t n, BcastArgs
 /* Pow with a float base and an integer exponent: the exponent converted to fp32 first (as the
  * CPU converts it to the base's math type), o = powf(a, e). */
 template <typename T>
-__global__ void pow_mixed_kernel(const T *a, const float *e, T *o, int64_t n, BcastArgs g) {
+APX_CU_KERNEL(pow_mixed_kernel)(const T *a, const float *e, T *o, int64_t n, BcastArgs g) {
   APX_CU_GRID_STRIDE(i, n) {
     int64_t ia, ie;
     bcast_off(g, i, &ia, &ie, NULL);
@@ -120,7 +120,7 @@ __global__ void pow_mixed_kernel(const T *a, const float *e, T *o, int64_t n, Bc
 /* Pow gradients at dY's full shape into fp32 buffers (either may be NULL):
  * da = dy * b * a^(b-1) (0 where b == 0), db = dy * a^b * ln(a) (0 where a == 0, b >= 0). */
 template <typename T>
-__global__ void pow_grad_kernel(const T *dy, const T *a, const T *b, float *da, float *db, int64_t n,
+APX_CU_KERNEL(pow_grad_kernel)(const T *dy, const T *a, const T *b, float *da, float *db, int64_t n,
                                 BcastArgs g) {
   APX_CU_GRID_STRIDE(i, n) {
     int64_t i0, ia, ib;

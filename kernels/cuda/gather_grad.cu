@@ -9,7 +9,7 @@
 #include "kernels/cuda/common.cuh"
 
 /* keys[j] = normalized index (A for an out-of-range one: sorted last, ignored), vals[j] = j */
-__global__ void gather_keys_kernel(const void *idx, int idt, uint32_t *keys, int32_t *vals,
+APX_CU_KERNEL(gather_keys_kernel)(const void *idx, int idt, uint32_t *keys, int32_t *vals,
                                    int64_t ni, int64_t A, int op, int64_t seq, ApxCudaDevErr *err) {
   APX_CU_GRID_STRIDE(j, ni) {
     int64_t v = ld_index(idx, idt, j);
@@ -27,7 +27,7 @@ __global__ void gather_keys_kernel(const void *idx, int idt, uint32_t *keys, int
 /* One thread per (sorted position p, o, k): the first position of each run of equal keys
  * sums the run's dY rows in order into dData[o, key, k]. */
 template <typename T>
-__global__ void gather_grad_sum_kernel(const T *dy, const uint32_t *keys, const int32_t *pos, T *dd,
+APX_CU_KERNEL(gather_grad_sum_kernel)(const T *dy, const uint32_t *keys, const int32_t *pos, T *dd,
                                        int64_t outer, int64_t A, int64_t inner, int64_t ni) {
   int64_t n = ni * outer * inner;
   APX_CU_GRID_STRIDE(i, n) {

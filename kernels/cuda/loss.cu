@@ -67,7 +67,7 @@ static __device__ __forceinline__ float fmax_nan(float m, float v) {
 
 /* forward: per-line loss and weight (fp32 scratch), optional log_prob and saved lse */
 template <class TM, typename T>
-__global__ void loss_lines_kernel(TM tm, LossArgs<T> a, float *loss, float *wl, void *log_prob,
+APX_CU_KERNEL(loss_lines_kernel)(TM tm, LossArgs<T> a, float *loss, float *wl, void *log_prob,
                                   int lp_dt, void *lse_out, int lse_dt) {
   __shared__ float sh[33];
   __shared__ double shd[33];
@@ -109,7 +109,7 @@ __global__ void loss_lines_kernel(TM tm, LossArgs<T> a, float *loss, float *wl, 
 
 /* gradient: dx (N, C, inner) per line; g from dloss (denom: summed weights for mean) */
 template <class TM, typename T>
-__global__ void loss_grad_kernel(TM tm, LossArgs<T> a, const void *dloss, int ddt, int reduction,
+APX_CU_KERNEL(loss_grad_kernel)(TM tm, LossArgs<T> a, const void *dloss, int ddt, int reduction,
                                  const double *denom, void *dx, int dxdt) {
   int64_t nl = a.N * a.inner, C = a.C, inner = a.inner;
   for (int64_t l = tm.first(); l < nl; l += tm.stride()) {
@@ -160,12 +160,12 @@ struct WeightTerm {
 };
 
 /* sum: (float)s; mean: (float)(s / sum of weights), in fp64 as the CPU */
-__global__ void loss_finish_kernel(const double *sums, void *out, int odt, int reduction) {
+APX_CU_KERNEL(loss_finish_kernel)(const double *sums, void *out, int odt, int reduction) {
   if (blockIdx.x == 0 && threadIdx.x == 0)
     st_dt(out, odt, 0, reduction == APX_RED_SUM ? (float)sums[0] : (float)(sums[0] / sums[1]));
 }
 
-__global__ void loss_none_kernel(const float *loss, void *out, int odt, int64_t n) {
+APX_CU_KERNEL(loss_none_kernel)(const float *loss, void *out, int odt, int64_t n) {
   APX_CU_GRID_STRIDE(i, n) st_dt(out, odt, i, loss[i]);
 }
 

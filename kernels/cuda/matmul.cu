@@ -17,6 +17,7 @@
  * two products (one rounding of g that the fp32 CPU path does not have; tolerances cover it). */
 #include <cublasLt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/reduce.cuh"
@@ -100,8 +101,20 @@ static ApxStatus lt_layout(ApxCudaCtx *ctx, cublasLtMatrixLayout_t *l, cudaDataT
   return APX_STATUS_OK;
 }
 
+/* The largest power of two (at most 256) that divides address p. cuBLASLt assumes 256-byte
+ * aligned operands unless told otherwise and may pick a kernel whose vector loads need it;
+ * the arena guarantees 64 bytes and batch-split products and views use offset pointers, so
+ * every call states the real alignment of each operand (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*). */
+static uint32_t lt_align(const void *p) {
+  uintptr_t a = (uintptr_t)p;
+  uint32_t al = 256;
+  while (al > 1 && (a & (al - 1))) al >>= 1;
+  return al;
+}
+
 /* Builds the descriptors and finds an algorithm; *found = 0 when cuBLASLt has none for this
- * combination (callers fall back to a plainer path). */
+ * combination (callers fall back to a plainer path). The epilogue's bias and aux pointers are
+ * set by lt_try on every call (the descriptors are cached across calls). */
 static ApxStatus lt_prepare(ApxCudaCtx *ctx, const LtCall *c, LtDescs *s,
                             cublasLtMatmulHeuristicResult_t *h, int *found) {
   *found = 0;
@@ -134,7 +147,14 @@ static ApxStatus lt_prepare(ApxCudaCtx *ctx, const LtCall *c, LtDescs *s,
   uint64_t ws = ctx->lt_ws_bytes;
   APX_CUBLAS_TRY(ctx, cublasLtMatmulPreferenceSetAttribute(s->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                            &ws, sizeof ws));
+  const uint32_t al[4] = {lt_align(c->B), lt_align(c->A), lt_align(c->C), lt_align(c->D)}; /* Lt's A B C D */
+  const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; i++)
+    APX_CUBLAS_TRY(ctx, cublasLtMatmulPreferenceSetAttribute(s->pref, al_attr[i], &al[i], sizeof al[i]));
   int n = 0;
+  ctx->lt_heuristic_calls++;
   cublasStatus_t bs = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)ctx->lt, s->op, s->a, s->b, s->c,
                                                      s->d, s->pref, 1, h, &n);
   /* no algorithm for this combination (NOT_SUPPORTED, or INVALID_VALUE for an epilogue's
@@ -152,23 +172,129 @@ static ApxStatus lt_prepare(ApxCudaCtx *ctx, const LtCall *c, LtDescs *s,
   return APX_STATUS_OK;
 }
 
+/* ---- descriptor and heuristic cache ----------------------------------------------------------
+ * A plan's products have static shapes, so their descriptors and cuBLASLt's choice are made
+ * once per distinct product - everything of LtCall but the data pointers and alpha / beta,
+ * plus the operands' alignments - and reused by every later step (no heuristic query, no
+ * descriptor built per call; CUDA Graph capture replays the same calls). */
+typedef struct LtKey {
+  int32_t ta, tb, ab, cd, epi, has_bias, has_aux, pad;
+  int64_t M, N, K, batch, sa, sb, sd, aux_ld;
+  uint32_t al[4];
+} LtKey;
+
+typedef struct LtEntry {
+  LtKey key;
+  int used, found;
+  LtDescs s;
+  cublasLtMatmulHeuristicResult_t h;
+  char why[160]; /* found = 0: cuBLASLt's answer */
+} LtEntry;
+
+typedef struct LtCache {
+  LtEntry *e;
+  int64_t cap, n;
+} LtCache;
+
+static LtKey lt_key(const LtCall *c) {
+  LtKey k;
+  memset(&k, 0, sizeof k);
+  k.ta = c->ta, k.tb = c->tb, k.ab = (int32_t)c->ab, k.cd = (int32_t)c->cd, k.epi = (int32_t)c->epi;
+  k.has_bias = c->bias != NULL, k.has_aux = c->aux != NULL;
+  k.M = c->M, k.N = c->N, k.K = c->K, k.batch = c->batch, k.sa = c->sa, k.sb = c->sb, k.sd = c->sd;
+  k.aux_ld = c->aux ? c->aux_ld : 0;
+  k.al[0] = lt_align(c->B), k.al[1] = lt_align(c->A), k.al[2] = lt_align(c->C), k.al[3] = lt_align(c->D);
+  return k;
+}
+
+static uint64_t lt_hash(const LtKey *k) {
+  const unsigned char *b = (const unsigned char *)k;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < sizeof *k; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+/* The cache slot of key k (open addressing; grows at half full): an unused slot to fill, or
+ * the entry. NULL: out of host memory. */
+static LtEntry *lt_slot(ApxCudaCtx *ctx, const LtKey *k) {
+  LtCache *lc = (LtCache *)ctx->lt_cache;
+  if (!lc) {
+    lc = (LtCache *)calloc(1, sizeof *lc);
+    if (!lc) return NULL;
+    ctx->lt_cache = lc;
+  }
+  if (2 * (lc->n + 1) > lc->cap) {
+    int64_t ncap = lc->cap ? 2 * lc->cap : 256;
+    LtEntry *ne = (LtEntry *)calloc((size_t)ncap, sizeof *ne);
+    if (!ne) return NULL;
+    for (int64_t i = 0; i < lc->cap; i++) {
+      if (!lc->e[i].used) continue;
+      uint64_t j = lt_hash(&lc->e[i].key) & (uint64_t)(ncap - 1);
+      while (ne[j].used) j = (j + 1) & (uint64_t)(ncap - 1);
+      ne[j] = lc->e[i];
+    }
+    free(lc->e);
+    lc->e = ne;
+    lc->cap = ncap;
+  }
+  uint64_t j = lt_hash(k) & (uint64_t)(lc->cap - 1);
+  while (lc->e[j].used && memcmp(&lc->e[j].key, k, sizeof *k) != 0) j = (j + 1) & (uint64_t)(lc->cap - 1);
+  return &lc->e[j];
+}
+
+void apx_cuda_lt_cache_free(ApxCudaCtx *ctx) {
+  LtCache *lc = (LtCache *)ctx->lt_cache;
+  if (!lc) return;
+  for (int64_t i = 0; i < lc->cap; i++)
+    if (lc->e[i].used) lt_destroy(&lc->e[i].s);
+  free(lc->e);
+  free(lc);
+  ctx->lt_cache = NULL;
+}
+
 /* Queues the product; *done = 0 (and nothing queued) when cuBLASLt has no algorithm. */
 static ApxStatus lt_try(ApxCudaCtx *ctx, const LtCall *c, int *done) {
-  LtDescs s;
-  memset(&s, 0, sizeof s);
-  cublasLtMatmulHeuristicResult_t h;
-  ApxStatus st = lt_prepare(ctx, c, &s, &h, done);
-  if (st == APX_STATUS_OK && *done) {
-    cublasStatus_t bs = cublasLtMatmul((cublasLtHandle_t)ctx->lt, s.op, &c->alpha, c->B, s.a, c->A, s.b,
-                                       &c->beta, c->C, s.c, c->D, s.d, &h.algo, ctx->lt_ws,
-                                       ctx->lt_ws_bytes, apx_cu_stream(ctx));
-    if (bs != CUBLAS_STATUS_SUCCESS)
-      st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cublasLtMatmul: %s (M %lld, N %lld, K %lld, batch %lld) (%s:%d)",
+  *done = 0;
+  LtKey k = lt_key(c);
+  LtEntry *e = lt_slot(ctx, &k);
+  if (!e) return apx_cuda_fail(ctx, APX_STATUS_OOM, "cuBLASLt cache: out of host memory");
+  if (!e->used) {
+    LtEntry fresh;
+    memset(&fresh, 0, sizeof fresh);
+    ApxStatus st = lt_prepare(ctx, c, &fresh.s, &fresh.h, &fresh.found);
+    if (st != APX_STATUS_OK) {
+      lt_destroy(&fresh.s);
+      return st;
+    }
+    if (!fresh.found) {
+      snprintf(fresh.why, sizeof fresh.why, "%.159s", ctx->err);
+      lt_destroy(&fresh.s);
+      memset(&fresh.s, 0, sizeof fresh.s);
+    }
+    fresh.key = k;
+    fresh.used = 1;
+    *e = fresh;
+    ((LtCache *)ctx->lt_cache)->n++;
+  }
+  if (!e->found) {
+    snprintf(ctx->err, sizeof ctx->err, "%s", e->why);
+    return APX_STATUS_OK;
+  }
+  if (c->bias)
+    APX_CUBLAS_TRY(ctx, cublasLtMatmulDescSetAttribute(e->s.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c->bias,
+                                                       sizeof c->bias));
+  if (c->aux)
+    APX_CUBLAS_TRY(ctx, cublasLtMatmulDescSetAttribute(e->s.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                       &c->aux, sizeof c->aux));
+  cublasStatus_t bs = cublasLtMatmul((cublasLtHandle_t)ctx->lt, e->s.op, &c->alpha, c->B, e->s.a, c->A, e->s.b,
+                                     &c->beta, c->C, e->s.c, c->D, e->s.d, &e->h.algo, ctx->lt_ws,
+                                     ctx->lt_ws_bytes, apx_cu_stream(ctx));
+  if (bs != CUBLAS_STATUS_SUCCESS)
+    return apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cublasLtMatmul: %s (M %lld, N %lld, K %lld, batch %lld) (%s:%d)",
                          cublasLtGetStatusName(bs), (long long)c->M, (long long)c->N, (long long)c->K,
                          (long long)c->batch, __FILE__, __LINE__);
-  }
-  lt_destroy(&s);
-  return st;
+  *done = 1;
+  return APX_STATUS_OK;
 }
 
 /* Queues the product; a strided batch without an algorithm (a stride-0 operand, say) is
@@ -326,7 +452,7 @@ APX_CUDA_ENTRY(apx_cuda_matmul) {
 
 /* pre (M, N) fp32 = alpha X op(W); v = pre + beta b[j]; aux = v; y = act(v) */
 template <typename T>
-__global__ void dense_epilogue_kernel(const float *pre, const void *b, int bdt, float beta, T *y,
+APX_CU_KERNEL(dense_epilogue_kernel)(const float *pre, const void *b, int bdt, float beta, T *y,
                                       T *aux, int64_t M, int64_t N, int act) {
   APX_CU_GRID_STRIDE(i, M * N) {
     float v = pre[i] + (b ? beta * ld_dt(b, bdt, i % N) : 0.0f);
@@ -432,7 +558,7 @@ static __device__ __forceinline__ float act_grad(int act, float g, float t) {
 }
 
 template <typename T>
-__global__ void dense_act_grad_kernel(const T *dy, const T *t, T *g, int64_t n, int act) {
+APX_CU_KERNEL(dense_act_grad_kernel)(const T *dy, const T *t, T *g, int64_t n, int act) {
   APX_CU_GRID_STRIDE(i, n) g[i] = st<T>(act_grad(act, ld(dy[i]), ld(t[i])));
 }
 

@@ -14,7 +14,7 @@
 /* One block per row (x, y: (rows, D)); statistics in fp64 like the CPU's double lanes:
  * md = sum x / D, vd = sum (x - md)^2 / D, m = (float)md, is = (float)(1 / sqrt(vd + eps)). */
 template <typename T>
-__global__ void layer_norm_kernel(const T *x, const void *scale, int sdt, const void *bias, int bdt,
+APX_CU_KERNEL(layer_norm_kernel)(const T *x, const void *scale, int sdt, const void *bias, int bdt,
                                   void *y, int ydt, void *mean, int mdt, void *istd, int idt,
                                   int64_t rows, int64_t D, float eps) {
   __shared__ double sh[33];
@@ -44,7 +44,7 @@ __global__ void layer_norm_kernel(const T *x, const void *scale, int sdt, const 
 /* dX = is (g - mean(g) - (x - m) is k), g = dY scale, k = mean(g (x - m)) is; sums in fp64
  * (the CPU's formula); one block per row. */
 template <typename T>
-__global__ void layer_norm_dx_kernel(const void *dy, int gdt, const T *x, const void *scale, int sdt,
+APX_CU_KERNEL(layer_norm_dx_kernel)(const void *dy, int gdt, const T *x, const void *scale, int sdt,
                                      const void *mean, int mdt, const void *istd, int idt, void *dx,
                                      int dxdt, int64_t rows, int64_t D) {
   __shared__ double sh[33];
@@ -229,7 +229,7 @@ struct StoreD {
 /* Per-channel statistics: m, is (fp32 scratch) and the optional outputs. Training (the CPU's
  * formulas): m = (float)md, v = (float)vd, is = (float)(1 / sqrt(vd + eps)); inference:
  * is = 1 / sqrtf(var + eps). */
-__global__ void bn_stats_kernel(const double *bm, const double *bv, const void *in_mean,
+APX_CU_KERNEL(bn_stats_kernel)(const double *bm, const double *bv, const void *in_mean,
                                 const void *in_var, int vdt, float *m, float *is, void *run_mean,
                                 void *run_var, void *saved_mean, void *saved_istd, int odt,
                                 int64_t C, float eps, float mo, int training) {
@@ -260,7 +260,7 @@ __global__ void bn_stats_kernel(const double *bm, const double *bv, const void *
 
 /* Y of any float type (BatchNormRelu may round to another one: passes/fuse_casts.c) */
 template <typename T>
-__global__ void bn_apply_kernel(const T *x, const float *m, const float *is, const void *scale,
+APX_CU_KERNEL(bn_apply_kernel)(const T *x, const float *m, const float *is, const void *scale,
                                 const void *bias, int pdt, void *y, int ydt, int64_t C, int64_t S,
                                 int64_t n, int relu) {
   APX_CU_GRID_STRIDE(i, n) {
@@ -276,7 +276,7 @@ __global__ void bn_apply_kernel(const T *x, const float *m, const float *is, con
  * formula) */
 /* dY and dX of any float type */
 template <typename T>
-__global__ void bn_dx_kernel(const void *dy, int gdt, const T *x, const float *m, const float *is,
+APX_CU_KERNEL(bn_dx_kernel)(const void *dy, int gdt, const T *x, const float *m, const float *is,
                              const double *sdy, const double *sdyx, const void *scale, int pdt,
                              void *dx, int dxdt, int64_t C, int64_t S, int64_t n, double cnt,
                              int training) {
@@ -294,7 +294,7 @@ __global__ void bn_dx_kernel(const void *dy, int gdt, const T *x, const float *m
 }
 
 /* dscale = (float)(sum dy (x - m) * is), dbias = (float)sum dy */
-__global__ void bn_grad_out_kernel(const double *sdy, const double *sdyx, const float *is, void *dscale,
+APX_CU_KERNEL(bn_grad_out_kernel)(const double *sdy, const double *sdyx, const float *is, void *dscale,
                                    void *dbias, int odt, int64_t C) {
   APX_CU_GRID_STRIDE(c, C) {
     if (dscale) st_dt(dscale, odt, c, (float)(sdyx[c] * (double)is[c]));
@@ -304,7 +304,7 @@ __global__ void bn_grad_out_kernel(const double *sdy, const double *sdyx, const 
 
 /* inference-mode statistics for the gradient: m = running mean, is = 1 / sqrt(var + eps);
  * training: m, is = the saved ones */
-__global__ void bn_grad_stats_kernel(const void *s1, const void *s2, int dt, float *m, float *is,
+APX_CU_KERNEL(bn_grad_stats_kernel)(const void *s1, const void *s2, int dt, float *m, float *is,
                                      int64_t C, float eps, int training) {
   APX_CU_GRID_STRIDE(c, C) {
     m[c] = ld_dt(s1, dt, c);
@@ -447,7 +447,7 @@ APX_CUDA_ENTRY(apx_cuda_batch_norm_grad) {
 
 /* g (dY's type) = dY * (Y > 0); Y of any float type (it may be rounded to another type than dY) */
 template <typename T>
-__global__ void relu_mask_kernel(const T *dy, const void *y, int ydt, T *g, int64_t n) {
+APX_CU_KERNEL(relu_mask_kernel)(const T *dy, const void *y, int ydt, T *g, int64_t n) {
   APX_CU_GRID_STRIDE(i, n) g[i] = st<T>(apx_relu_grad_f32(ld(dy[i]), ld_dt(y, ydt, i)));
 }
 

@@ -58,7 +58,7 @@ static __device__ __forceinline__ int64_t pool_count(const PoolArgs &g, int64_t 
 }
 
 template <typename T>
-__global__ void max_pool_kernel(const T *x, T *y, long long *idx, PoolArgs g) {
+APX_CU_KERNEL(max_pool_kernel)(const T *x, T *y, long long *idx, PoolArgs g) {
   int64_t OHW = g.OH * g.OW, HW = g.H * g.W, n = g.N * g.C * OHW;
   APX_CU_GRID_STRIDE(o, n) {
     int64_t p = o / OHW, oh = (o % OHW) / g.OW, ow = o % g.OW;
@@ -73,7 +73,7 @@ __global__ void max_pool_kernel(const T *x, T *y, long long *idx, PoolArgs g) {
 }
 
 template <typename T>
-__global__ void avg_pool_kernel(const T *x, T *y, PoolArgs g) {
+APX_CU_KERNEL(avg_pool_kernel)(const T *x, T *y, PoolArgs g) {
   int64_t OHW = g.OH * g.OW, HW = g.H * g.W, n = g.N * g.C * OHW;
   APX_CU_GRID_STRIDE(o, n) {
     int64_t p = o / OHW, oh = (o % OHW) / g.OW, ow = o % g.OW;
@@ -95,7 +95,7 @@ __global__ void avg_pool_kernel(const T *x, T *y, PoolArgs g) {
 
 /* argmax of every output window (MaxPoolGrad, phase 1) */
 template <typename T>
-__global__ void argmax_kernel(const T *x, int32_t *arg, PoolArgs g) {
+APX_CU_KERNEL(argmax_kernel)(const T *x, int32_t *arg, PoolArgs g) {
   int64_t OHW = g.OH * g.OW, HW = g.H * g.W, n = g.N * g.C * OHW;
   APX_CU_GRID_STRIDE(o, n) {
     int64_t p = o / OHW, oh = (o % OHW) / g.OW, ow = o % g.OW;
@@ -107,7 +107,7 @@ __global__ void argmax_kernel(const T *x, int32_t *arg, PoolArgs g) {
 /* dX (h, w) = sum over the windows containing it, in (oh, ow) order: max routes to the argmax
  * (arg != NULL), average spreads dY / count. */
 template <typename T>
-__global__ void pool_grad_kernel(const T *dy, const int32_t *arg, T *dx, PoolArgs g) {
+APX_CU_KERNEL(pool_grad_kernel)(const T *dy, const int32_t *arg, T *dx, PoolArgs g) {
   int64_t OHW = g.OH * g.OW, HW = g.H * g.W, n = g.N * g.C * HW;
   APX_CU_GRID_STRIDE(e, n) {
     int64_t p = e / HW, h = (e % HW) / g.W, w = e % g.W, self = h * g.W + w;
@@ -136,7 +136,7 @@ __global__ void pool_grad_kernel(const T *dy, const int32_t *arg, T *dx, PoolArg
 }
 
 template <typename T>
-__global__ void gap_grad_kernel(const T *dy, T *dx, int64_t planes, int64_t S) {
+APX_CU_KERNEL(gap_grad_kernel)(const T *dy, T *dx, int64_t planes, int64_t S) {
   APX_CU_GRID_STRIDE(i, planes * S) dx[i] = st<T>(ld(dy[i / S]) / (float)S);
 }
 

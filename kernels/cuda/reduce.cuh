@@ -22,7 +22,7 @@
 #define APX_CU_REDUCE_TARGET_TASKS 1024 /* enough independent tasks to fill a large GPU */
 
 template <class F, class S>
-__global__ void apx_cu_reduce_row_kernel(F f, S s, int64_t ny, int64_t nred, int64_t chunk,
+APX_CU_KERNEL(apx_cu_reduce_row_kernel)(F f, S s, int64_t ny, int64_t nred, int64_t chunk,
                                          int64_t nch, double *partial) {
   __shared__ double sh[33];
   for (int64_t task = blockIdx.x; task < ny * nch; task += gridDim.x) {
@@ -41,7 +41,7 @@ __global__ void apx_cu_reduce_row_kernel(F f, S s, int64_t ny, int64_t nred, int
 }
 
 template <class F, class S>
-__global__ void apx_cu_reduce_col_kernel(F f, S s, int64_t ny, int64_t nred, int64_t chunk,
+APX_CU_KERNEL(apx_cu_reduce_col_kernel)(F f, S s, int64_t ny, int64_t nred, int64_t chunk,
                                          double *partial) {
   int64_t c = blockIdx.y;
   int64_t r0 = c * chunk, r1 = r0 + chunk < nred ? r0 + chunk : nred;
@@ -56,7 +56,7 @@ __global__ void apx_cu_reduce_col_kernel(F f, S s, int64_t ny, int64_t nred, int
 }
 
 template <class S>
-__global__ void apx_cu_reduce_finish_kernel(S s, const double *partial, int64_t ny, int64_t nch,
+APX_CU_KERNEL(apx_cu_reduce_finish_kernel)(S s, const double *partial, int64_t ny, int64_t nch,
                                             int row_layout) {
   APX_CU_GRID_STRIDE(o, ny) {
     double acc = 0.0;

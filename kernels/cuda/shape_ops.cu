@@ -52,7 +52,7 @@ static int64_t strided_args(StridedArgs *g, const int64_t *dims, int rank, const
 }
 
 template <typename U>
-__global__ void strided_copy_kernel(U *dst, const U *src, int64_t n, StridedArgs g) {
+APX_CU_KERNEL(strided_copy_kernel)(U *dst, const U *src, int64_t n, StridedArgs g) {
   APX_CU_GRID_STRIDE(i, n) {
     int64_t q = i, od = 0, os = 0;
     for (int d = g.rank - 1; d >= 0; d--) {
@@ -212,7 +212,7 @@ APX_CUDA_ENTRY(apx_cuda_expand) {
 
 /* out (outer, ni, inner) = data (outer, A, inner) rows picked by idx */
 template <typename U>
-__global__ void gather_kernel(const U *data, const void *idx, int idt, U *out, int64_t outer,
+APX_CU_KERNEL(gather_kernel)(const U *data, const void *idx, int idt, U *out, int64_t outer,
                               int64_t A, int64_t inner, int64_t ni, int op, int64_t seq,
                               ApxCudaDevErr *err) {
   int64_t n = outer * ni * inner;
@@ -258,7 +258,7 @@ struct WhereArgs {
 };
 
 template <typename U>
-__global__ void where_kernel(const uint8_t *c, const U *x, const U *y, U *o, int64_t n, WhereArgs g) {
+APX_CU_KERNEL(where_kernel)(const uint8_t *c, const U *x, const U *y, U *o, int64_t n, WhereArgs g) {
   APX_CU_GRID_STRIDE(i, n) {
     int64_t q = i, oc = 0, ox = 0, oy = 0;
     for (int d = g.rank - 1; d >= 0; d--) {

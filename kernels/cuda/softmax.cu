@@ -82,7 +82,7 @@ static __device__ __forceinline__ float fmax_nan(float m, float v) {
 /* ---- forward kernels -------------------------------------------------------------------- */
 
 template <int MODE, class LOAD, class STORE>
-__global__ void softmax_rows_warp(LOAD f, STORE y, int64_t rows, int64_t L) {
+APX_CU_KERNEL(softmax_rows_warp)(LOAD f, STORE y, int64_t rows, int64_t L) {
   int lane = threadIdx.x & 31;
   int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
   for (int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < rows;
@@ -105,7 +105,7 @@ __global__ void softmax_rows_warp(LOAD f, STORE y, int64_t rows, int64_t L) {
 }
 
 template <int MODE, class LOAD, class STORE>
-__global__ void softmax_rows_block(LOAD f, STORE y, int64_t rows, int64_t L) {
+APX_CU_KERNEL(softmax_rows_block)(LOAD f, STORE y, int64_t rows, int64_t L) {
   __shared__ float sh[33];
   __shared__ double shd[33];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -127,7 +127,7 @@ __global__ void softmax_rows_block(LOAD f, STORE y, int64_t rows, int64_t L) {
 }
 
 template <int MODE, typename T>
-__global__ void softmax_lines(const T *x, T *y, int64_t outer, int64_t L, int64_t inner) {
+APX_CU_KERNEL(softmax_lines)(const T *x, T *y, int64_t outer, int64_t L, int64_t inner) {
   APX_CU_GRID_STRIDE(l, outer * inner) {
     int64_t base = (l / inner) * L * inner + l % inner;
     const T *px = x + base;
@@ -161,7 +161,7 @@ static __device__ __forceinline__ float sm_grad_out(float g, float yv, float s, 
 }
 
 template <int MODE, class ACC>
-__global__ void softmax_grad_rows_warp(ACC a, int64_t rows, int64_t L, float scale) {
+APX_CU_KERNEL(softmax_grad_rows_warp)(ACC a, int64_t rows, int64_t L, float scale) {
   int lane = threadIdx.x & 31;
   int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
   for (int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < rows;
@@ -175,7 +175,7 @@ __global__ void softmax_grad_rows_warp(ACC a, int64_t rows, int64_t L, float sca
 }
 
 template <int MODE, class ACC>
-__global__ void softmax_grad_rows_block(ACC a, int64_t rows, int64_t L, float scale) {
+APX_CU_KERNEL(softmax_grad_rows_block)(ACC a, int64_t rows, int64_t L, float scale) {
   __shared__ double sh[33];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     int64_t b = row * L;
@@ -188,7 +188,7 @@ __global__ void softmax_grad_rows_block(ACC a, int64_t rows, int64_t L, float sc
 }
 
 template <int MODE, typename T>
-__global__ void softmax_grad_lines(const T *dy, const T *y, T *dx, int64_t outer, int64_t L,
+APX_CU_KERNEL(softmax_grad_lines)(const T *dy, const T *y, T *dx, int64_t outer, int64_t L,
                                    int64_t inner) {
   APX_CU_GRID_STRIDE(l, outer * inner) {
     int64_t base = (l / inner) * L * inner + l % inner;

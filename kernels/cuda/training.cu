@@ -19,7 +19,7 @@
 
 #define MT_CHUNK 65536
 #define MT_MAX 36
-#define MT_BLOCK 512
+#define MT_BLOCK APX_CU_MT_BLOCK
 
 /* One multi-tensor launch: up to 5 tensor lists (per op: g/u, or P/G/S0/S1/H). */
 struct MtArgs {
@@ -46,7 +46,7 @@ static __device__ __forceinline__ bool finite_f(float v) { return isfinite(v); }
 
 /* ---- LossScaleSeed -------------------------------------------------------------------------- */
 
-__global__ void loss_scale_seed_kernel(const void *scale, int sdt, float mult, void *out, int odt,
+APX_CU_KERNEL(loss_scale_seed_kernel)(const void *scale, int sdt, float mult, void *out, int odt,
                                        int64_t n) {
   float v = ld_dt(scale, sdt, 0) * mult;
   APX_CU_GRID_STRIDE(i, n) st_dt(out, odt, i, v);
@@ -84,7 +84,7 @@ APX_CUDA_ENTRY(apx_cuda_assign_state) {
 /* ---- UnscaleCheck ------------------------------------------------------------------------------- */
 
 /* list 0: g, list 1: u (may be NULL). Per chunk: sq (sum u^2, fp64) and the bad tensor index. */
-__global__ void __launch_bounds__(MT_BLOCK) unscale_kernel(MtArgs a, const void *scale, int sdt,
+APX_CU_KERNEL(unscale_kernel)(MtArgs a, const void *scale, int sdt,
                                                            double *part_sq, int32_t *part_bad) {
   __shared__ double sh[33];
   int64_t g = a.chunk0 + blockIdx.x, i0, i1;
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(MT_BLOCK) unscale_kernel(MtArgs a, const void 
   }
 }
 
-__global__ void unscale_finish_kernel(const double *part_sq, const int32_t *part_bad, int64_t nch,
+APX_CU_KERNEL(unscale_finish_kernel)(const double *part_sq, const int32_t *part_bad, int64_t nch,
                                       void *found, int fdt, void *first, int idt, void *norm_sq,
                                       int ndt) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
@@ -224,7 +224,7 @@ struct OptScalars {
   float lr_f, clip, decay, step, bc2s, ib1, ib2;
 };
 
-__global__ void opt_scalars_kernel(ApxAttrOptimizer a, const void *found, int fdt, const void *norm_sq,
+APX_CU_KERNEL(opt_scalars_kernel)(ApxAttrOptimizer a, const void *found, int fdt, const void *norm_sq,
                                    int ndt, const void *lr, int lrdt, const void *step, int sdt,
                                    OptScalars *out) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
@@ -253,7 +253,7 @@ __global__ void opt_scalars_kernel(ApxAttrOptimizer a, const void *found, int fd
 
 /* lists: 0 P, 1 G, 2 S0, 3 S1, 4 H. SGD / AdamW update p in place and refresh h; LAMB writes
  * u (fp32 scratch at uoff[t] + i) and the chunk's sums of p^2 and u^2. */
-__global__ void __launch_bounds__(MT_BLOCK) opt_update_kernel(MtArgs a, ApxAttrOptimizer at,
+APX_CU_KERNEL(opt_update_kernel)(MtArgs a, ApxAttrOptimizer at,
                                                               const OptScalars *sc, float *ubuf,
                                                               const int64_t *uoff, double *part_p,
                                                               double *part_u) {
@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(MT_BLOCK) opt_update_kernel(MtArgs a, ApxAttrO
 }
 
 /* LAMB phase 2: per tensor, the trust ratio from its chunks' sums (in chunk order). */
-__global__ void lamb_ratio_kernel(ApxAttrOptimizer at, const OptScalars *sc, const double *part_p,
+APX_CU_KERNEL(lamb_ratio_kernel)(ApxAttrOptimizer at, const OptScalars *sc, const double *part_p,
                                   const double *part_u, const int64_t *cstart, int32_t n,
                                   float *k_out) {
   if (sc->skip) return;
@@ -333,7 +333,7 @@ __global__ void lamb_ratio_kernel(ApxAttrOptimizer at, const OptScalars *sc, con
 }
 
 /* LAMB phase 3: p -= k u, refresh h. */
-__global__ void __launch_bounds__(MT_BLOCK) lamb_apply_kernel(MtArgs a, const OptScalars *sc,
+APX_CU_KERNEL(lamb_apply_kernel)(MtArgs a, const OptScalars *sc,
                                                               const float *ubuf, const int64_t *uoff,
                                                               const float *kt) {
   if (sc->skip) return;
@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(MT_BLOCK) lamb_apply_kernel(MtArgs a, const Op
 
 /* Parameters without chunks (empty) still get their half copy refreshed: nothing to do. The
  * step counter advances on a taken step. */
-__global__ void opt_step_kernel(const OptScalars *sc, void *step, int sdt) {
+APX_CU_KERNEL(opt_step_kernel)(const OptScalars *sc, void *step, int sdt) {
   if (blockIdx.x != 0 || threadIdx.x != 0 || sc->skip) return;
   if (sdt == APX_DT_I64)
     ((long long *)step)[0] = sc->t;

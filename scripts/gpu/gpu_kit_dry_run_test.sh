@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# gpu_kit_dry_run_test.sh - scripts/gpu/run.sh --dry-run over a bundle made of this build's
+# binaries (symlinks into the runfiles): every stage's host part must pass on a CPU machine.
+set -uo pipefail
+b="$TEST_TMPDIR/bundle"
+mkdir -p "$b/bin" "$b/lib" "$b/data/examples" "$b/data/gpt2_tiny"
+for f in compiler/apexc runtime/apexrun scripts/gpu/gpu_lab kernels/cuda/onnx_node_cuda_test runtime/nccl_check; do
+  [ -e "$f" ] && ln -s "$PWD/$f" "$b/bin/"
+done
+if [ ! -e "$b/bin/gpu_lab" ]; then echo "built without CUDA: nothing to dry-run"; echo "0 passed, 0 failed"; exit 0; fi
+for m in mlp cnn transformer; do cp -r "examples/$m" "$b/data/examples/"; done
+tar -C /usr/share/libonnx-testdata/data -czf "$b/data/onnx_node.tar.gz" node
+cp scripts/gpu/run.sh scripts/gpu/torch_gpt2.py "$b/"
+python3 scripts/gpu/make_gpt2.py "$b/data/gpt2_tiny" --layers 2 --d 64 --heads 4 --vocab 256 --seq 32 --batch 4 \
+  > "$b/data/gpt2_tiny/shape.json" || exit 1
+OUT="$TEST_TMPDIR/out" bash scripts/gpu/run.sh --dry-run --bundle "$b"
+rc=$?
+cat "$TEST_TMPDIR/out/summary.txt" >/dev/null
+for s in libs lab node train gpt2 nccl; do
+  grep -q "^$s  *PASS" "$TEST_TMPDIR/out/summary.txt" || { echo "stage $s did not pass:"; tail -20 "$TEST_TMPDIR/out/$s.txt"; rc=1; }
+done
+exit $rc
