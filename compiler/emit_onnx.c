@@ -260,8 +260,56 @@ static const char *reduction_name(int32_t r) {
   return r == APX_RED_SUM ? "sum" : r == APX_RED_NONE ? "none" : "mean";
 }
 
+/* The typed struct's fields written as the ONNX attributes they name (attrs.def), when
+ * every field but the counts has an ONNX name; else "not supported yet". */
+static int attrs_from_fields(Emit *e, AttrList *l, int node) {
+  const ApxGraph *g = e->g;
+  const ApxNode *n = &g->nodes[node];
+  const ApxAttrDesc *desc = apx_op_attrs(n->op);
+  if (!strcmp(desc->type, "ApxAttrNone")) return 0;
+  for (int32_t i = 0; i < desc->n_fields; i++)
+    if (desc->fields[i].kind != APX_FIELD_COUNT && !desc->fields[i].onnx)
+      return apx_node_error(e->d, g, node,
+                            "not supported yet: --emit-onnx of a %s node created by a pass",
+                            apx_op_name(n->op));
+  const char *t = n->typed;
+  int rc = 0;
+  int32_t count = 0;
+  for (int32_t i = 0; i < desc->n_fields && rc == 0; i++) {
+    const ApxAttrField *f = &desc->fields[i];
+    const char *p = t + f->offset;
+    int32_t i32;
+    int64_t i64;
+    float f32;
+    char name[64];
+    switch ((ApxAttrFieldKind)f->kind) {
+      case APX_FIELD_COUNT: memcpy(&count, p, sizeof count); break;
+      case APX_FIELD_F32: memcpy(&f32, p, sizeof f32); rc = attr_float(e, l, f->onnx, f32); break;
+      case APX_FIELD_I32: case APX_FIELD_BOOL: case APX_FIELD_DTYPE:
+        memcpy(&i32, p, sizeof i32);
+        rc = attr_int(e, l, f->onnx, i32);
+        break;
+      case APX_FIELD_I64: memcpy(&i64, p, sizeof i64); rc = attr_int(e, l, f->onnx, i64); break;
+      case APX_FIELD_ENUM:
+        memcpy(&i32, p, sizeof i32);
+        if (!apx_attr_enum_name(f, i32, name, sizeof name))
+          return apx_node_error(e->d, g, node, "typed attribute '%s' = %d is out of range", f->name, i32);
+        rc = attr_string(e, l, f->onnx, name);
+        break;
+      case APX_FIELD_I64S: rc = attr_ints(e, l, f->onnx, (const int64_t *)(const void *)p, f->n); break;
+      case APX_FIELD_I64V:
+        if (count < 0 || count > f->n)
+          return apx_node_error(e->d, g, node, "typed attribute '%s' has %d entries", f->name, count);
+        rc = attr_ints(e, l, f->onnx, (const int64_t *)(const void *)p, count);
+        break;
+    }
+  }
+  return rc ? oom(e) : 0;
+}
+
 /* ONNX attributes equivalent to the typed struct of a node a pass created (no generic
- * attributes). Ops whose typed fields have no attribute form at this opset are errors. */
+ * attributes): from the fields (attrs.def), except for the ops whose attributes depend on
+ * the opset or on other fields. */
 static int attrs_from_typed(Emit *e, AttrList *l, int node) {
   const ApxGraph *g = e->g;
   const ApxNode *n = &g->nodes[node];
@@ -269,56 +317,22 @@ static int attrs_from_typed(Emit *e, AttrList *l, int node) {
   int rc = 0;
   if (!t) return apx_node_error(e->d, g, node, "--emit-onnx: node has no typed attributes");
   switch (n->op) {
-    case APX_OP_Cast:
+    case APX_OP_Cast: /* saturate exists from opset 19 */
       rc = attr_int(e, l, "to", ((const ApxAttrCast *)t)->to);
       break;
-    case APX_OP_Gemm: {
-      const ApxAttrGemm *a = t;
-      rc = attr_float(e, l, "alpha", a->alpha) | attr_float(e, l, "beta", a->beta) |
-           attr_int(e, l, "transA", a->trans_a) | attr_int(e, l, "transB", a->trans_b);
-      break;
-    }
-    case APX_OP_Softmax: case APX_OP_LogSoftmax: case APX_OP_Flatten: case APX_OP_Concat:
-    case APX_OP_Gather:
-      rc = attr_int(e, l, "axis", ((const ApxAttrAxis *)t)->axis);
-      break;
-    case APX_OP_LeakyRelu:
-      rc = attr_float(e, l, "alpha", ((const ApxAttrLeakyRelu *)t)->alpha);
-      break;
-    case APX_OP_Gelu:
-      if (((const ApxAttrGelu *)t)->approximate == APX_GELU_TANH) rc = attr_string(e, l, "approximate", "tanh");
-      break;
-    case APX_OP_Transpose: {
-      const ApxAttrTranspose *a = t;
-      rc = attr_ints(e, l, "perm", a->perm, a->rank);
-      break;
-    }
-    case APX_OP_LayerNormalization: {
-      const ApxAttrLayerNorm *a = t;
-      rc = attr_int(e, l, "axis", a->axis) | attr_float(e, l, "epsilon", a->epsilon) |
-           attr_int(e, l, "stash_type", a->stash_type);
-      break;
-    }
-    case APX_OP_BatchNormalization: {
+    case APX_OP_BatchNormalization: { /* training_mode exists from opset 14 */
       const ApxAttrBatchNorm *a = t;
       rc = attr_float(e, l, "epsilon", a->epsilon) | attr_float(e, l, "momentum", a->momentum);
       if (a->training_mode) rc |= attr_int(e, l, "training_mode", 1);
       break;
     }
     case APX_OP_SoftmaxCrossEntropyLoss: case APX_OP_NegativeLogLikelihoodLoss: {
-      const ApxAttrLoss *a = t;
+      const ApxAttrLoss *a = t; /* ignore_index only when set */
       rc = attr_string(e, l, "reduction", reduction_name(a->reduction));
       if (a->has_ignore_index) rc |= attr_int(e, l, "ignore_index", a->ignore_index);
       break;
     }
-    case APX_OP_Conv: {
-      const ApxAttrConv *a = t;
-      rc = attr_ints(e, l, "kernel_shape", a->kernel, 2) | attr_ints(e, l, "strides", a->strides, 2) |
-           attr_ints(e, l, "pads", a->pads, 4) | attr_ints(e, l, "dilations", a->dilations, 2) |
-           attr_int(e, l, "group", a->group);
-      break;
-    }
-    case APX_OP_MaxPool: case APX_OP_AveragePool: {
+    case APX_OP_MaxPool: case APX_OP_AveragePool: { /* per-op and per-opset attributes */
       const ApxAttrPool *a = t;
       rc = attr_ints(e, l, "kernel_shape", a->kernel, 2) | attr_ints(e, l, "strides", a->strides, 2) |
            attr_ints(e, l, "pads", a->pads, 4) | attr_int(e, l, "ceil_mode", a->ceil_mode);
@@ -327,14 +341,10 @@ static int attrs_from_typed(Emit *e, AttrList *l, int node) {
       if (n->op == APX_OP_MaxPool || g->opset >= 19) rc |= attr_ints(e, l, "dilations", a->dilations, 2);
       break;
     }
-    case APX_OP_Reshape:
+    case APX_OP_Reshape: /* allowzero exists from opset 14 */
       if (((const ApxAttrReshape *)t)->allowzero) rc = attr_int(e, l, "allowzero", 1);
       break;
-    default:
-      if (strcmp(apx_op_info(n->op)->attrs_type, "ApxAttrNone") != 0)
-        return apx_node_error(e->d, g, node,
-                              "not supported yet: --emit-onnx of a %s node created by a pass",
-                              apx_op_name(n->op));
+    default: return attrs_from_fields(e, l, node);
   }
   return rc ? oom(e) : 0;
 }

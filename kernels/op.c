@@ -145,6 +145,25 @@ static int32_t field_i32(const void *a, const ApxAttrField *f) {
   return v;
 }
 
+void apx_attrs_defaults(ApxOp op, void *attrs) {
+  const ApxAttrDesc *d = apx_op_attrs(op);
+  memset(attrs, 0, d->size);
+  for (int32_t i = 0; i < d->n_fields; i++) {
+    const ApxAttrField *f = &d->fields[i];
+    char *p = (char *)attrs + f->offset;
+    switch ((ApxAttrFieldKind)f->kind) {
+      case APX_FIELD_F32: memcpy(p, &f->fdef, sizeof f->fdef); break;
+      case APX_FIELD_I32: case APX_FIELD_BOOL: case APX_FIELD_ENUM: case APX_FIELD_DTYPE: {
+        int32_t v = (int32_t)f->idef;
+        memcpy(p, &v, sizeof v);
+        break;
+      }
+      case APX_FIELD_I64: memcpy(p, &f->idef, sizeof f->idef); break;
+      case APX_FIELD_COUNT: case APX_FIELD_I64S: case APX_FIELD_I64V: break;
+    }
+  }
+}
+
 char *apx_attrs_format(ApxOp op, const void *attrs, char *buf, size_t cap) {
   const ApxAttrDesc *d = apx_op_attrs(op);
   size_t len = 0;

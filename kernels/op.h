@@ -107,6 +107,9 @@ const char *apx_prec_class_name(ApxPrecClass c); /* "half", "fp32", "promote", .
 const char *apx_attr_enum_name(const ApxAttrField *f, int64_t v, char *buf, size_t cap);
 /* Index of name among an ENUM field's names, -1 when it is not one of them. */
 int apx_attr_enum_index(const ApxAttrField *f, const char *name);
+/* Fills attrs (apx_op_attrs(op)->size bytes) with the fields' defaults (arrays and counts
+ * zero). */
+void apx_attrs_defaults(ApxOp op, void *attrs);
 /* Writes the typed attributes as "name=value ..." (every field; arrays as [a,b]; ENUM and
  * DTYPE fields by name) into buf; returns buf. For dumps. */
 char *apx_attrs_format(ApxOp op, const void *attrs, char *buf, size_t cap);

@@ -914,106 +914,11 @@ static void dump_i64s(FILE *f, const int64_t *v, int n) {
   fputc(']', f);
 }
 
+/* Every field by name (attrs.def), " {alpha=1.5 beta=1 ...}"; nothing for ops without. */
 static void dump_attrs(FILE *f, ApxOp op, const void *a) {
-  const char *t = apx_op_info(op)->attrs_type;
-  if (!a || strcmp(t, "ApxAttrNone") == 0) return;
-  fputs(" {", f);
-  if (!strcmp(t, "ApxAttrGemm")) {
-    const ApxAttrGemm *x = a;
-    fprintf(f, "alpha=%g beta=%g trans_a=%d trans_b=%d", x->alpha, x->beta, x->trans_a, x->trans_b);
-  } else if (!strcmp(t, "ApxAttrLeakyRelu")) {
-    fprintf(f, "alpha=%g", ((const ApxAttrLeakyRelu *)a)->alpha);
-  } else if (!strcmp(t, "ApxAttrGelu")) {
-    fprintf(f, "approximate=%d", ((const ApxAttrGelu *)a)->approximate);
-  } else if (!strcmp(t, "ApxAttrAxis")) {
-    fprintf(f, "axis=%" PRId64, ((const ApxAttrAxis *)a)->axis);
-  } else if (!strcmp(t, "ApxAttrLayerNorm")) {
-    const ApxAttrLayerNorm *x = a;
-    fprintf(f, "axis=%" PRId64 " epsilon=%g stash_type=%d", x->axis, x->epsilon, x->stash_type);
-  } else if (!strcmp(t, "ApxAttrBatchNorm")) {
-    const ApxAttrBatchNorm *x = a;
-    fprintf(f, "epsilon=%g momentum=%g training_mode=%d", x->epsilon, x->momentum, x->training_mode);
-  } else if (!strcmp(t, "ApxAttrDropout")) {
-    const ApxAttrDropout *x = a;
-    fprintf(f, "ratio=%g training_mode=%d seed=%" PRId64 "%s stream=%" PRId64, x->ratio,
-            x->training_mode, x->seed, x->has_seed ? "" : "(unset)", x->rng_stream);
-  } else if (!strcmp(t, "ApxAttrConv") || !strcmp(t, "ApxAttrPool")) {
-    const ApxAttrConv *x = a; /* ApxAttrPool starts with the same four arrays */
-    fputs("kernel=", f);
-    dump_i64s(f, x->kernel, 2);
-    fputs(" strides=", f);
-    dump_i64s(f, x->strides, 2);
-    fputs(" pads=", f);
-    dump_i64s(f, x->pads, 4);
-    fputs(" dilations=", f);
-    dump_i64s(f, x->dilations, 2);
-    if (!strcmp(t, "ApxAttrConv")) {
-      fprintf(f, " group=%" PRId64, x->group);
-    } else {
-      const ApxAttrPool *y = a;
-      fprintf(f, " ceil_mode=%d count_include_pad=%d", y->ceil_mode, y->count_include_pad);
-    }
-  } else if (!strcmp(t, "ApxAttrReshape")) {
-    fprintf(f, "allowzero=%d", ((const ApxAttrReshape *)a)->allowzero);
-  } else if (!strcmp(t, "ApxAttrTranspose")) {
-    const ApxAttrTranspose *x = a;
-    fputs("perm=", f);
-    dump_i64s(f, x->perm, x->rank >= 0 && x->rank <= APX_MAX_RANK ? x->rank : 0);
-  } else if (!strcmp(t, "ApxAttrAxes")) {
-    const ApxAttrAxes *x = a;
-    fputs("axes=", f);
-    dump_i64s(f, x->axes, x->n_axes >= 0 && x->n_axes <= APX_MAX_RANK ? x->n_axes : 0);
-  } else if (!strcmp(t, "ApxAttrSplit")) {
-    fprintf(f, "axis=%" PRId64, ((const ApxAttrSplit *)a)->axis);
-  } else if (!strcmp(t, "ApxAttrSlice")) {
-    const ApxAttrSlice *x = a;
-    int r = x->rank >= 0 && x->rank <= APX_MAX_RANK ? x->rank : 0;
-    fputs("starts=", f);
-    dump_i64s(f, x->starts, r);
-    fputs(" steps=", f);
-    dump_i64s(f, x->steps, r);
-  } else if (!strcmp(t, "ApxAttrReduce")) {
-    const ApxAttrReduce *x = a;
-    fputs("axes=", f);
-    dump_i64s(f, x->axes, x->n_axes >= 0 && x->n_axes <= APX_MAX_RANK ? x->n_axes : 0);
-    fprintf(f, " keepdims=%d noop_with_empty_axes=%d", x->keepdims, x->noop_with_empty_axes);
-  } else if (!strcmp(t, "ApxAttrCast")) {
-    const ApxAttrCast *x = a;
-    fprintf(f, "to=%s saturate=%d", apx_dtype_short((ApxDType)x->to), x->saturate);
-  } else if (!strcmp(t, "ApxAttrShape")) {
-    const ApxAttrShape *x = a;
-    fprintf(f, "start=%" PRId64 " end=%" PRId64, x->start, x->end);
-  } else if (!strcmp(t, "ApxAttrLoss")) {
-    const ApxAttrLoss *x = a;
-    fprintf(f, "reduction=%d ignore_index=%" PRId64 "%s", x->reduction, x->ignore_index,
-            x->has_ignore_index ? "" : "(unset)");
-  } else if (!strcmp(t, "ApxAttrFusedMatMul")) {
-    const ApxAttrFusedMatMul *x = a;
-    fprintf(f, "trans_a=%d trans_b=%d alpha=%g", x->trans_a, x->trans_b, x->alpha);
-  } else if (!strcmp(t, "ApxAttrFusedDense")) {
-    const ApxAttrFusedDense *x = a;
-    fprintf(f, "trans_w=%d activation=%d alpha=%g beta=%g", x->trans_w, x->activation, x->alpha,
-            x->beta);
-  } else if (!strcmp(t, "ApxAttrFusedSoftmax")) {
-    const ApxAttrFusedSoftmax *x = a;
-    fprintf(f, "scale=%g has_mask=%d", x->scale, x->has_mask);
-  } else if (!strcmp(t, "ApxAttrOptimizer")) {
-    const ApxAttrOptimizer *x = a;
-    fprintf(f, "kind=%d n_params=%d lr=%g momentum=%g betas=%g,%g eps=%g wd=%g dampening=%g "
-            "nesterov=%d master=%d max_grad_norm=%g", x->kind, x->n_params, x->lr, x->momentum,
-            x->beta1, x->beta2, x->eps, x->weight_decay, x->dampening, x->nesterov,
-            x->master_weights, x->max_grad_norm);
-  } else if (!strcmp(t, "ApxAttrLossScaleSeed")) {
-    fprintf(f, "multiplier=%g", ((const ApxAttrLossScaleSeed *)a)->multiplier);
-  } else if (!strcmp(t, "ApxAttrAllreduce")) {
-    const ApxAttrAllreduce *x = a;
-    fprintf(f, "bucket=%d fp32=%d predivide=%g average=%d", x->bucket, x->fp32, x->predivide,
-            x->average);
-  } else {
-    const uint8_t *u = a;
-    for (size_t i = 0; i < apx_op_info(op)->attrs_size; i++) fprintf(f, "%02x", u[i]);
-  }
-  fputc('}', f);
+  char buf[1024];
+  apx_attrs_format(op, a, buf, sizeof buf);
+  if (buf[0]) fprintf(f, " {%s}", buf);
 }
 
 static const char *buf_name(const ApxPlan *p, int32_t id) {

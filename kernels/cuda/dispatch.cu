@@ -38,21 +38,18 @@ static void fill_table(void) {
   E(Sum, apx_cuda_sum, TF);
   E(Neg, apx_cuda_unary, TF);
   E(Relu, apx_cuda_unary, TF);
-  E(LeakyRelu, apx_cuda_unary, TF);
-  E(Sigmoid, apx_cuda_unary, TF);
-  E(Tanh, apx_cuda_unary, TF);
-  E(Gelu, apx_cuda_unary, TF);
-  E(Erf, apx_cuda_unary, TF);
-  E(Sqrt, apx_cuda_unary, TF);
-  E(Exp, apx_cuda_unary, TF);
-  E(Log, apx_cuda_unary, TF);
-  E(ReluGrad, apx_cuda_unary_grad, TF);
-  E(LeakyReluGrad, apx_cuda_unary_grad, TF);
-  E(SigmoidGrad, apx_cuda_unary_grad, TF);
-  E(TanhGrad, apx_cuda_unary_grad, TF);
-  E(GeluGrad, apx_cuda_unary_grad, TF);
-  E(ErfGrad, apx_cuda_unary_grad, TF);
-  E(SqrtGrad, apx_cuda_unary_grad, TF);
+  /* every op of kind EW_UNARY / EW_UNARY_GRAD (ops.def) */
+#define IO(a, b, c, d)
+#define APX_KIND_OWN(ID)
+#define APX_KIND_EW_UNARY(ID) E(ID, apx_cuda_unary, TF);
+#define APX_KIND_EW_UNARY_GRAD(ID) E(ID, apx_cuda_unary_grad, TF);
+#define APX_OP(ID, NAME, PREC, FLAGS, STATIC, ATTRS, ARITY, GRAD, KIND) APX_KIND_##KIND(ID)
+#include "kernels/ops.def"
+#undef APX_OP
+#undef APX_KIND_EW_UNARY
+#undef APX_KIND_EW_UNARY_GRAD
+#undef APX_KIND_OWN
+#undef IO
   E(PowGrad, apx_cuda_pow_grad, TF);
   /* normalization, softmax, losses */
   E(Softmax, apx_cuda_softmax, TF);

@@ -1,5 +1,5 @@
-/* elementwise.cu - unary ops (Neg Relu LeakyRelu Sigmoid Tanh Gelu Erf Sqrt Exp Log), their
- * gradients XGrad(dY, T) -> dX, binary ops with numpy broadcasting (Add Sub Mul Div Pow),
+/* elementwise.cu - unary ops (Neg, Relu and every op of kind EW_UNARY in ops.def), their
+ * gradients XGrad(dY, T) -> dX (kind EW_UNARY_GRAD), binary ops with numpy broadcasting (Add Sub Mul Div Pow),
  * the variadic Sum, and PowGrad(dY, A, B) -> dA?, dB? (summed down to A's / B's shapes).
  * fp32 / fp16 / bf16 tensors, math in fp32 with the formulas of kernels/ew_math.h (the CPU
  * reference compiles the same functions), one RNE rounding on store. */
@@ -7,40 +7,44 @@
 
 /* ---- per-element formulas --------------------------------------------------------------- */
 
-enum {
-  U_NEG, U_RELU, U_LEAKY, U_SIGMOID, U_TANH, U_GELU, U_GELU_TANH, U_ERF, U_SQRT, U_EXP, U_LOG
-};
-enum { G_RELU, G_LEAKY, G_SIGMOID, G_TANH, G_GELU, G_GELU_TANH, G_ERF, G_SQRT };
 enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW };
 
-template <int OP>
-static __device__ __forceinline__ float unary_f(float v, float a) {
-  if constexpr (OP == U_NEG) return -v;
-  if constexpr (OP == U_RELU) return apx_relu_f32(v);
-  if constexpr (OP == U_LEAKY) return apx_leaky_relu_f32(v, a);
-  if constexpr (OP == U_SIGMOID) return apx_sigmoid_f32(v);
-  if constexpr (OP == U_TANH) return tanhf(v);
-  if constexpr (OP == U_GELU) return apx_gelu_f32(v);
-  if constexpr (OP == U_GELU_TANH) return apx_gelu_tanh_f32(v);
-  if constexpr (OP == U_ERF) return apx_erf_f32(v); /* the shared polynomial: the CPU's bits */
-  if constexpr (OP == U_SQRT) return sqrtf(v);
-  if constexpr (OP == U_EXP) return expf(v);
-  if constexpr (OP == U_LOG) return logf(v);
-  return v;
-}
-
-template <int OP>
-static __device__ __forceinline__ float grad_f(float g, float v, float a) {
-  if constexpr (OP == G_RELU) return apx_relu_grad_f32(g, v);
-  if constexpr (OP == G_LEAKY) return apx_leaky_relu_grad_f32(g, v, a);
-  if constexpr (OP == G_SIGMOID) return apx_sigmoid_grad_f32(g, v);
-  if constexpr (OP == G_TANH) return apx_tanh_grad_f32(g, v);
-  if constexpr (OP == G_GELU) return apx_gelu_grad_f32(g, v);
-  if constexpr (OP == G_GELU_TANH) return apx_gelu_tanh_grad_f32(g, v);
-  if constexpr (OP == G_ERF) return apx_erf_grad_f32(g, v);
-  if constexpr (OP == G_SQRT) return apx_sqrt_grad_f32(g, v);
-  return g;
-}
+/* Ew<OP>: the formula of each unary op and unary gradient op, with its typed attributes A
+ * passed by value to the kernel. Every op of kind EW_UNARY / EW_UNARY_GRAD (ops.def) gets
+ * its specialization from the table, calling apx_ew_<ID>_f32 (ew_math.inc); Neg and Relu
+ * (kind OWN: integer inference) are written here. */
+template <int OP> struct Ew;
+template <> struct Ew<APX_OP_Neg> {
+  typedef ApxAttrNone A;
+  static __device__ __forceinline__ float f(float v, const A &) { return -v; }
+};
+template <> struct Ew<APX_OP_Relu> {
+  typedef ApxAttrNone A;
+  static __device__ __forceinline__ float f(float v, const A &) { return apx_relu_f32(v); }
+};
+#define IO(a, b, c, d)
+#define APX_KIND_OWN(ID, ATTRS)
+#define APX_KIND_EW_UNARY(ID, ATTRS)                                              \
+  template <> struct Ew<APX_OP_##ID> {                                            \
+    typedef ATTRS A;                                                              \
+    static __device__ __forceinline__ float f(float v, const A &a) {              \
+      return apx_ew_##ID##_f32(v, &a);                                            \
+    }                                                                             \
+  };
+#define APX_KIND_EW_UNARY_GRAD(ID, ATTRS)                                         \
+  template <> struct Ew<APX_OP_##ID> {                                            \
+    typedef ATTRS A;                                                              \
+    static __device__ __forceinline__ float f(float g, float v, const A &a) {     \
+      return apx_ew_##ID##_f32(g, v, &a);                                         \
+    }                                                                             \
+  };
+#define APX_OP(ID, NAME, PREC, FLAGS, STATIC, ATTRS, ARITY, GRAD, KIND) APX_KIND_##KIND(ID, ATTRS)
+#include "kernels/ops.def"
+#undef APX_OP
+#undef APX_KIND_EW_UNARY_GRAD
+#undef APX_KIND_EW_UNARY
+#undef APX_KIND_OWN
+#undef IO
 
 template <int OP>
 static __device__ __forceinline__ float binary_f(float x, float y) {
@@ -87,13 +91,13 @@ static __device__ __forceinline__ void bcast_off(const BcastArgs &g, int64_t i, 
 /* ---- kernels ---------------------------------------------------------------------------- */
 
 template <int OP, typename T>
-APX_CU_KERNEL(unary_kernel)(const T *x, T *y, int64_t n, float a) {
-  APX_CU_GRID_STRIDE(i, n) y[i] = st<T>(unary_f<OP>(ld(x[i]), a));
+APX_CU_KERNEL(unary_kernel)(const T *x, T *y, int64_t n, typename Ew<OP>::A a) {
+  APX_CU_GRID_STRIDE(i, n) y[i] = st<T>(Ew<OP>::f(ld(x[i]), a));
 }
 
 template <int OP, typename T>
-APX_CU_KERNEL(unary_grad_kernel)(const T *dy, const T *t, T *dx, int64_t n, float a) {
-  APX_CU_GRID_STRIDE(i, n) dx[i] = st<T>(grad_f<OP>(ld(dy[i]), ld(t[i]), a));
+APX_CU_KERNEL(unary_grad_kernel)(const T *dy, const T *t, T *dx, int64_t n, typename Ew<OP>::A a) {
+  APX_CU_GRID_STRIDE(i, n) dx[i] = st<T>(Ew<OP>::f(ld(dy[i]), ld(t[i]), a));
 }
 
 /* CONTIG: both inputs have the output's layout (no index arithmetic). */
@@ -133,16 +137,70 @@ APX_CU_KERNEL(pow_grad_kernel)(const T *dy, const T *a, const T *b, float *da, f
 
 /* ---- launchers -------------------------------------------------------------------------- */
 
-template <int OP, typename T>
-static void launch_unary(const T *x, T *y, int64_t n, float a, cudaStream_t s, int block,
-                         unsigned grid) {
-  unary_kernel<OP, T><<<grid, block, 0, s>>>(x, y, n, a);
+/* The typed attributes of the launch (zeros when the plan holds none). */
+template <int OP>
+static typename Ew<OP>::A attrs_of(const void *attrs) {
+  typename Ew<OP>::A a;
+  memset(&a, 0, sizeof a);
+  if (attrs) memcpy(&a, attrs, sizeof a);
+  return a;
 }
 
 template <int OP, typename T>
-static void launch_unary_grad(const T *dy, const T *t, T *dx, int64_t n, float a, cudaStream_t s,
-                              int block, unsigned grid) {
-  unary_grad_kernel<OP, T><<<grid, block, 0, s>>>(dy, t, dx, n, a);
+static void launch_unary(const T *x, T *y, int64_t n, const void *attrs, cudaStream_t s, int block,
+                         unsigned grid) {
+  unary_kernel<OP, T><<<grid, block, 0, s>>>(x, y, n, attrs_of<OP>(attrs));
+}
+
+template <int OP, typename T>
+static void launch_unary_grad(const T *dy, const T *t, T *dx, int64_t n, const void *attrs,
+                              cudaStream_t s, int block, unsigned grid) {
+  unary_grad_kernel<OP, T><<<grid, block, 0, s>>>(dy, t, dx, n, attrs_of<OP>(attrs));
+}
+
+/* op's kernel over type T: 0, or -1 when op is not a unary (gradient) op. */
+template <typename T>
+static int launch_unary_op(ApxOp op, const T *x, T *y, int64_t n, const void *attrs,
+                           cudaStream_t s, int block, unsigned grid) {
+  switch (op) {
+    case APX_OP_Neg: launch_unary<APX_OP_Neg, T>(x, y, n, attrs, s, block, grid); return 0;
+    case APX_OP_Relu: launch_unary<APX_OP_Relu, T>(x, y, n, attrs, s, block, grid); return 0;
+#define IO(a, b, c, d)
+#define APX_KIND_OWN(ID)
+#define APX_KIND_EW_UNARY_GRAD(ID)
+#define APX_KIND_EW_UNARY(ID) \
+  case APX_OP_##ID: launch_unary<APX_OP_##ID, T>(x, y, n, attrs, s, block, grid); return 0;
+#define APX_OP(ID, NAME, PREC, FLAGS, STATIC, ATTRS, ARITY, GRAD, KIND) APX_KIND_##KIND(ID)
+#include "kernels/ops.def"
+#undef APX_OP
+#undef APX_KIND_EW_UNARY
+#undef APX_KIND_EW_UNARY_GRAD
+#undef APX_KIND_OWN
+#undef IO
+    default: return -1;
+  }
+}
+
+template <typename T>
+static int launch_unary_grad_op(ApxOp op, const T *dy, const T *t, T *dx, int64_t n,
+                                const void *attrs, cudaStream_t s, int block, unsigned grid) {
+  switch (op) {
+#define IO(a, b, c, d)
+#define APX_KIND_OWN(ID)
+#define APX_KIND_EW_UNARY(ID)
+#define APX_KIND_EW_UNARY_GRAD(ID)                                               \
+  case APX_OP_##ID:                                                              \
+    launch_unary_grad<APX_OP_##ID, T>(dy, t, dx, n, attrs, s, block, grid);      \
+    return 0;
+#define APX_OP(ID, NAME, PREC, FLAGS, STATIC, ATTRS, ARITY, GRAD, KIND) APX_KIND_##KIND(ID)
+#include "kernels/ops.def"
+#undef APX_OP
+#undef APX_KIND_EW_UNARY
+#undef APX_KIND_EW_UNARY_GRAD
+#undef APX_KIND_OWN
+#undef IO
+    default: return -1;
+  }
 }
 
 template <int OP, typename T>
@@ -174,30 +232,9 @@ APX_CUDA_ENTRY(apx_cuda_unary) {
   int block = apx_cu_block(ctx, 256);
   unsigned grid = apx_cu_grid(ctx, n, block);
   cudaStream_t s = apx_cu_stream(ctx);
-  float a = 0.0f;
-  if (op == APX_OP_LeakyRelu) a = ((const ApxAttrLeakyRelu *)attrs)->alpha;
-  int gelu_tanh = op == APX_OP_Gelu && ((const ApxAttrGelu *)attrs)->approximate == APX_GELU_TANH;
   APX_CU_FLOAT_SWITCH(ctx, dt, T, {
-    const T *x = (const T *)ins[0].data;
-    T *y = (T *)outs[0].data;
-    switch (op) {
-      case APX_OP_Neg: launch_unary<U_NEG, T>(x, y, n, a, s, block, grid); break;
-      case APX_OP_Relu: launch_unary<U_RELU, T>(x, y, n, a, s, block, grid); break;
-      case APX_OP_LeakyRelu: launch_unary<U_LEAKY, T>(x, y, n, a, s, block, grid); break;
-      case APX_OP_Sigmoid: launch_unary<U_SIGMOID, T>(x, y, n, a, s, block, grid); break;
-      case APX_OP_Tanh: launch_unary<U_TANH, T>(x, y, n, a, s, block, grid); break;
-      case APX_OP_Gelu:
-        if (gelu_tanh)
-          launch_unary<U_GELU_TANH, T>(x, y, n, a, s, block, grid);
-        else
-          launch_unary<U_GELU, T>(x, y, n, a, s, block, grid);
-        break;
-      case APX_OP_Erf: launch_unary<U_ERF, T>(x, y, n, a, s, block, grid); break;
-      case APX_OP_Sqrt: launch_unary<U_SQRT, T>(x, y, n, a, s, block, grid); break;
-      case APX_OP_Exp: launch_unary<U_EXP, T>(x, y, n, a, s, block, grid); break;
-      case APX_OP_Log: launch_unary<U_LOG, T>(x, y, n, a, s, block, grid); break;
-      default: return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not a unary op");
-    }
+    if (launch_unary_op<T>(op, (const T *)ins[0].data, (T *)outs[0].data, n, attrs, s, block, grid))
+      return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not a unary op");
   });
   APX_CUDA_LAUNCHED(ctx);
   return APX_STATUS_OK;
@@ -221,32 +258,10 @@ APX_CUDA_ENTRY(apx_cuda_unary_grad) {
   int block = apx_cu_block(ctx, 256);
   unsigned grid = apx_cu_grid(ctx, n, block);
   cudaStream_t s = apx_cu_stream(ctx);
-  float a = 0.0f;
-  if (op == APX_OP_LeakyReluGrad) a = ((const ApxAttrLeakyRelu *)attrs)->alpha;
-  int gelu_tanh =
-      op == APX_OP_GeluGrad && ((const ApxAttrGelu *)attrs)->approximate == APX_GELU_TANH;
   APX_CU_FLOAT_SWITCH(ctx, dt, T, {
-    const T *dy = (const T *)ins[0].data, *t = (const T *)ins[1].data;
-    T *dx = (T *)outs[0].data;
-    switch (op) {
-      case APX_OP_ReluGrad: launch_unary_grad<G_RELU, T>(dy, t, dx, n, a, s, block, grid); break;
-      case APX_OP_LeakyReluGrad:
-        launch_unary_grad<G_LEAKY, T>(dy, t, dx, n, a, s, block, grid);
-        break;
-      case APX_OP_SigmoidGrad:
-        launch_unary_grad<G_SIGMOID, T>(dy, t, dx, n, a, s, block, grid);
-        break;
-      case APX_OP_TanhGrad: launch_unary_grad<G_TANH, T>(dy, t, dx, n, a, s, block, grid); break;
-      case APX_OP_GeluGrad:
-        if (gelu_tanh)
-          launch_unary_grad<G_GELU_TANH, T>(dy, t, dx, n, a, s, block, grid);
-        else
-          launch_unary_grad<G_GELU, T>(dy, t, dx, n, a, s, block, grid);
-        break;
-      case APX_OP_ErfGrad: launch_unary_grad<G_ERF, T>(dy, t, dx, n, a, s, block, grid); break;
-      case APX_OP_SqrtGrad: launch_unary_grad<G_SQRT, T>(dy, t, dx, n, a, s, block, grid); break;
-      default: return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not a gradient op");
-    }
+    if (launch_unary_grad_op<T>(op, (const T *)ins[0].data, (const T *)ins[1].data,
+                                (T *)outs[0].data, n, attrs, s, block, grid))
+      return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not a gradient op");
   });
   APX_CUDA_LAUNCHED(ctx);
   return APX_STATUS_OK;

@@ -11,55 +11,42 @@ std::vector<LabCase> Cases() {
   std::vector<LabCase> v;
   for (ApxDType dt : lab::FloatTypes()) {
     std::string s = "_" + lab::Short(dt);
+    // Every unary op and unary gradient op the CUDA backend runs by the op table (ops.def
+    // kinds EW_UNARY, EW_UNARY_GRAD; Neg and Relu), with default attributes, plus the
+    // attribute variants below. Inputs whose domain is restricted start positive.
+    auto positive = [](ApxOp op) {
+      return op == APX_OP_Sqrt || op == APX_OP_Log || op == APX_OP_SqrtGrad ||
+             op == APX_OP_SigmoidGrad;
+    };
+    auto unary_case = [&](ApxOp op, const std::string &name, const std::vector<uint8_t> &attrs) {
+      LabCase c(name + s, op);
+      c.attrs = attrs;
+      if (apx_op_info(op)->kind == APX_KIND_EW_UNARY_GRAD)
+        c.In(dt, {1001, 129}).In(dt, {1001, 129}, positive(op) ? Init::kPositive : Init::kUniform)
+            .Out(dt, {1001, 129});
+      else
+        c.In(dt, {333, 257}, positive(op) ? Init::kPositive : Init::kUniform).Out(dt, {333, 257});
+      v.push_back(c);
+    };
+    for (int i = 1; i < APX_OP_COUNT; i++) {
+      ApxOp op = (ApxOp)i;
+      uint8_t kind = apx_op_info(op)->kind;
+      if (kind != APX_KIND_EW_UNARY && kind != APX_KIND_EW_UNARY_GRAD && op != APX_OP_Neg &&
+          op != APX_OP_Relu)
+        continue;
+      std::vector<uint8_t> attrs(apx_op_attrs(op)->size);
+      apx_attrs_defaults(op, attrs.data());
+      unary_case(op, apx_op_name(op), attrs);
+    }
     ApxAttrLeakyRelu leaky = {0.1f};
-    ApxAttrGelu gelu_erf = {APX_GELU_NONE}, gelu_tanh = {APX_GELU_TANH};
-    struct U {
-      ApxOp op;
-      const char *name;
-      Init init;
-      const void *attrs;
-      size_t attrs_size;
-    } unary[] = {
-        {APX_OP_Neg, "Neg", Init::kUniform, nullptr, 0},
-        {APX_OP_Relu, "Relu", Init::kUniform, nullptr, 0},
-        {APX_OP_LeakyRelu, "LeakyRelu", Init::kUniform, &leaky, sizeof leaky},
-        {APX_OP_Sigmoid, "Sigmoid", Init::kUniform, nullptr, 0},
-        {APX_OP_Tanh, "Tanh", Init::kUniform, nullptr, 0},
-        {APX_OP_Gelu, "Gelu", Init::kUniform, &gelu_erf, sizeof gelu_erf},
-        {APX_OP_Gelu, "GeluTanh", Init::kUniform, &gelu_tanh, sizeof gelu_tanh},
-        {APX_OP_Erf, "Erf", Init::kUniform, nullptr, 0},
-        {APX_OP_Sqrt, "Sqrt", Init::kPositive, nullptr, 0},
-        {APX_OP_Exp, "Exp", Init::kUniform, nullptr, 0},
-        {APX_OP_Log, "Log", Init::kPositive, nullptr, 0},
+    ApxAttrGelu gelu_tanh = {APX_GELU_TANH};
+    auto bytes = [](const void *p, size_t n) {
+      return std::vector<uint8_t>((const uint8_t *)p, (const uint8_t *)p + n);
     };
-    for (auto &u : unary) {
-      LabCase c(std::string(u.name) + s, u.op);
-      if (u.attrs) c.attrs.assign((const uint8_t *)u.attrs, (const uint8_t *)u.attrs + u.attrs_size);
-      c.In(dt, {333, 257}, u.init).Out(dt, {333, 257});
-      v.push_back(c);
-    }
-    struct G {
-      ApxOp op;
-      const char *name;
-      Init t_init;
-      const void *attrs;
-      size_t attrs_size;
-    } grads[] = {
-        {APX_OP_ReluGrad, "ReluGrad", Init::kUniform, nullptr, 0},
-        {APX_OP_LeakyReluGrad, "LeakyReluGrad", Init::kUniform, &leaky, sizeof leaky},
-        {APX_OP_SigmoidGrad, "SigmoidGrad", Init::kPositive, nullptr, 0},
-        {APX_OP_TanhGrad, "TanhGrad", Init::kUniform, nullptr, 0},
-        {APX_OP_GeluGrad, "GeluGrad", Init::kUniform, &gelu_erf, sizeof gelu_erf},
-        {APX_OP_GeluGrad, "GeluTanhGrad", Init::kUniform, &gelu_tanh, sizeof gelu_tanh},
-        {APX_OP_ErfGrad, "ErfGrad", Init::kUniform, nullptr, 0},
-        {APX_OP_SqrtGrad, "SqrtGrad", Init::kPositive, nullptr, 0},
-    };
-    for (auto &g : grads) {
-      LabCase c(std::string(g.name) + s, g.op);
-      if (g.attrs) c.attrs.assign((const uint8_t *)g.attrs, (const uint8_t *)g.attrs + g.attrs_size);
-      c.In(dt, {1001, 129}).In(dt, {1001, 129}, g.t_init).Out(dt, {1001, 129});
-      v.push_back(c);
-    }
+    unary_case(APX_OP_LeakyRelu, "LeakyRelu_alpha0.1", bytes(&leaky, sizeof leaky));
+    unary_case(APX_OP_LeakyReluGrad, "LeakyReluGrad_alpha0.1", bytes(&leaky, sizeof leaky));
+    unary_case(APX_OP_Gelu, "GeluTanh", bytes(&gelu_tanh, sizeof gelu_tanh));
+    unary_case(APX_OP_GeluGrad, "GeluTanhGrad", bytes(&gelu_tanh, sizeof gelu_tanh));
     const ApxOp bin[] = {APX_OP_Add, APX_OP_Sub, APX_OP_Mul, APX_OP_Div, APX_OP_Pow};
     for (ApxOp op : bin) {
       Init a = op == APX_OP_Pow ? Init::kPositive : Init::kUniform;
