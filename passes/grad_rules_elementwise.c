@@ -71,6 +71,7 @@ GRAD_RULE(Tanh) { return unary_grad(c, APX_OP_TanhGrad, gr_out(c, 0), 0); }
 GRAD_RULE(Gelu) { return unary_grad(c, APX_OP_GeluGrad, gr_in(c, 0), 1); }
 GRAD_RULE(Erf) { return unary_grad(c, APX_OP_ErfGrad, gr_in(c, 0), 0); }
 GRAD_RULE(Sqrt) { return unary_grad(c, APX_OP_SqrtGrad, gr_out(c, 0), 0); }
+GRAD_RULE(HardSigmoid) { return unary_grad(c, APX_OP_HardSigmoidGrad, gr_in(c, 0), 1); }
 
 GRAD_RULE(Exp) {
   /* y = exp(x): dx = dy * y */
