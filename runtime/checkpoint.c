@@ -143,6 +143,7 @@ typedef struct Writer {
   uint64_t pos;
   uint32_t crc;
   uint64_t kill_at; /* test hook: SIGKILL once this many bytes are written (0: off) */
+  int signals_at;   /* ... or SIGINT then SIGTERM there (a user's double Ctrl-C, stop.h) */
   const char *path;
   ApxDiag *d;
 } Writer;
@@ -160,7 +161,13 @@ static int w_bytes(Writer *w, const void *p, size_t n) {
       if (part && write(w->fd, src, part) < 0) {
       }
       fsync(w->fd);
-      raise(SIGKILL);
+      if (w->signals_at) {
+        w->kill_at = 0;
+        raise(SIGINT);
+        raise(SIGTERM); /* the second signal: stop.h exits here, removing the temporary file */
+      } else {
+        raise(SIGKILL);
+      }
     }
     ssize_t r = write(w->fd, src, k);
     if (r < 0 && errno == EINTR) continue;
@@ -298,13 +305,19 @@ int apx_checkpoint_write(const char *dir, const ApxTrainState *st, ApxExec *ex, 
   unsigned long long kill_bytes = 0;
   if (kill_env && sscanf(kill_env, "%lld:%llu", &kill_step, &kill_bytes) == 2 && kill_step == st->step)
     w.kill_at = kill_bytes ? kill_bytes : 1;
+  /* APX_TEST_CHECKPOINT_SIGNALS_AT=STEP:BYTES: SIGINT and SIGTERM to itself there instead */
+  const char *sig_env = getenv("APX_TEST_CHECKPOINT_SIGNALS_AT");
+  if (sig_env && sscanf(sig_env, "%lld:%llu", &kill_step, &kill_bytes) == 2 && kill_step == st->step) {
+    w.kill_at = kill_bytes ? kill_bytes : 1;
+    w.signals_at = 1;
+  }
   int rc = 0;
+  apx_stop_set_temp(tmp); /* before it exists: a second SIGINT/SIGTERM removes it (stop.h) */
   w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w.fd < 0) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot create: %s", tmp, strerror(errno));
     goto out;
   }
-  apx_stop_set_temp(tmp); /* a second SIGINT/SIGTERM removes it (stop.h) */
   uint8_t h[HEADER_BYTES] = {0};
   memcpy(h, k_magic, 8);
   apx_le_put_u32(h + 8, APX_CHECKPOINT_VERSION);

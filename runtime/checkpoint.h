@@ -28,8 +28,9 @@
  * step), fsync of D. A crash leaves at most a temporary file, which is never loaded; the
  * next successful write removes such leftovers (regular files named like a temporary file
  * whose PID is not a live process).
- * (Test hook: the environment variable APX_TEST_CHECKPOINT_KILL_AT=STEP:BYTES makes the
- * writer SIGKILL its own process after BYTES bytes of step STEP's file.)
+ * (Test hooks: the environment variable APX_TEST_CHECKPOINT_KILL_AT=STEP:BYTES makes the
+ * writer SIGKILL its own process after BYTES bytes of step STEP's file;
+ * APX_TEST_CHECKPOINT_SIGNALS_AT=STEP:BYTES sends it SIGINT then SIGTERM there instead.)
  * Reading (a bounded read, fileio.h: a FIFO, device or folder is refused at open) takes the
  * 64-byte header first and checks magic, version (1, 2 and 3 are read), the declared size
  * against the file's, the plan hash, flags, state layout and reserved bytes, and that the

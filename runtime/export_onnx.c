@@ -152,14 +152,15 @@ static int write_atomic(const char *path, const void *buf, size_t len, ApxDiag *
     free(tmp);
     return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not a regular file (refusing to replace it)", path);
   }
+  apx_stop_set_temp(tmp); /* before it exists: a second SIGINT/SIGTERM removes it (stop.h) */
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   int rc = 0;
   if (fd < 0) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write: %s", path, strerror(errno));
+    apx_stop_set_temp(NULL);
     free(tmp);
     return rc;
   }
-  apx_stop_set_temp(tmp); /* a second SIGINT/SIGTERM removes it (stop.h) */
   if (apx_write_all(fd, buf, len))
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write: %s", path, strerror(errno));
   if (!rc && fsync(fd)) rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write: fsync: %s", path, strerror(errno));

@@ -20,8 +20,9 @@ void apx_stop_uninstall(void);
 /* The first SIGINT/SIGTERM since apx_stop_install (its number), or 0. */
 int apx_stop_requested(void);
 /* The temporary file being written now (a checkpoint, an export), removed by a second signal
- * before exiting; NULL when the write is done (renamed or removed). Copied: the path may be
- * freed afterwards. Paths longer than 4095 bytes are not registered. */
+ * before exiting: set it before creating the file, NULL once the write is done (renamed or
+ * removed). Copied: the path may be freed afterwards. Paths longer than 4095 bytes are not
+ * registered. Call from the thread that called apx_stop_install. */
 void apx_stop_set_temp(const char *path);
 /* "SIGINT", "SIGTERM" or "signal N" (static). */
 const char *apx_stop_signal_name(int sig);
