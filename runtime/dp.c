@@ -107,10 +107,11 @@ static void describe(const ApxPlan *p, int f, int32_t r, uint64_t o, uint64_t z,
     case F_EXPORT:
     case F_LOG: {
       const char *name = f == F_CKPT ? "--checkpoint-dir" : f == F_EXPORT ? "--export-onnx" : "--log";
-      snprintf(buf, cap, "%s is given to rank %d but not to rank 0: only rank 0 writes %s, so every rank "
-               "needs the same settings (the same apexrun arguments)", name, (int)(o ? r : 0),
-               f == F_CKPT ? "checkpoints" : f == F_EXPORT ? "the exported model" : "the log");
-      if (!o) /* given to rank 0 only */
+      if (o) /* rank r has it, rank 0 (the one that writes) does not */
+        snprintf(buf, cap, "%s is given to rank %d but not to rank 0: only rank 0 writes %s, so every "
+                 "rank needs the same settings (the same apexrun arguments)", name, (int)r,
+                 f == F_CKPT ? "checkpoints" : f == F_EXPORT ? "the exported model" : "the log");
+      else
         snprintf(buf, cap, "%s is given to rank 0 but not to rank %d: every rank needs the same settings "
                  "(the same apexrun arguments)", name, (int)r);
       return;
