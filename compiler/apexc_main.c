@@ -1,5 +1,6 @@
 /* apexc_main.c - the apexc command: parse, compile, then print/write what was asked.
  * Exit codes (DESIGN.md 13): 0 success, 1 runtime failure, 2 bad usage or bad input. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,6 +104,12 @@ int main(int argc, char **argv) {
     code = run(&o, &a);
   }
   apx_cli_args_free(&a);
+  /* what went to stdout (summary, reports, --explain, --dump-plan, --help) was written: a full
+   * disk or a closed pipe is a failure, not a silent loss */
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "apexc: cannot write to stdout: %s\n", strerror(errno ? errno : EIO));
+    if (code == 0) code = APX_EXIT_RUNTIME;
+  }
   return code;
 }
 

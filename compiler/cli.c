@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ir/fileio.h"
+
 static const char usage_text[] =
     "usage: apexc MODEL.onnx [-O0|-O1|-O2|-O3] [-o PLAN.apx] [options]\n"
     "       apexc --list-ops | --dump-plan PLAN.apx | --help | --version\n"
@@ -214,44 +216,26 @@ static void warn_unused_scaler_flags(const ApxOptions *o, ApxCliArgs *a, unsigne
            "scale (%g)", names, n > 1 ? "have" : "has", (double)o->loss_scale);
 }
 
+/* Apex starts a dynamic scaler at min(init, max) (and not below the floor): an initial scale
+ * outside [--min-loss-scale, --max-loss-scale] is clamped into it, with a warning. */
+static void clamp_initial_scale(ApxOptions *o, ApxCliArgs *a) {
+  if (!o->training || o->loss_scale_mode != APX_LOSS_SCALE_DYNAMIC) return;
+  float lo = o->min_loss_scale, hi = o->max_loss_scale, s = o->loss_scale;
+  float to = s > hi ? hi : lo > 0 && s < lo ? lo : s;
+  if (to == s) return;
+  snprintf(a->warning, sizeof a->warning, "warning: the initial loss scale %g is %s %s %g: training "
+           "starts at %g (the initial scale is clamped into [min, max], as in Apex)", (double)s,
+           s > hi ? "above" : "below", s > hi ? "--max-loss-scale" : "--min-loss-scale",
+           (double)to, (double)to);
+  o->loss_scale = to;
+}
+
 /* The table entry arg ("--flag" or "--flag=value") names, or NULL. */
 static const char *flag_in(const char *arg, const char *const *table) {
   const char *v;
   for (int i = 0; table[i]; i++)
     if (flag_is(arg, table[i], &v)) return table[i];
   return NULL;
-}
-
-/* path made absolute and canonical as far as it exists: realpath of the file, else realpath
- * of its folder plus the file name. malloc'd; NULL when neither resolves. */
-static char *canonical_path(const char *path) {
-  char *r = realpath(path, NULL);
-  if (r) return r;
-  const char *slash = strrchr(path, '/');
-  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-  char *rd = dir ? realpath(dir, NULL) : NULL;
-  free(dir);
-  if (!rd) return NULL;
-  const char *base = slash ? slash + 1 : path;
-  size_t n = strlen(rd) + strlen(base) + 2;
-  char *out = malloc(n);
-  if (out) snprintf(out, n, "%s/%s", rd, base);
-  free(rd);
-  return out;
-}
-
-/* 1 if paths a and b name the same file: same device and inode when both exist, else the
- * same canonical path (or, when that cannot be resolved, the same string). */
-static int same_file(const char *a, const char *b) {
-  struct stat sa, sb;
-  int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
-  if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-  if (ea != eb) return 0;
-  char *ca = canonical_path(a), *cb = canonical_path(b);
-  int same = ca && cb ? strcmp(ca, cb) == 0 : strcmp(a, b) == 0;
-  free(ca);
-  free(cb);
-  return same;
 }
 
 /* MODEL.onnx -> MODEL.apx next to it (in the parser's arena). */
@@ -297,13 +281,24 @@ static int check_combinations(Parser *p, const ApxOptions *o, const ApxCliArgs *
   } outs[] = {{"-o", a->write_plan ? o->output_path : NULL},
               {"--emit-onnx", o->emit_onnx},
               {"--explain-out", o->explain_path}};
-  for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
-    if (!outs[i].path || !same_file(outs[i].path, o->model_path)) continue;
-    if (i == 0 && default_output) /* MODEL.apx given as the model */
-      return fail(p, "%s: refusing to overwrite the input model with the default plan path "
-                  "(give -o PLAN.apx; a compiled plan runs with apexrun)", o->model_path);
-    return fail(p, "%s %s: refusing to overwrite the input model %s", outs[i].flag,
-                outs[i].path, o->model_path);
+  const size_t n_outs = sizeof outs / sizeof outs[0];
+  for (size_t i = 0; i < n_outs; i++) {
+    if (!outs[i].path) continue;
+    if (apx_same_file(outs[i].path, o->model_path)) {
+      if (i == 0 && default_output) /* MODEL.apx given as the model */
+        return fail(p, "%s: refusing to overwrite the input model with the default plan path "
+                    "(give -o PLAN.apx; a compiled plan runs with apexrun)", o->model_path);
+      return fail(p, "%s %s: refusing to overwrite the input model %s", outs[i].flag,
+                  outs[i].path, o->model_path);
+    }
+    if (o->policy_path && apx_same_file(outs[i].path, o->policy_path))
+      return fail(p, "%s %s: refusing to overwrite the --policy file %s", outs[i].flag, outs[i].path,
+                  o->policy_path);
+    /* two outputs on one path: one would silently replace the other */
+    for (size_t j = 0; j < i; j++)
+      if (outs[j].path && apx_same_file(outs[i].path, outs[j].path))
+        return fail(p, "%s %s and %s %s are the same file: one output would replace the other "
+                    "(give each its own path)", outs[j].flag, outs[j].path, outs[i].flag, outs[i].path);
   }
   return 0;
 }
@@ -622,6 +617,7 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
                            eps_seen))
       return -1;
     warn_unused_scaler_flags(o, a, scaler_seen);
+    clamp_initial_scale(o, a);
   }
   return 0;
 }

@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 extern "C" {
@@ -241,6 +243,39 @@ TEST(Cli, RefusesToOverwriteTheModel) {
   EXPECT_EQ(std::string(def.o.output_path), dir + "/m.apx");
 }
 
+// Two outputs on one path (-o, --emit-onnx, --explain-out; by inode when the file exists, by
+// canonical path otherwise) would lose one of them silently; an output over the --policy
+// input would destroy it. Both are usage errors naming both flags.
+TEST(Cli, TwoOutputsOnOnePathAreRefused) {
+  std::string dir = temp_dir();
+  ASSERT_FALSE(dir.empty());
+  std::string model = dir + "/m.onnx", x = dir + "/x", x_other = dir + "/./sub/../x", pol = dir + "/pol.json";
+  mkdir((dir + "/sub").c_str(), 0755);
+  std::ofstream(pol) << "{}";
+  struct Case {
+    std::vector<const char *> args;
+    const char *want;
+  } cases[] = {
+      {{model.c_str(), "-o", x.c_str(), "--emit-onnx", x_other.c_str()}, "-o %X and --emit-onnx %Y are the same file"},
+      {{model.c_str(), "--emit-onnx", x.c_str(), "--explain", "--explain-out", x.c_str()},
+       "--emit-onnx %X and --explain-out %X are the same file"},
+      {{model.c_str(), "-o", x.c_str(), "--explain=json", "--explain-out", x_other.c_str()},
+       "-o %X and --explain-out %Y are the same file"},
+      {{model.c_str(), "-o", pol.c_str(), "--policy", pol.c_str()}, "-o %P: refusing to overwrite the --policy file"},
+  };
+  for (auto &c : cases) {
+    Parsed p = parse(c.args);
+    EXPECT_EQ(p.rc, -1) << c.want;
+    std::string want = c.want;
+    for (auto r : {std::make_pair("%X", x), std::make_pair("%Y", x_other), std::make_pair("%P", pol)}) {
+      for (size_t k; (k = want.find(r.first)) != std::string::npos;) want.replace(k, 2, r.second);
+    }
+    EXPECT_NE(std::string(p.err).find(want), std::string::npos) << p.err << "\nwant: " << want;
+  }
+  Parsed ok = parse({model.c_str(), "-o", x.c_str(), "--emit-onnx", (dir + "/y.onnx").c_str()});
+  EXPECT_EQ(ok.rc, 0) << ok.err;
+}
+
 // Outputs are probed before compiling (apexc exits 2 with one line, instead of 1 after the
 // whole compile): a missing folder, a directory, a FIFO where the plan is renamed into place;
 // a writable path passes and leaves no temporary file behind.
@@ -360,6 +395,29 @@ TEST(Cli, DynamicScalerFlagsWithStaticScaleWarn) {
   ASSERT_EQ(d.rc, 0) << d.err;
   EXPECT_STREQ(d.a.warning, "");
   EXPECT_EQ(d.o.max_loss_scale, 65536.0f);
+}
+
+// Apex starts the dynamic scaler at min(init, max_loss_scale): an initial scale outside
+// [--min-loss-scale, --max-loss-scale] is clamped into the range, with a warning; a floor
+// above the ceiling is a usage error.
+TEST(Cli, InitialLossScaleIsClampedIntoMinMax) {
+  Parsed hi = parse({"m.onnx", "-O2", "--max-loss-scale", "1"});
+  ASSERT_EQ(hi.rc, 0) << hi.err;
+  EXPECT_EQ(hi.o.loss_scale, 1.0f);
+  EXPECT_STREQ(hi.a.warning, "warning: the initial loss scale 65536 is above --max-loss-scale 1: training starts "
+                             "at 1 (the initial scale is clamped into [min, max], as in Apex)");
+  Parsed lo = parse({"m.onnx", "-O2", "--min-loss-scale", "1e6"});
+  ASSERT_EQ(lo.rc, 0) << lo.err;
+  EXPECT_EQ(lo.o.loss_scale, 1e6f);
+  EXPECT_NE(std::string(lo.a.warning).find("is below --min-loss-scale 1e+06: training starts at 1e+06"),
+            std::string::npos)
+      << lo.a.warning;
+  Parsed in = parse({"m.onnx", "-O2", "--min-loss-scale", "2", "--max-loss-scale", "65536"});
+  ASSERT_EQ(in.rc, 0) << in.err;
+  EXPECT_EQ(in.o.loss_scale, 65536.0f);
+  EXPECT_STREQ(in.a.warning, "");
+  expect_usage_error({"m.onnx", "-O2", "--min-loss-scale", "1024", "--max-loss-scale", "512"},
+                     "--min-loss-scale 1024 must not exceed --max-loss-scale 512");
 }
 
 TEST(Cli, IntegerFlagsOutOfInt32RangeNameTheFlag) {

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ir/fileio.h"
 #include "passes/precision_rules.h"
 #include "plan/model_blob.h"
 
@@ -23,19 +24,22 @@ static void options_to_plan(const ApxOptions *o, ApxPlanOptions *po) {
 #undef TRI_ON
 }
 
-/* Size and CRC32C of the model file; 0 and 0 when it cannot be read. */
+/* Size and CRC32C of the model file; 0 and 0 when it cannot be read. A bounded read
+ * (ir/fileio.h): only a regular file, only its size at open. */
 static void model_identity(const char *path, uint64_t *bytes, uint32_t *crc) {
   *bytes = 0;
   *crc = 0;
   if (!path) return;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  uint64_t size;
+  const char *why;
+  int fd = apx_open_regular(path, 0, &size, &why);
   if (fd < 0) return;
   size_t cap = (size_t)4 << 20;
   uint8_t *buf = malloc(cap);
   uint32_t c = 0;
   uint64_t n = 0;
   ssize_t k = 0;
-  while (buf && (k = read(fd, buf, cap)) != 0) {
+  while (buf && n < size && (k = read(fd, buf, size - n < cap ? (size_t)(size - n) : cap)) != 0) {
     if (k < 0) {
       if (errno == EINTR) continue;
       n = 0;
@@ -58,7 +62,9 @@ static void model_identity(const char *path, uint64_t *bytes, uint32_t *crc) {
 static int embed_model(ApxPlan *plan, const char *path) {
   if (!path || plan->model_bytes == 0 || plan->model_bytes > ((uint64_t)1 << 40)) return 0;
   uint8_t *buf = apx_arena_alloc_raw(&plan->arena, (size_t)plan->model_bytes);
-  int fd = buf ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+  uint64_t size;
+  const char *why;
+  int fd = buf ? apx_open_regular(path, 0, &size, &why) : -1;
   if (fd < 0) return buf ? 0 : -1;
   uint64_t got = 0;
   while (got < plan->model_bytes) {

@@ -409,7 +409,9 @@ static int write_json(const ApxGraph *g, const ApxOptions *o, FILE *f) {
 int apx_explain_write(const ApxGraph *g, const ApxOptions *o, ApxExplainFormat fmt, FILE *f, ApxDiag *d) {
   int rc = fmt == APX_EXPLAIN_JSON ? write_json(g, o, f) : write_text(g, o, f);
   if (rc == 0 && (fflush(f) != 0 || ferror(f)))
-    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write the explanation: %s", g->file, strerror(errno));
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write the explanation: %s",
+                          f == stdout ? "stdout" : o->explain_path ? o->explain_path : g->file,
+                          strerror(errno));
   return rc;
 }
 

@@ -251,6 +251,26 @@ TEST(Explain, PolicyUnknownNodesAndOpsAreErrors) {
     EXPECT_EQ(std::string(t.d.msg), path + ": line 1: node 'mm' is a MatMul in m.onnx, the policy says Gemm");
   }
   {
+    // fp64 in a training graph: refused naming the node and what to choose instead (the
+    // gradients would reach the fp32 optimizer as fp64); an inference graph takes it
+    std::ofstream(path) << R"({"nodes": [{"name": "mm", "decision": "fp64"}]})";
+    PGraph t(APX_O1);
+    tiny(t);
+    t.o.policy_path = path.c_str();
+    t.preset();
+    EXPECT_LT(t.run(pass_precision), 0);
+    EXPECT_EQ(std::string(t.d.msg), path + ": line 1: not supported yet: decision fp64 for node 'mm' (MatMul) in a "
+                                           "training graph (gradients reach the optimizer in fp32); choose fp32, "
+                                           "fp16, bf16 or half, or compile with --inference");
+    PGraph inf(APX_O1);
+    tiny(inf);
+    inf.o.policy_path = path.c_str();
+    inf.o.training = 0;
+    inf.preset();
+    EXPECT_GE(inf.run(pass_precision), 0) << inf.d.msg;
+    EXPECT_EQ(inf.n("mm").compute, APX_DT_F64);
+  }
+  {
     std::ofstream(path) << "{\"nodes\": [";
     PGraph t(APX_O1);
     tiny(t);

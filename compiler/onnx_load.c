@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "kernels/half.h"
+#include "ir/fileio.h"
 #include "onnx.pb-c.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -155,18 +156,20 @@ static int read_external(TensorCtx *c, const Onnx__TensorProto *t, const char *w
               what, loc, real_file);
     goto done;
   }
-  /* O_NOFOLLOW: the checked path has no symlink in it; one swapped in since is refused */
-  fd = open(real_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0) {
+  /* O_NOFOLLOW: the checked path has no symlink in it; one swapped in since is refused. A
+   * bounded read (ir/fileio.h): a FIFO or device is refused without blocking. */
+  uint64_t usize;
+  const char *why;
+  fd = apx_open_regular(real_file, O_NOFOLLOW, &usize, &why);
+  if (fd < 0 && why) {
+    rc = TERR(c, "external data file '%s' is %s", what, loc, why);
+    goto done;
+  }
+  if (fd < 0) {
     rc = TERR(c, "cannot open external data file '%s': %s", what, loc, strerror(errno));
     goto done;
   }
-  if (!S_ISREG(st.st_mode)) {
-    rc = TERR(c, "external data file '%s' is not a regular file", what, loc);
-    goto done;
-  }
-  int64_t size = (int64_t)st.st_size;
+  int64_t size = (int64_t)usize;
   if (offset > size) {
     rc = TERR(c, "external data file '%s' has %" PRId64 " bytes, offset %" PRId64
               " is beyond its end", what, loc, size, offset);
@@ -1112,50 +1115,17 @@ int apx_onnx_load_memory(ApxGraph *g, const void *buf, size_t len, const char *b
 
 /* ---- files --------------------------------------------------------------------------- */
 
-/* Whole file into a malloc'd buffer. Returns 0, or -1 with "<path>: cannot ..." in d. */
-static int slurp(const char *path, ApxDiag *d, uint8_t **out, size_t *out_len) {
-  *out = NULL;
-  *out_len = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return err_at(d, APX_EXIT_BAD_INPUT, path, "cannot open: %s", strerror(errno));
-  struct stat st;
-  size_t cap = 1 << 16;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
-    cap = (size_t)st.st_size + 1;
-  uint8_t *buf = malloc(cap);
-  size_t n = 0;
-  if (!buf) {
-    close(fd);
-    return err_at(d, APX_EXIT_RUNTIME, path, "out of memory reading the file");
-  }
-  for (;;) {
-    if (n == cap) {
-      if (cap > SIZE_MAX / 2) break;
-      uint8_t *p = realloc(buf, cap * 2);
-      if (!p) {
-        free(buf);
-        close(fd);
-        return err_at(d, APX_EXIT_RUNTIME, path, "out of memory reading the file");
-      }
-      buf = p;
-      cap *= 2;
-    }
-    size_t want = cap - n < READ_CHUNK ? cap - n : READ_CHUNK;
-    ssize_t r = read(fd, buf + n, want);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      int e = errno;
-      free(buf);
-      close(fd);
-      return err_at(d, APX_EXIT_BAD_INPUT, path, "cannot read: %s", strerror(e));
-    }
-    if (r == 0) break;
-    n += (size_t)r;
-  }
-  close(fd);
-  *out = buf;
-  *out_len = n;
-  return 0;
+/* protobuf cannot encode a message over 2 GiB: a larger model or tensor file is not valid
+ * (large models keep their weights in external data files) */
+#define MAX_PROTO_FILE ((uint64_t)INT32_MAX)
+
+/* Whole file into a malloc'd buffer: a bounded read (ir/fileio.h; a FIFO, device or
+ * folder is refused at open, the size is known before reading). Returns 0, or -1 with
+ * "<path>: cannot ..." in d. */
+static int slurp(const char *path, const char *what, ApxDiag *d, uint8_t **out, size_t *out_len) {
+  return apx_read_file_bounded(path, what, MAX_PROTO_FILE,
+                               "a protobuf file can have (larger models keep their weights in "
+                               "external data files)", out, out_len, d);
 }
 
 /* Folder of path ("." when it has none), in arena. */
@@ -1174,7 +1144,7 @@ int apx_onnx_load_file(ApxGraph *g, const char *path, const ApxOptions *o, ApxDi
   }
   uint8_t *buf;
   size_t len;
-  if (slurp(path, d, &buf, &len)) return -1;
+  if (slurp(path, "model", d, &buf, &len)) return -1;
   const char *base = dir_of(&g->arena, path);
   if (!base) {
     free(buf);
@@ -1189,7 +1159,7 @@ int apx_onnx_read_tensor_file(const char *path, ApxArena *arena, ApxTensorConst 
   if (name) *name = NULL;
   uint8_t *buf;
   size_t len;
-  if (slurp(path, d, &buf, &len)) return -1;
+  if (slurp(path, "tensor file", d, &buf, &len)) return -1;
   int rc = -1, oom = 0;
   ProtobufCAllocator pa = {pb_alloc, pb_free, &oom};
   Onnx__TensorProto *t = NULL;

@@ -1278,13 +1278,40 @@ TEST(OnnxLoad, FileErrors) {
   std::string dir = temp_dir();
   ASSERT_FALSE(dir.empty());
   auto L = load_file(dir + "/absent.onnx");
-  EXPECT_REJECTS(L, dir + "/absent.onnx: cannot open: No such file or directory");
+  EXPECT_REJECTS(L, dir + "/absent.onnx: cannot open model: No such file or directory");
   EXPECT_EQ(std::string(L->d.msg).rfind(dir + "/absent.onnx: ", 0), 0u);
   write_file(dir + "/empty.onnx", "");
   auto L2 = load_file(dir + "/empty.onnx");
   EXPECT_REJECTS(L2, dir + "/empty.onnx: not a valid ONNX model (protobuf parse failed, 0 bytes)");
   auto L3 = load_file(dir);  // a folder
-  EXPECT_REJECTS(L3, dir + ": cannot read: Is a directory");
+  EXPECT_REJECTS(L3, dir + ": cannot read model: not a regular file (a folder)");
+  // a FIFO (would block the reader forever) and a symlink to /dev/zero (never ends): refused at
+  // open, before a byte is read (the alarm turns a hang into a failure)
+  std::string fifo = dir + "/fifo.onnx", zero = dir + "/zero.onnx";
+  unlink(fifo.c_str());
+  unlink(zero.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  ASSERT_EQ(symlink("/dev/zero", zero.c_str()), 0);
+  alarm(20);
+  auto Lf = load_file(fifo);
+  auto Lz = load_file(zero);
+  alarm(0);
+  EXPECT_REJECTS(Lf, fifo + ": cannot read model: not a regular file (a FIFO)");
+  EXPECT_REJECTS(Lz, zero + ": cannot read model: not a regular file (a character device: /dev/zero)");
+  // TensorProto files (apexrun infer's input_K.pb) go through the same bounded read
+  ApxArena arena;
+  apx_arena_init(&arena);
+  ApxTensorConst tc;
+  for (const std::string &p : {fifo, zero}) {
+    ApxDiag d;
+    apx_diag_init(&d);
+    alarm(20);
+    EXPECT_EQ(apx_onnx_read_tensor_file(p.c_str(), &arena, &tc, nullptr, &d), -1);
+    alarm(0);
+    EXPECT_EQ(d.code, APX_EXIT_BAD_INPUT);
+    EXPECT_EQ(std::string(d.msg).rfind(p + ": cannot read tensor file: not a regular file (a ", 0), 0u) << d.msg;
+  }
+  apx_arena_free(&arena);
   // g initialized without a file name: the loader names the path
   Loaded L4;
   apx_graph_free(&L4.g);
@@ -1441,6 +1468,7 @@ TEST(OnnxLoad, ExternalDataErrors) {
   write_file(e.dir + "/outside.bin", std::string(24, '\0'));
   write_file(m + "/short.bin", std::string(8, '\0'));
   ASSERT_EQ(symlink("../outside.bin", (m + "/link.bin").c_str()), 0);
+  ASSERT_EQ(mkfifo((m + "/fifo.bin").c_str(), 0644), 0);  // would block a plain open forever
   struct Case {
     std::vector<std::pair<std::string, std::string>> kv;
     std::string msg;
@@ -1460,11 +1488,14 @@ TEST(OnnxLoad, ExternalDataErrors) {
       {{{"location", "short.bin"}, {"offset", "9"}}, "offset 9 is beyond its end"},
       {{{"location", "short.bin"}, {"offset", "-1"}}, "bad offset '-1'"},
       {{{"location", "short.bin"}, {"length", "99999999999999999999999"}}, "bad length"},
-      {{{"location", "data"}}, "external data file 'data' is not a regular file"},
+      {{{"location", "data"}}, "external data file 'data' is not a regular file (a folder)"},
+      {{{"location", "fifo.bin"}}, "initializer 'w': external data file 'fifo.bin' is not a regular file (a FIFO)"},
       {{{"offset", "0"}}, "external data has no location"},
   };
   for (auto &c : cases) {
+    alarm(20);
     auto L = load_ext(m, c.kv);
+    alarm(0);
     EXPECT_REJECTS(L, c.msg);
     EXPECT_EQ(std::string(L->d.msg).rfind(m + "/model.onnx: ", 0), 0u) << L->d.msg;
   }

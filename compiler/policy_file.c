@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "compiler/json.h"
+#include "ir/fileio.h"
 
 static int perr(ApxDiag *d, const char *path, int line, const char *fmt, const char *a,
                 const char *b) {
@@ -89,36 +90,16 @@ int apx_policy_parse(ApxPolicy *p, const char *path, const char *text, size_t le
   return 0;
 }
 
+/* A policy for a model of a million nodes is well under this. */
+#define MAX_POLICY_BYTES ((uint64_t)1 << 30)
+
 int apx_policy_load_file(ApxPolicy *p, const char *path, ApxDiag *d) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot open policy: %s", path, strerror(errno));
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  int read_errno = 0;
-  while (buf) {
-    errno = 0;
-    size_t r = fread(buf + len, 1, cap - len, f);
-    if (r < cap - len && ferror(f)) read_errno = errno ? errno : EIO;
-    len += r;
-    if (len < cap) break;
-    char *nb = realloc(buf, cap * 2);
-    if (!nb) {
-      free(buf);
-      buf = NULL;
-      break;
-    }
-    buf = nb;
-    cap *= 2;
-  }
-  int bad = ferror(f);
-  fclose(f);
-  if (!buf) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory reading the policy", path);
-  if (bad) {
-    free(buf);
-    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot read policy: %s", path,
-                          strerror(read_errno ? read_errno : EIO));
-  }
-  int rc = apx_policy_parse(p, path, buf, len, d);
+  /* a bounded read (ir/fileio.h): a FIFO, device or folder is refused at open */
+  uint8_t *buf;
+  size_t len;
+  if (apx_read_file_bounded(path, "policy", MAX_POLICY_BYTES, "a policy file may have", &buf, &len, d))
+    return -1;
+  int rc = apx_policy_parse(p, path, (const char *)buf, len, d);
   free(buf);
   return rc;
 }

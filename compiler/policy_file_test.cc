@@ -2,10 +2,12 @@
 // readable policy loads.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 extern "C" {
@@ -47,11 +49,26 @@ TEST(Policy, FileErrorsNamePathAndReason) {
     EXPECT_EQ(std::string(L.d.msg), dir + "/missing.json: cannot open policy: No such file or directory");
   }
   {
-    // fopen of a folder succeeds on Linux; the read fails with EISDIR
-    Loaded L(dir);
-    EXPECT_EQ(L.rc, -1);
-    EXPECT_EQ(L.d.code, APX_EXIT_BAD_INPUT);
-    EXPECT_EQ(std::string(L.d.msg), dir + ": cannot read policy: Is a directory");
+    // a folder, a FIFO (would block forever) and a symlink to /dev/zero (never ends) are
+    // refused at open, before a byte is read (the alarm turns a hang into a failure)
+    std::string fifo = dir + "/fifo.json", zero = dir + "/zero.json";
+    unlink(fifo.c_str());
+    unlink(zero.c_str());
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+    ASSERT_EQ(symlink("/dev/zero", zero.c_str()), 0);
+    const std::pair<std::string, std::string> cases[] = {
+        {dir, dir + ": cannot read policy: not a regular file (a folder)"},
+        {fifo, fifo + ": cannot read policy: not a regular file (a FIFO)"},
+        {zero, zero + ": cannot read policy: not a regular file (a character device: /dev/zero)"},
+    };
+    for (const auto &c : cases) {
+      alarm(20);
+      Loaded L(c.first);
+      alarm(0);
+      EXPECT_EQ(L.rc, -1);
+      EXPECT_EQ(L.d.code, APX_EXIT_BAD_INPUT);
+      EXPECT_EQ(std::string(L.d.msg), c.second);
+    }
   }
   {
     std::string path = dir + "/p.json";

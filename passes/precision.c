@@ -117,7 +117,20 @@ static Dec decide_lower(Ctx *c, int id) {
                               level_name(c->s.level), op, apx_dtype_short(w)));
 }
 
-/* Rules 1-2: node and op overrides. Returns 1 with *r set when one applies. */
+/* A policy decision fp64 in a training graph: its parameters' gradients would reach the fp32
+ * optimizer as fp64. Refused up front ("not supported yet", naming what to choose instead)
+ * rather than failing later inside the optimizer step. Returns -1 (error in c->d) or 0. */
+static int refuse_fp64_policy(Ctx *c, int id, ApxDType dt, int line) {
+  if (dt != APX_DT_F64 || !c->o->training) return 0;
+  const ApxNode *n = &c->g->nodes[id];
+  return apx_diag_error(c->d, APX_EXIT_BAD_INPUT,
+                        "%s: line %d: not supported yet: decision fp64 for node '%s' (%s) in a "
+                        "training graph (gradients reach the optimizer in fp32); choose fp32, fp16, "
+                        "bf16 or half, or compile with --inference", c->pol->path, line,
+                        n->name ? n->name : "?", apx_op_name(n->op));
+}
+
+/* Rules 1-2: node and op overrides. Returns 1 with *r set when one applies, -1 on error. */
 static int decide_override(Ctx *c, int id, Dec *r) {
   ApxGraph *g = c->g;
   const ApxNode *n = &g->nodes[id];
@@ -136,6 +149,7 @@ static int decide_override(Ctx *c, int id, Dec *r) {
     if (e->kind == APX_POLICY_DTYPE && !apx_dtype_is_float(dt))
       apx_node_warn(c->d, g, id, "--policy %s asks %s for a float node, ignored", c->pol->path,
                     apx_dtype_short(dt));
+    if (refuse_fp64_policy(c, id, dt, e->line)) return -1;
     if (apx_dtype_is_float(dt)) {
       *r = dec(dt, APX_REASON_POLICY_NODE,
                apx_arena_printf(&g->arena, "node override --policy %s: %s", c->pol->path,
@@ -163,6 +177,7 @@ static int decide_override(Ctx *c, int id, Dec *r) {
     if (e->op != n->op) continue;
     ApxDType dt = e->kind == APX_POLICY_PROMOTE ? or_fp32(widest_input(c, id))
                                                 : apx_policy_dtype(e->kind, e->dtype, c->s.half);
+    if (e->kind != APX_POLICY_PROMOTE && refuse_fp64_policy(c, id, dt, e->line)) return -1;
     *r = dec(dt, APX_REASON_POLICY_OP,
              apx_arena_printf(&g->arena, "op override --policy %s: %s %s%s", c->pol->path, op,
                               e->kind == APX_POLICY_PROMOTE ? "promote, widest input " : "",
@@ -231,6 +246,7 @@ static int decide_forward(Ctx *c, int id, int finding, const char *fdetail, Dec 
   ApxGraph *g = c->g;
   Dec r;
   int over = decide_override(c, id, &r);
+  if (over < 0) return -1;
   if (!over) {
     Dec low = decide_lower(c, id);
     if (finding == APX_REASON_UNDECIDED) {

@@ -816,36 +816,23 @@ static int file_crc(int fd, uint64_t size, const uint8_t *head, uint32_t *out) {
 int apx_plan_read(ApxPlan *p, const char *path, ApxDiag *d) {
   p->path = apx_arena_strdup(&p->arena, path);
   if (!p->path) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", path);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot open plan: %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not a regular file", path);
-  }
-  uint64_t size = (uint64_t)st.st_size;
+  /* a regular file (a FIFO or /dev/zero is refused at open), its header checked against its
+   * size before anything else is read; then exactly that many bytes are mapped */
+  ApxInFile f;
+  if (apx_infile_open(&f, path, "plan", d)) return -1;
+  uint64_t size = f.size;
+  uint8_t b[APX_PLAN_HEADER_BYTES];
   if (size < APX_PLAN_HEADER_BYTES) {
-    close(fd);
+    apx_infile_close(&f);
     return apx_diag_error(d, APX_EXIT_BAD_INPUT,
                           "%s: not an apexc plan (%" PRIu64 " bytes, shorter than its header)",
                           path, size);
   }
-  void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (map == MAP_FAILED) {
-    close(fd);
-    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot map the plan: %s", path, strerror(errno));
+  if (apx_infile_pread(&f, b, sizeof b, 0, d)) {
+    apx_infile_close(&f);
+    return -1;
   }
-  p->map = map;
-  p->map_len = (size_t)size;
-  const uint8_t *b = map;
-  uint32_t crc;
-  int crc_rc = file_crc(fd, size, b, &crc);
-  close(fd);
-  if (crc_rc)
-    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot read the plan: %s", path, strerror(errno));
-  if (memcmp(b, k_magic, 8))
-    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not an apexc plan (bad magic)", path);
+  int hrc = 0;
   Header h;
   h.version = apx_le_get_u32(b + 8);
   h.flags = apx_le_get_u32(b + 12);
@@ -854,27 +841,46 @@ int apx_plan_read(ApxPlan *p, const char *path, ApxDiag *d) {
   h.data_offset = apx_le_get_u64(b + 32);
   h.data_len = apx_le_get_u64(b + 40);
   h.checksum = apx_le_get_u32(b + 48);
-  if (h.version != APX_PLAN_FORMAT_VERSION)
-    return apx_diag_error(d, APX_EXIT_BAD_INPUT,
-                          "%s: plan format version %u, this apexrun reads version %u "
-                          "(recompile the model with this apexc)",
-                          path, h.version, APX_PLAN_FORMAT_VERSION);
   for (int i = 52; i < 64; i++)
     if (b[i]) h.flags |= 0x80000000u;
-  if (h.flags)
-    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: corrupt plan header (unknown flags)", path);
-  if (h.meta_offset != APX_PLAN_HEADER_BYTES || h.meta_len > size ||
-      h.data_offset != align_up(APX_PLAN_HEADER_BYTES + h.meta_len) || h.data_offset > size)
-    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: corrupt plan header (section offsets)", path);
-  if (h.data_len != size - h.data_offset)
-    return apx_diag_error(d, APX_EXIT_BAD_INPUT,
-                          "%s: truncated or padded plan: %" PRIu64 " bytes, header says %" PRIu64,
-                          path, size, h.data_offset + h.data_len);
+  if (memcmp(b, k_magic, 8))
+    hrc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not an apexc plan (bad magic)", path);
+  else if (h.version != APX_PLAN_FORMAT_VERSION)
+    hrc = apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                         "%s: plan format version %u, this apexrun reads version %u "
+                         "(recompile the model with this apexc)",
+                         path, h.version, APX_PLAN_FORMAT_VERSION);
+  else if (h.flags)
+    hrc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: corrupt plan header (unknown flags)", path);
+  else if (h.meta_offset != APX_PLAN_HEADER_BYTES || h.meta_len > size ||
+           h.data_offset != align_up(APX_PLAN_HEADER_BYTES + h.meta_len) || h.data_offset > size)
+    hrc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: corrupt plan header (section offsets)", path);
+  else if (h.data_len != size - h.data_offset)
+    hrc = apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                         "%s: truncated or padded plan: %" PRIu64 " bytes, header says %" PRIu64,
+                         path, size, h.data_offset + h.data_len);
+  if (hrc) {
+    apx_infile_close(&f);
+    return -1;
+  }
+  void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, f.fd, 0);
+  if (map == MAP_FAILED) {
+    apx_infile_close(&f);
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot map the plan: %s", path, strerror(errno));
+  }
+  p->map = map;
+  p->map_len = (size_t)size;
+  uint32_t crc;
+  int crc_rc = file_crc(f.fd, size, b, &crc);
+  apx_infile_close(&f);
+  if (crc_rc)
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot read the plan: %s", path, strerror(errno));
   if (crc != h.checksum)
     return apx_diag_error(d, APX_EXIT_BAD_INPUT,
                           "%s: plan checksum mismatch (file corrupt): stored %08x, computed %08x",
                           path, h.checksum, crc);
-  Apexc__Plan *m = apexc__plan__unpack(NULL, (size_t)h.meta_len, b + h.meta_offset);
+  const uint8_t *mb = map;
+  Apexc__Plan *m = apexc__plan__unpack(NULL, (size_t)h.meta_len, mb + h.meta_offset);
   if (!m)
     return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: corrupt plan metadata (protobuf)", path);
   int rc = from_message(p, m, d);
@@ -888,8 +894,8 @@ int apx_plan_read(ApxPlan *p, const char *path, ApxDiag *d) {
                h.data_len);
   if (apx_plan_validate(p, d)) return -1;
   for (int32_t i = 0; i < p->n_bufs; i++)
-    if (p->bufs[i].data_len) p->bufs[i].data = b + h.data_offset + p->bufs[i].data_offset;
-  for (int32_t i = 0; i < p->n_blobs; i++) p->blobs[i].data = b + h.data_offset + p->blobs[i].data_offset;
+    if (p->bufs[i].data_len) p->bufs[i].data = mb + h.data_offset + p->bufs[i].data_offset;
+  for (int32_t i = 0; i < p->n_blobs; i++) p->blobs[i].data = mb + h.data_offset + p->blobs[i].data_offset;
   return 0;
 }
 

@@ -5,7 +5,7 @@
  *           [--device cpu]
  *   apexrun PLAN.apx --data DIR --steps N [--device cpu] [--threads N] [--seed S]
  *           [--no-shuffle] [--log F.jsonl] [--checkpoint-dir D [--checkpoint-every N]]
- *           [--resume] [--export-onnx F] [--quiet] [--progress]
+ *           [--resume[=auto]] [--export-onnx F] [--quiet] [--progress]
  *
  * Training (runtime/train.h): --data DIR holds one NAME.npy per data input; the run goes
  * until N optimizer steps are done (a resumed run continues to the same N).
@@ -30,7 +30,9 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "runtime/backend.h"
 #include "runtime/collective.h"
+#include "runtime/dataset.h"
 #include "runtime/exec.h"
+#include "ir/fileio.h"
 #include "plan/plan.h"
 #include "runtime/train.h"
 
@@ -59,13 +61,20 @@ static const char *usage_text =
     "  --checkpoint-dir D    write D/ckpt-STEP.apxckpt (atomic, checksummed) at the end ...\n"
     "  --checkpoint-every N  ... and every N steps\n"
     "  --resume              continue from the newest checkpoint in D, bit for bit (same\n"
-    "                        seed, order and lr schedule length)\n"
+    "                        seed, order, data and lr schedule length); no checkpoint in D\n"
+    "                        is an error (exit 2)\n"
+    "  --resume=auto         the same, but start from step 0 when D holds no checkpoint\n"
     "  --export-onnx F       write the trained model as ONNX for inference (fp32 weights);\n"
     "                        F's folder is checked for writing before training starts\n"
     "  -q, --quiet           no progress line or overflow notices (the summary stays)\n"
     "  --progress            progress line per step even when stdout is not a terminal\n"
     "  A run in which every step overflowed exits with 1 when the loss scale cannot recover\n"
     "  (static, below 1, at --min-loss-scale, or 10 overflows in a row); otherwise it warns.\n"
+    "  SIGINT/SIGTERM: the step in progress finishes, a checkpoint is written (with\n"
+    "  --checkpoint-dir), the line says how to resume, exit 130/143; a second signal stops at\n"
+    "  once. An output (--log, --export-onnx, checkpoints) over an input (the plan, --data\n"
+    "  files, the checkpoint resumed) or over another output is refused (exit 2); a failed\n"
+    "  write (a full disk) is exit 1 naming the file.\n"
     "\n"
     "data parallelism: mpirun -np K apexrun PLAN.apx --data DIR --steps N ...\n"
     "  each rank trains on its slice of every global batch (K times the plan's batch); the\n"
@@ -77,12 +86,18 @@ static const char *usage_text =
     "                        rank) ends the whole job with an error (default 300)\n"
     "  --check-replicas N    also check every N steps that all ranks hold identical weights\n"
     "                        (always checked at the start and at the end)\n"
+    "  Before the first step the ranks compare plan, data (size and contents of every file),\n"
+    "  --steps, --seed, --no-shuffle, accumulation, --check-replicas, --checkpoint-dir/-every,\n"
+    "  --resume, --export-onnx and --log; a difference is named on every rank (exit 2). A\n"
+    "  SIGINT/SIGTERM to any rank stops every rank after the same step (send it to the apexrun\n"
+    "  processes: mpirun itself kills its ranks 1 s after forwarding one).\n"
     "  --no-overlap          each bucket's allreduce blocks inside its kernel instead of\n"
     "                        overlapping the following kernels (same result, bit for bit)\n"
     "\n"
     "infer: runs the model's forward pass on ONNX test-data tensors.\n"
     "  --input-dir D         reads D/input_0.pb, input_1.pb, ... (one per data input, in order)\n"
-    "  --output-dir O        writes O/output_0.pb, ... (one per graph output; O is created)\n"
+    "  --output-dir O        writes O/output_0.pb, ... (one per graph output; O is created; an\n"
+    "                        output file that is the model or an input file is refused)\n"
     "  -O0|-O1|-O2|-O3       opt level when MODEL is ONNX (compiled on the fly; default -O1)\n"
     "  --half=fp16|bf16      half type when MODEL is ONNX (default fp16)\n"
     "  --dim NAME=V          bind a symbolic dimension when MODEL is ONNX (repeatable)\n"
@@ -193,13 +208,16 @@ static int parse_infer(int argc, char **argv, InferArgs *a) {
   return 0;
 }
 
-static int is_plan_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return 0;
+/* 1 when path is a plan file (its magic), 0 when it is a regular file that is not, -1 when it
+ * cannot be read (missing, a FIFO, a device, a folder: the error, naming `what`, in d). A
+ * bounded read (fileio.h): nothing but the first 8 bytes, never blocking. */
+static int probe_plan(const char *path, const char *what, ApxDiag *d) {
+  ApxInFile f;
+  if (apx_infile_open(&f, path, what, d)) return -1;
   char m[8] = {0};
-  size_t n = fread(m, 1, 8, f);
-  fclose(f);
-  return n == 8 && memcmp(m, "APXPLAN", 8) == 0;
+  int rc = f.size >= 8 && apx_infile_pread(&f, m, 8, 0, d) == 0 && memcmp(m, "APXPLAN", 8) == 0;
+  apx_infile_close(&f);
+  return d->code ? -1 : rc;
 }
 
 static int file_exists(const char *path) {
@@ -244,10 +262,10 @@ static int cmd_infer(int argc, char **argv) {
   }
   ApxDiag d;
   apx_diag_init(&d);
-  if (!file_exists(a.model)) {
-    fprintf(stderr, "%s: cannot open model: %s\n", a.model, strerror(errno));
+  int model_is_plan = probe_plan(a.model, "model", &d);
+  if (model_is_plan < 0) {
     apx_arena_free(&a.strings);
-    return APX_EXIT_BAD_INPUT;
+    return fail(&d);
   }
   ApxGraph g;
   int have_graph = 0;
@@ -259,7 +277,7 @@ static int cmd_infer(int argc, char **argv) {
   apx_arena_init(&arena);
   rc = 0;
 
-  if (is_plan_file(a.model)) {
+  if (model_is_plan) {
     if (apx_plan_read(&plan, a.model, &d)) goto done;
   } else {
     have_graph = 1;
@@ -279,6 +297,26 @@ static int cmd_infer(int argc, char **argv) {
     apx_diag_error(&d, APX_EXIT_BAD_INPUT, "%s: cannot create the output folder: %s", a.output_dir,
                    strerror(errno));
     goto done;
+  }
+
+  /* no output file over the model or an input file (by inode, or canonical path) */
+  for (int32_t o = 0; o < plan.n_outputs; o++) {
+    char *op = apx_arena_printf(&arena, "%s/output_%d.pb", a.output_dir, o);
+    if (!op) {
+      apx_diag_error(&d, APX_EXIT_RUNTIME, "apexrun: out of memory");
+      goto done;
+    }
+    const char *clash = apx_same_file(op, a.model) ? a.model : NULL;
+    for (int32_t i = 0; !clash && i < plan.n_inputs; i++) {
+      char *ip = apx_arena_printf(&arena, "%s/input_%d.pb", a.input_dir, i);
+      if (ip && apx_same_file(op, ip)) clash = ip;
+    }
+    if (clash) {
+      apx_diag_error(&d, APX_EXIT_BAD_INPUT, "%s: refusing to overwrite the %s %s (--output-dir must not "
+                     "hold the model or the input files under the names it writes)", op,
+                     clash == a.model ? "model" : "input", clash);
+      goto done;
+    }
   }
 
   ApxExecConfig cfg;
@@ -314,6 +352,12 @@ static int cmd_infer(int argc, char **argv) {
       apx_diag_error(&d, di.code, "%s%s", path, what ? what : di.msg);
       goto done;
     }
+    /* class labels and indices out of range are bad input (exit 2) as in training, not a
+     * kernel failure (dataset.h) */
+    ApxNpy view = {tc.dtype, tc.rank, {0}, 1, (void *)tc.data, 0, 0, 0, 0};
+    memcpy(view.dims, tc.dims, sizeof view.dims);
+    for (int k = 0; k < tc.rank; k++) view.numel *= tc.dims[k];
+    if (tc.rank >= 1 && apx_dataset_check_indices(&plan, i, &view, path, &d)) goto done;
   }
 
   if (apx_exec_run(&ex, APX_SEC_FORWARD, &d)) goto done;
@@ -398,7 +442,9 @@ static int cmd_train(int argc, char **argv) {
       c.ckpt_every = n;
       every_set = 1;
     } else if (!strcmp(arg, "--resume")) {
-      c.resume = 1;
+      c.resume = APX_RESUME_ON;
+    } else if ((v = flag_value(argc, argv, &i, "--resume")) && !strcmp(arg, "--resume=auto")) {
+      c.resume = APX_RESUME_AUTO;
     } else if ((v = flag_value(argc, argv, &i, "--export-onnx"))) {
       if (!*v) return usage_error("%s needs a file", "--export-onnx");
       c.export_onnx = v;
@@ -426,17 +472,15 @@ static int cmd_train(int argc, char **argv) {
   if (!have_steps) return usage_error("training needs %s", "--steps N");
   if (every_set && !c.ckpt_dir) return usage_error("--checkpoint-every needs --checkpoint-dir D");
   if (c.resume && !c.ckpt_dir) return usage_error("--resume needs --checkpoint-dir D");
-  if (!file_exists(plan_path)) {
-    fprintf(stderr, "%s: cannot open plan: %s\n", plan_path, strerror(errno));
-    return APX_EXIT_BAD_INPUT;
-  }
-  if (!is_plan_file(plan_path)) {
+  ApxDiag d;
+  apx_diag_init(&d);
+  int is_plan = probe_plan(plan_path, "plan", &d);
+  if (is_plan < 0) return fail(&d);
+  if (!is_plan) {
     fprintf(stderr, "%s: not an apexc plan (compile the model first: apexc MODEL.onnx -O2 -o PLAN.apx)\n",
             plan_path);
     return APX_EXIT_BAD_INPUT;
   }
-  ApxDiag d;
-  apx_diag_init(&d);
   /* under mpirun: rank and world from MPI (collective.h); otherwise one process */
   ApxCollConfig cc;
   apx_coll_config_init(&cc);
@@ -460,9 +504,20 @@ static int cmd_train(int argc, char **argv) {
   apx_plan_init(&plan);
   int rc = apx_plan_read(&plan, plan_path, &d) ? fail(&d) : apx_train_run(&plan, &c);
   apx_plan_free(&plan);
-  /* a failed rank ends the job (its error is printed): the others would wait for it */
-  if (rc && c.world > 1) apx_coll_abort(coll, rc, NULL);
+  /* a failed rank ends the job (its error is printed): the others would wait for it; unless
+   * every rank ends with the same decision (collective.h: each prints its line and exits) */
+  if (rc && c.world > 1 && !apx_coll_agreed_exit(coll)) apx_coll_abort(coll, rc, NULL);
   apx_coll_finalize(coll);
+  return rc;
+}
+
+/* What went to stdout (progress, summary, --repeat timings) was written: a full disk or a
+ * closed pipe is a failure (exit code 1), not a silent loss. */
+static int stdout_checked(int rc) {
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "apexrun: cannot write to stdout: %s\n", strerror(errno ? errno : EIO));
+    if (rc == 0) rc = APX_EXIT_RUNTIME;
+  }
   return rc;
 }
 
@@ -476,18 +531,18 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       printf(usage_text, apx_backend_names());
-      return APX_EXIT_OK;
+      return stdout_checked(APX_EXIT_OK);
     }
     if (!strcmp(argv[i], "--version")) {
       printf("apexrun %s (plan format %u, attrs ABI %d, backends: %s)\n", APEXRUN_VERSION,
              APX_PLAN_FORMAT_VERSION, APX_ATTRS_ABI, apx_backend_names());
-      return APX_EXIT_OK;
+      return stdout_checked(APX_EXIT_OK);
     }
   }
   /* Debian's OpenBLAS does not know newer CPUs and falls back to SSE3 kernels unless
    * OPENBLAS_CORETYPE is set before it loads: set it and re-exec once (docs/runtime.md) */
   apx_cpu_reexec_tuned(argv);
-  if (!strcmp(argv[1], "infer")) return cmd_infer(argc - 1, argv + 1);
   /* training: options in any position, before or after PLAN (cmd_train rejects unknown ones) */
-  return cmd_train(argc - 1, argv + 1);
+  int rc = !strcmp(argv[1], "infer") ? cmd_infer(argc - 1, argv + 1) : cmd_train(argc - 1, argv + 1);
+  return stdout_checked(rc);
 }

@@ -14,9 +14,11 @@
 #include <unistd.h>
 
 #include "ir/fileio.h"
+#include "runtime/sampler.h"
+#include "runtime/stop.h"
 
 static const char k_magic[8] = {'A', 'P', 'X', 'C', 'K', 'P', 'T', 0};
-enum { HEADER_BYTES = 64, N_STATE_FIELDS = 18, N_STATE_FIELDS_V1 = 16 };
+enum { HEADER_BYTES = 64, N_STATE_FIELDS = 19, N_STATE_FIELDS_V2 = 18, N_STATE_FIELDS_V1 = 16 };
 
 static uint64_t dbits(double x) {
   uint64_t u;
@@ -51,15 +53,17 @@ static void state_encode(const ApxTrainState *s, uint8_t *b) {
       (uint64_t)s->dropout_step, s->dropout_seed, dbits(s->scale), (uint64_t)s->scale_clean,
       (uint64_t)s->scale_hysteresis_left, (uint64_t)s->scale_overflow_run,
       (uint64_t)s->scale_overflows, (uint64_t)s->scale_below_one_warned, (uint64_t)s->lr_total,
-      (uint64_t)s->lr_warmup};
+      (uint64_t)s->lr_warmup, s->data_digest};
   for (int i = 0; i < N_STATE_FIELDS; i++) apx_le_put_u64(b + 8 * i, f[i]);
 }
 
-/* n_fields: N_STATE_FIELDS, or N_STATE_FIELDS_V1 (the lr fields read as unknown). */
+/* n_fields: N_STATE_FIELDS, N_STATE_FIELDS_V2 (the data digest reads as unknown) or
+ * N_STATE_FIELDS_V1 (the lr fields too). */
 static void state_decode(const uint8_t *b, int n_fields, ApxTrainState *s) {
   uint64_t f[N_STATE_FIELDS] = {0};
   f[16] = 0;                  /* lr_total: unknown */
   f[17] = (uint64_t)-1;       /* lr_warmup: unknown */
+  f[18] = 0;                  /* data_digest: unknown */
   for (int i = 0; i < n_fields; i++) f[i] = apx_le_get_u64(b + 8 * i);
   s->step = (int64_t)f[0];
   s->batches = (int64_t)f[1];
@@ -79,6 +83,57 @@ static void state_decode(const uint8_t *b, int n_fields, ApxTrainState *s) {
   s->scale_below_one_warned = (int64_t)f[15];
   s->lr_total = (int64_t)f[16];
   s->lr_warmup = (int64_t)f[17];
+  s->data_digest = f[18];
+}
+
+/* A state no run can produce, whatever the plan: "" when none, else what is wrong. */
+static const char *state_problem(const ApxTrainState *s, int version, char *buf, size_t cap) {
+  const struct {
+    const char *name;
+    int64_t v, lo;
+  } counters[] = {
+      {"step", s->step, 0},
+      {"batches", s->batches, 0},
+      {"epoch", s->epoch, 0},
+      {"position in the epoch", s->epoch_pos, 0},
+      {"world size", s->world, 1},
+      {"accumulation", s->accumulate, 1},
+      {"Dropout counter", s->dropout_step, 0},
+      {"clean-step count", s->scale_clean, 0},
+      {"hysteresis counter", s->scale_hysteresis_left, 0},
+      {"overflow run", s->scale_overflow_run, 0},
+      {"overflow count", s->scale_overflows, 0},
+      {"lr schedule length", s->lr_total, 0},
+      {"lr warmup", s->lr_warmup, version == 1 ? -1 : 0},
+  };
+  /* a state no run can produce: refused before anything else (a NaN/inf/0 scale would make
+   * every step overflow, or train with unscaled gradients) */
+  if (!isfinite(s->scale) || !(s->scale > 0)) {
+    snprintf(buf, cap, "invalid training state (loss scale %g, step %" PRId64
+             "): the loss scale must be finite and > 0", s->scale, s->step);
+    return buf;
+  }
+  for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
+    if (counters[i].v < counters[i].lo) {
+      snprintf(buf, cap, "invalid training state (%s %" PRId64 "): it must be >= %" PRId64,
+               counters[i].name, counters[i].v, counters[i].lo);
+      return buf;
+    }
+  if (s->order != APX_ORDER_FILE && s->order != APX_ORDER_SHUFFLE)
+    snprintf(buf, cap, "invalid training state (sample order %" PRId64 ")", s->order);
+  else if (s->scale_below_one_warned != 0 && s->scale_below_one_warned != 1)
+    snprintf(buf, cap, "invalid training state (below-one flag %" PRId64 ")", s->scale_below_one_warned);
+  else if (s->scale_overflow_run > s->scale_overflows)
+    snprintf(buf, cap, "invalid training state (overflow run %" PRId64 " longer than the %" PRId64
+             " overflows in all)", s->scale_overflow_run, s->scale_overflows);
+  else if (s->batches / s->accumulate != s->step || s->batches % s->accumulate != 0 ||
+           s->dropout_step != s->batches)
+    snprintf(buf, cap, "invalid training state (step %" PRId64 ", %" PRId64 " batches, Dropout counter %"
+             PRId64 "): with accumulation %" PRId64 " a step consumes %" PRId64 " batches", s->step,
+             s->batches, s->dropout_step, s->accumulate, s->accumulate);
+  else
+    return "";
+  return buf;
 }
 
 /* ---- write ---------------------------------------------------------------------------- */
@@ -88,6 +143,7 @@ typedef struct Writer {
   uint64_t pos;
   uint32_t crc;
   uint64_t kill_at; /* test hook: SIGKILL once this many bytes are written (0: off) */
+  int signals_at;   /* ... or SIGINT then SIGTERM there (a user's double Ctrl-C, stop.h) */
   const char *path;
   ApxDiag *d;
 } Writer;
@@ -105,7 +161,13 @@ static int w_bytes(Writer *w, const void *p, size_t n) {
       if (part && write(w->fd, src, part) < 0) {
       }
       fsync(w->fd);
-      raise(SIGKILL);
+      if (w->signals_at) {
+        w->kill_at = 0;
+        raise(SIGINT);
+        raise(SIGTERM); /* the second signal: stop.h exits here, removing the temporary file */
+      } else {
+        raise(SIGKILL);
+      }
     }
     ssize_t r = write(w->fd, src, k);
     if (r < 0 && errno == EINTR) continue;
@@ -243,7 +305,14 @@ int apx_checkpoint_write(const char *dir, const ApxTrainState *st, ApxExec *ex, 
   unsigned long long kill_bytes = 0;
   if (kill_env && sscanf(kill_env, "%lld:%llu", &kill_step, &kill_bytes) == 2 && kill_step == st->step)
     w.kill_at = kill_bytes ? kill_bytes : 1;
+  /* APX_TEST_CHECKPOINT_SIGNALS_AT=STEP:BYTES: SIGINT and SIGTERM to itself there instead */
+  const char *sig_env = getenv("APX_TEST_CHECKPOINT_SIGNALS_AT");
+  if (sig_env && sscanf(sig_env, "%lld:%llu", &kill_step, &kill_bytes) == 2 && kill_step == st->step) {
+    w.kill_at = kill_bytes ? kill_bytes : 1;
+    w.signals_at = 1;
+  }
   int rc = 0;
+  apx_stop_set_temp(tmp); /* before it exists: a second SIGINT/SIGTERM removes it (stop.h) */
   w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w.fd < 0) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot create: %s", tmp, strerror(errno));
@@ -304,6 +373,7 @@ int apx_checkpoint_write(const char *dir, const ApxTrainState *st, ApxExec *ex, 
 out:
   if (w.fd >= 0) close(w.fd);
   if (rc) unlink(tmp);
+  apx_stop_set_temp(NULL);
   free(tmp);
   free(buf);
   if (!rc && path_out) *path_out = path;
@@ -317,54 +387,81 @@ static int corrupt(ApxDiag *d, const char *path, const char *what) {
   return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: corrupt checkpoint: %s", path, what);
 }
 
+/* The largest file a checkpoint of plan p can be (its own writer's layout, at any padding). */
+static uint64_t max_size(const ApxPlan *p) {
+  uint64_t size = HEADER_BYTES + 8 * N_STATE_FIELDS;
+  for (int32_t i = 0; i < p->n_bufs; i++) {
+    const ApxPlanBuffer *b = &p->bufs[i];
+    if (apx_checkpoint_saves(b))
+      size += 4 + strlen(b->name) + 8 + 8 * (uint64_t)b->rank + 8 + 63 + (uint64_t)b->bytes + 7;
+  }
+  return size;
+}
+
 int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxCheckpointCheck check,
                         void *ctx, ApxDiag *d) {
   const ApxPlan *p = ex->plan;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot open checkpoint: %s", path, strerror(errno));
-  struct stat sst;
-  if (fstat(fd, &sst) || !S_ISREG(sst.st_mode)) {
-    close(fd);
-    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not a regular file", path);
-  }
-  uint64_t size = (uint64_t)sst.st_size;
-  uint8_t *b = malloc(size ? (size_t)size : 1);
-  if (!b) {
-    close(fd);
-    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory (%" PRIu64 " bytes)", path, size);
-  }
-  uint64_t got = 0;
-  while (got < size) {
-    ssize_t r = read(fd, b + got, (size_t)(size - got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += (uint64_t)r;
-  }
-  close(fd);
+  ApxInFile f;
+  if (apx_infile_open(&f, path, "checkpoint", d)) return -1;
+  uint64_t size = f.size;
+  uint8_t *b = NULL;
   int rc = 0;
   int32_t *ids = NULL;
   const uint8_t **datas = NULL;
-  if (got != size) {
-    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: read failed", path);
+  /* the header first: what it declares is checked against the file and the plan before the
+   * rest of the file is read */
+  uint8_t h[HEADER_BYTES];
+  if (size < HEADER_BYTES || (rc = apx_infile_pread(&f, h, HEADER_BYTES, 0, d)) || memcmp(h, k_magic, 8)) {
+    if (!rc) rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not an apexrun checkpoint (bad magic)", path);
     goto out;
   }
-  if (size < HEADER_BYTES || memcmp(b, k_magic, 8)) {
-    rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not an apexrun checkpoint (bad magic)", path);
-    goto out;
-  }
-  uint32_t version = apx_le_get_u32(b + 8);
-  if (version != APX_CHECKPOINT_VERSION && version != 1) {
-    rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: checkpoint version %u, this apexrun reads 1 and %u", path,
+  uint32_t version = apx_le_get_u32(h + 8);
+  if (version != APX_CHECKPOINT_VERSION && version != 2 && version != 1) {
+    rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: checkpoint version %u, this apexrun reads 1 to %u", path,
                         version, APX_CHECKPOINT_VERSION);
     goto out;
   }
-  const int n_fields = version == 1 ? N_STATE_FIELDS_V1 : N_STATE_FIELDS;
-  uint64_t want_size = apx_le_get_u64(b + 24);
+  const int n_fields = version == 1 ? N_STATE_FIELDS_V1 : version == 2 ? N_STATE_FIELDS_V2 : N_STATE_FIELDS;
+  uint64_t want_size = apx_le_get_u64(h + 24);
   if (want_size != size) {
     char msg[160];
     snprintf(msg, sizeof msg, "%" PRIu64 " bytes, the header says %" PRIu64 " (truncated or torn write)",
              size, want_size);
     rc = corrupt(d, path, msg);
+    goto out;
+  }
+  uint64_t hash = apx_le_get_u64(h + 16), mine = apx_plan_hash(p);
+  if (hash != mine) {
+    rc = apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                        "%s: checkpoint of another plan (its plan hash %016" PRIx64 ", %s has %016" PRIx64
+                        "); resume with the plan that wrote it",
+                        path, hash, p->path ? p->path : "this plan", mine);
+    goto out;
+  }
+  if (apx_le_get_u32(h + 12) != 0 || apx_le_get_u32(h + 40) != 8 * (uint32_t)n_fields) {
+    rc = corrupt(d, path, "unknown flags or state layout");
+    goto out;
+  }
+  for (int i = 44; i < HEADER_BYTES; i++)
+    if (h[i]) {
+      rc = corrupt(d, path, "nonzero reserved header bytes");
+      goto out;
+    }
+  if (size > max_size(p)) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "%" PRIu64 " bytes, more than a checkpoint of this plan can have (%" PRIu64 ")",
+             size, max_size(p));
+    rc = corrupt(d, path, msg);
+    goto out;
+  }
+  b = malloc((size_t)size);
+  if (!b) {
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory (%" PRIu64 " bytes)", path, size);
+    goto out;
+  }
+  if ((rc = apx_infile_pread(&f, b, (size_t)size, 0, d))) goto out;
+  if (memcmp(b, h, HEADER_BYTES)) {
+    rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: changed while it was being read", path);
     goto out;
   }
   uint32_t stored = apx_le_get_u32(b + 36);
@@ -378,18 +475,6 @@ int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxChe
     rc = corrupt(d, path, msg);
     goto out;
   }
-  uint64_t hash = apx_le_get_u64(b + 16), mine = apx_plan_hash(p);
-  if (hash != mine) {
-    rc = apx_diag_error(d, APX_EXIT_BAD_INPUT,
-                        "%s: checkpoint of another plan (its plan hash %016" PRIx64 ", %s has %016" PRIx64
-                        "); resume with the plan that wrote it",
-                        path, hash, p->path ? p->path : "this plan", mine);
-    goto out;
-  }
-  if (apx_le_get_u32(b + 12) != 0 || apx_le_get_u32(b + 40) != 8 * (uint32_t)n_fields) {
-    rc = corrupt(d, path, "unknown flags or state layout");
-    goto out;
-  }
   uint32_t n = apx_le_get_u32(b + 32);
   uint64_t pos = HEADER_BYTES;
   if (size - pos < 8 * (uint64_t)n_fields) {
@@ -399,13 +484,9 @@ int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxChe
   ApxTrainState s;
   state_decode(b + pos, n_fields, &s);
   pos += 8 * (uint64_t)n_fields;
-  /* a state no run can produce: refused before anything else (a NaN/inf/0 scale would make
-   * every step overflow, or train with unscaled gradients) */
-  if (!isfinite(s.scale) || !(s.scale > 0) || s.step < 0) {
-    char msg[160];
-    snprintf(msg, sizeof msg, "invalid training state (loss scale %g, step %" PRId64
-             "): the loss scale must be finite and > 0", s.scale, s.step);
-    rc = corrupt(d, path, msg);
+  char why[320];
+  if (*state_problem(&s, (int)version, why, sizeof why)) {
+    rc = corrupt(d, path, why);
     goto out;
   }
   ids = calloc((size_t)p->n_bufs + 1, sizeof *ids);
@@ -478,6 +559,7 @@ int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxChe
 trunc:
   rc = corrupt(d, path, "a tensor record runs past the end");
 out:
+  apx_infile_close(&f);
   free(ids);
   free(datas);
   free(b);
@@ -515,4 +597,25 @@ int apx_checkpoint_latest(const char *dir, char **path, int64_t *step, ApxDiag *
   }
   *step = best;
   return 1;
+}
+
+int apx_checkpoint_path(const char *dir, int64_t step, char **path) {
+  if (asprintf(path, "%s/ckpt-%012" PRId64 ".apxckpt", dir, step) < 0) {
+    *path = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+int apx_checkpoint_owns_name(const char *dir, const char *path) {
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  size_t n = strlen(base);
+  int named = (n > 13 && strncmp(base, "ckpt-", 5) == 0 && strcmp(base + n - 8, ".apxckpt") == 0) ||
+              strncmp(base, ".ckpt-", 6) == 0;
+  if (!named) return 0;
+  char *folder = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+  int same = folder && apx_same_file(folder, dir);
+  free(folder);
+  return same;
 }

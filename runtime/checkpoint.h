@@ -16,9 +16,10 @@
  *   24  u64   file_size the whole file; anything else is a truncated/padded file
  *   32  u32   n_tensors
  *   36  u32   checksum  CRC32C of the whole file with these 4 bytes as zero
- *   40  u32   state_len bytes of the training-state block (8 per field: 18 in version 2,
- *                   16 in version 1, which had no lr schedule fields)
- *   44  u8    reserved[20] zero
+ *   40  u32   state_len bytes of the training-state block (8 per field: 19 in version 3,
+ *                   18 in version 2, which had no data digest, 16 in version 1, which had no
+ *                   lr schedule fields either)
+ *   44  u8    reserved[20] zero (a nonzero byte is a corrupt checkpoint)
  *   64  training state: u64 fields in ApxTrainState order (doubles as their bits)
  *   then per tensor: u32 name_len, name bytes, u32 dtype, u32 rank, i64 dims[rank],
  *       u64 nbytes, zero padding to 64, nbytes of data, zero padding to 8
@@ -27,13 +28,20 @@
  * step), fsync of D. A crash leaves at most a temporary file, which is never loaded; the
  * next successful write removes such leftovers (regular files named like a temporary file
  * whose PID is not a live process).
- * (Test hook: the environment variable APX_TEST_CHECKPOINT_KILL_AT=STEP:BYTES makes the
- * writer SIGKILL its own process after BYTES bytes of step STEP's file.)
- * Reading checks magic, version (1 and 2 are read), size, checksum, the loss scale (finite,
- * > 0) and step (>= 0), then every tensor against the plan
- * (name, dtype, shape, and that every saved buffer of the plan is present) before touching
- * the executor: a bad checkpoint changes nothing. Errors are one line naming the file
- * (exit code 2). */
+ * (Test hooks: the environment variable APX_TEST_CHECKPOINT_KILL_AT=STEP:BYTES makes the
+ * writer SIGKILL its own process after BYTES bytes of step STEP's file;
+ * APX_TEST_CHECKPOINT_SIGNALS_AT=STEP:BYTES sends it SIGINT then SIGTERM there instead.)
+ * Reading (a bounded read, fileio.h: a FIFO, device or folder is refused at open) takes the
+ * 64-byte header first and checks magic, version (1, 2 and 3 are read), the declared size
+ * against the file's, the plan hash, flags, state layout and reserved bytes, and that the
+ * size is one a checkpoint of this plan can have; only then is the rest read (exactly the
+ * declared size), the checksum checked and the state validated: loss scale finite and > 0,
+ * every counter >= 0 (lr warmup -1 only in version 1), sample order known, overflow run <=
+ * overflows, batches = step x accumulation = Dropout counter. Then every tensor against the
+ * plan (name, dtype, shape, and that every saved buffer of the plan is present), then the
+ * caller's check (train.c: settings, and ranges that depend on the plan's scaler and data),
+ * all before touching the executor: a bad checkpoint changes nothing. Errors are one line
+ * naming the file (exit code 2). */
 #ifndef APX_CHECKPOINT_H
 #define APX_CHECKPOINT_H
 
@@ -47,7 +55,8 @@
 extern "C" {
 #endif
 
-#define APX_CHECKPOINT_VERSION 2u /* written; version 1 (no lr schedule fields) is still read */
+#define APX_CHECKPOINT_VERSION 3u /* written; versions 2 (no data digest) and 1 (no lr schedule
+                                     fields either) are still read */
 
 /* The run's position and the loss scaler, as saved (fields in file order). */
 typedef struct ApxTrainState {
@@ -69,6 +78,7 @@ typedef struct ApxTrainState {
   int64_t scale_below_one_warned;
   int64_t lr_total;        /* lr schedule length T (lr_schedule.h); 0: unknown (version 1) */
   int64_t lr_warmup;       /* lr schedule warmup W; -1: unknown (version 1) */
+  uint64_t data_digest;    /* the --data files (dataset.h digest); 0: unknown (versions 1, 2) */
 } ApxTrainState;
 
 /* 1 when buffer b is saved in checkpoints (persistent PARAM or STATE that owns its bytes). */
@@ -101,6 +111,12 @@ int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxChe
 /* The newest dir/ckpt-STEP.apxckpt (largest STEP; temporary files are ignored): 1 and a
  * malloc'ed *path, 0 when there is none (or no dir), -1 on error. */
 int apx_checkpoint_latest(const char *dir, char **path, int64_t *step, ApxDiag *d);
+
+/* dir/ckpt-STEP.apxckpt, malloc'ed into *path. 0, or -1 (out of memory, *path NULL). */
+int apx_checkpoint_path(const char *dir, int64_t step, char **path);
+/* 1 when path names a file the writer may create or replace in dir: ckpt-*.apxckpt, or a
+ * temporary (.ckpt-*) beside them; the folder compared as a file (fileio.h apx_same_file). */
+int apx_checkpoint_owns_name(const char *dir, const char *path);
 
 #ifdef __cplusplus
 }

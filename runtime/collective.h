@@ -73,6 +73,14 @@ void apx_coll_finalize(ApxColl *c);
  * collective until the watchdog fires). One process: exit(code). */
 void apx_coll_abort(ApxColl *c, int code, const char *msg);
 
+/* Marks that every rank is ending with the same exit code, decided together from the same
+ * collective result (settings that differ at start-up, a stop every rank agreed on): the
+ * caller then finalizes normally on every rank, so each prints its own line and exits with
+ * that code, instead of aborting the job from the first rank that returns (which would kill
+ * the others before they print). NULL: no-op / 0. */
+void apx_coll_mark_agreed_exit(ApxColl *c);
+int apx_coll_agreed_exit(const ApxColl *c);
+
 int32_t apx_coll_rank(const ApxColl *c);
 int32_t apx_coll_world(const ApxColl *c);
 /* 1 when MPI is in use (world may still be 1 under `mpirun -np 1`). */

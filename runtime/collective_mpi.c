@@ -39,6 +39,7 @@ struct ApxColl {
 
   ApxCollRequest *free_reqs; /* finished requests kept with their staging buffers */
   int32_t n_pending;
+  int agreed_exit;           /* apx_coll_mark_agreed_exit */
 };
 
 /* A run of tensors [a, b) with one wire type, staged at byte offset `off` of the request's
@@ -284,6 +285,11 @@ void apx_coll_abort(ApxColl *c, int code, const char *msg) {
   if (c && c->mpi && c->world > 1) MPI_Abort(MPI_COMM_WORLD, code);
   exit(code);
 }
+
+void apx_coll_mark_agreed_exit(ApxColl *c) {
+  if (c) c->agreed_exit = 1;
+}
+int apx_coll_agreed_exit(const ApxColl *c) { return c && c->agreed_exit; }
 
 int32_t apx_coll_rank(const ApxColl *c) { return c ? c->rank : 0; }
 int32_t apx_coll_world(const ApxColl *c) { return c ? c->world : 1; }

@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kernels/attrs.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/op.h"
+#include "ir/fileio.h"
 
 static void dims_str(const int64_t *dims, int rank, char *buf, size_t cap) {
   size_t k = (size_t)snprintf(buf, cap, "[");
@@ -54,15 +56,10 @@ static int fits(int64_t v, ApxDType t) {
   }
 }
 
-/* Converts a in place to dtype want (the checks of dataset.h). */
+/* Converts a in place to dtype want (float to float, integer to integer: check_header). */
 static int convert(ApxNpy *a, ApxDType want, const char *path, const char *input, ApxDiag *d) {
-  if (a->dtype == want) return 0;
-  int af = apx_dtype_is_float(a->dtype), wf = apx_dtype_is_float(want);
-  int ab = a->dtype == APX_DT_BOOL, wb = want == APX_DT_BOOL;
-  if (af != wf || ab || wb)
-    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: dtype %s, but the plan input '%s' is %s",
-                          path, apx_dtype_name(a->dtype), input, apx_dtype_name(want));
-  if (!af) {
+  if (a->dtype == want) return 0; /* the kinds agree: check_header */
+  if (!apx_dtype_is_float(a->dtype)) {
     for (int64_t i = 0; i < a->numel; i++) {
       int big;
       int64_t v = int_at(a, i, &big);
@@ -94,11 +91,11 @@ static int convert(ApxNpy *a, ApxDType want, const char *path, const char *input
  * outside makes the kernel fail mid-training (exit code 1); found here it is bad input, named
  * by file, sample and value. The operand may reach the kernel through shape-only ops
  * (Reshape, Flatten, Squeeze, Unsqueeze) and aliases. */
-static int check_indices(const ApxDataset *ds, const ApxPlan *plan, int32_t i, ApxDiag *d) {
-  const ApxNpy *a = &ds->arrays[i];
+int apx_dataset_check_indices(const ApxPlan *plan, int32_t i, const ApxNpy *a, const char *path,
+                              ApxDiag *d) {
   if (apx_dtype_is_float(a->dtype) || a->dtype == APX_DT_BOOL || a->numel == 0) return 0;
   uint8_t *from = calloc((size_t)plan->n_bufs + 1, 1); /* 1: carries input i's values */
-  if (!from) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", ds->paths[i]);
+  if (!from) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", path);
   from[plan->inputs[i]] = 1;
   int rc = 0;
   for (int32_t k = 0; k < plan->n_kernels && !rc; k++) {
@@ -147,7 +144,7 @@ static int check_indices(const ApxDataset *ds, const ApxPlan *plan, int32_t i, A
       if (has_ignore) snprintf(ign, sizeof ign, " or ignore_index %" PRId64, ignore);
       rc = apx_diag_error(d, APX_EXIT_BAD_INPUT,
                           "%s: sample %" PRId64 "%s: %s %s%" PRId64 " is out of range: the plan's %s '%s' "
-                          "takes [%" PRId64 ", %" PRId64 ")%s", ds->paths[i], e / per_sample, elem, what,
+                          "takes [%" PRId64 ", %" PRId64 ")%s", path, e / per_sample, elem, what,
                           big ? "> " : "", big ? INT64_MAX : v, apx_op_name(pk->op), pk->node ? pk->node : "?",
                           lo, hi, ign);
       break;
@@ -155,6 +152,63 @@ static int check_indices(const ApxDataset *ds, const ApxPlan *plan, int32_t i, A
   }
   free(from);
   return rc;
+}
+
+/* Digest of one loaded file: CRC32C of its size, dtype and shape (low 32 bits) and of every
+ * element as read (high 32 bits). */
+static uint64_t file_digest(const ApxNpy *a) {
+  uint8_t meta[16 + 8 * APX_MAX_RANK];
+  apx_le_put_u64(meta, a->file_bytes);
+  apx_le_put_u32(meta + 8, (uint32_t)a->dtype);
+  apx_le_put_u32(meta + 12, (uint32_t)a->rank);
+  for (int k = 0; k < a->rank; k++) apx_le_put_u64(meta + 16 + 8 * k, (uint64_t)a->dims[k]);
+  uint32_t lo = apx_crc32c(0, meta, 16 + 8 * (size_t)a->rank);
+  uint32_t hi = apx_crc32c(0, a->data, a->bytes);
+  return (uint64_t)hi << 32 | lo;
+}
+
+/* The checks that need only the header (file size, dtype, shape): every file is checked this
+ * way before any element of any file is read, so a mismatch costs nothing however large the
+ * files. */
+static int check_header(ApxDataset *ds, const ApxPlan *plan, int32_t i, const ApxNpy *a,
+                        const char **first_path, ApxDiag *d) {
+  const ApxPlanBuffer *b = &plan->bufs[plan->inputs[i]];
+  const char *path = ds->paths[i];
+  char want[128], got[128];
+  int shape_ok = a->rank == b->rank;
+  for (int k = 1; shape_ok && k < b->rank; k++) shape_ok = a->dims[k] == b->dims[k];
+  if (!shape_ok) {
+    dims_str(a->dims, a->rank, got, sizeof got);
+    dims_str(b->dims, b->rank, want, sizeof want);
+    char pattern[160] = "[N";
+    size_t k = 2;
+    for (int j = 1; j < b->rank; j++)
+      k += (size_t)snprintf(pattern + k, sizeof pattern - k, ",%" PRId64, b->dims[j]);
+    snprintf(pattern + k, sizeof pattern - k, "]");
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                          "%s: shape %s does not match the plan input '%s' %s (expected %s: "
+                          "samples along axis 0)", path, got, b->name, want, pattern);
+  }
+  if (a->dims[0] < 1) return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: no samples (axis 0 is empty)", path);
+  if (i == 0) {
+    ds->n_samples = a->dims[0];
+    ds->batch = b->dims[0];
+    *first_path = path;
+  } else {
+    if (a->dims[0] != ds->n_samples)
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: %" PRId64 " samples, but %s has %" PRId64,
+                            path, a->dims[0], *first_path, ds->n_samples);
+    if (b->dims[0] != ds->batch)
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT,
+                            "%s: the plan inputs disagree on the batch size ('%s' %" PRId64
+                            ", '%s' %" PRId64 ")", plan->path ? plan->path : "<plan>", b->name,
+                            b->dims[0], plan->bufs[plan->inputs[0]].name, ds->batch);
+  }
+  int af = apx_dtype_is_float(a->dtype), wf = apx_dtype_is_float(b->dtype);
+  if (a->dtype != b->dtype && (af != wf || a->dtype == APX_DT_BOOL || b->dtype == APX_DT_BOOL))
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: dtype %s, but the plan input '%s' is %s",
+                          path, apx_dtype_name(a->dtype), b->name, apx_dtype_name(b->dtype));
+  return 0;
 }
 
 int apx_dataset_open(ApxDataset *ds, const ApxPlan *plan, const char *dir, ApxDiag *d) {
@@ -166,10 +220,12 @@ int apx_dataset_open(ApxDataset *ds, const ApxPlan *plan, const char *dir, ApxDi
   ds->arrays = calloc((size_t)n, sizeof *ds->arrays);
   ds->sample_bytes = calloc((size_t)n, sizeof *ds->sample_bytes);
   ds->paths = calloc((size_t)n, sizeof *ds->paths);
-  if (!ds->arrays || !ds->sample_bytes || !ds->paths)
+  ds->digests = calloc((size_t)n, sizeof *ds->digests);
+  if (!ds->arrays || !ds->sample_bytes || !ds->paths || !ds->digests)
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", dir);
   ds->n_inputs = n;
   const char *first_path = NULL;
+  /* 1: every header (no element read yet) */
   for (int32_t i = 0; i < n; i++) {
     const ApxPlanBuffer *b = &plan->bufs[plan->inputs[i]];
     if (asprintf(&ds->paths[i], "%s/%s.npy", dir, b->name) < 0) {
@@ -181,52 +237,30 @@ int apx_dataset_open(ApxDataset *ds, const ApxPlan *plan, const char *dir, ApxDi
       return apx_diag_error(d, APX_EXIT_BAD_INPUT,
                             "%s: not supported yet: the plan input '%s' is a scalar (no batch axis)",
                             path, b->name);
-    ApxNpy *a = &ds->arrays[i];
-    FILE *probe = fopen(path, "rb");
-    if (!probe)
+    struct stat st;
+    if (stat(path, &st) != 0)
       return apx_diag_error(d, APX_EXIT_BAD_INPUT,
                             "%s: missing: --data needs one NAME.npy per plan input (%s): %s", path,
                             b->name, strerror(errno));
-    fclose(probe);
-    if (apx_npy_read(path, a, d)) return -1;
-    char want[128], got[128];
-    int shape_ok = a->rank == b->rank;
-    for (int k = 1; shape_ok && k < b->rank; k++) shape_ok = a->dims[k] == b->dims[k];
-    if (!shape_ok) {
-      int64_t exp[APX_MAX_RANK];
-      memcpy(exp, b->dims, sizeof exp);
-      dims_str(a->dims, a->rank, got, sizeof got);
-      dims_str(b->dims, b->rank, want, sizeof want);
-      char pattern[160] = "[N";
-      size_t k = 2;
-      for (int j = 1; j < b->rank; j++)
-        k += (size_t)snprintf(pattern + k, sizeof pattern - k, ",%" PRId64, exp[j]);
-      snprintf(pattern + k, sizeof pattern - k, "]");
-      return apx_diag_error(d, APX_EXIT_BAD_INPUT,
-                            "%s: shape %s does not match the plan input '%s' %s (expected %s: "
-                            "samples along axis 0)", path, got, b->name, want, pattern);
-    }
-    if (a->dims[0] < 1)
-      return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: no samples (axis 0 is empty)", path);
-    if (i == 0) {
-      ds->n_samples = a->dims[0];
-      ds->batch = b->dims[0];
-      first_path = path;
-    } else {
-      if (a->dims[0] != ds->n_samples)
-        return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: %" PRId64 " samples, but %s has %" PRId64,
-                              path, a->dims[0], first_path, ds->n_samples);
-      if (b->dims[0] != ds->batch)
-        return apx_diag_error(d, APX_EXIT_BAD_INPUT,
-                              "%s: the plan inputs disagree on the batch size ('%s' %" PRId64
-                              ", '%s' %" PRId64 ")", plan->path ? plan->path : "<plan>", b->name,
-                              b->dims[0], plan->bufs[plan->inputs[0]].name, ds->batch);
-    }
-    if (convert(a, b->dtype, path, b->name, d)) return -1;
+    if (apx_npy_read_header(path, &ds->arrays[i], d)) return -1;
+    if (check_header(ds, plan, i, &ds->arrays[i], &first_path, d)) return -1;
+  }
+  /* 2: the elements, exactly as many as each header declares */
+  for (int32_t i = 0; i < n; i++) {
+    const ApxPlanBuffer *b = &plan->bufs[plan->inputs[i]];
+    ApxNpy *a = &ds->arrays[i], h = *a;
+    if (apx_npy_read(ds->paths[i], a, d)) return -1;
+    int same = a->dtype == h.dtype && a->rank == h.rank && a->file_bytes == h.file_bytes;
+    for (int k = 0; same && k < a->rank; k++) same = a->dims[k] == h.dims[k];
+    if (!same)
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: changed while it was being read", ds->paths[i]);
+    ds->digests[i] = file_digest(a);
+    ds->digest = ds->digest * 1000003u ^ ds->digests[i];
+    if (convert(a, b->dtype, ds->paths[i], b->name, d)) return -1;
     ds->sample_bytes[i] = a->bytes / (size_t)a->dims[0];
   }
   for (int32_t i = 0; i < n; i++)
-    if (check_indices(ds, plan, i, d)) return -1;
+    if (apx_dataset_check_indices(plan, i, &ds->arrays[i], ds->paths[i], d)) return -1;
   return 0;
 }
 
@@ -238,6 +272,7 @@ void apx_dataset_free(ApxDataset *ds) {
   free(ds->arrays);
   free(ds->sample_bytes);
   free(ds->paths);
+  free(ds->digests);
   memset(ds, 0, sizeof *ds);
 }
 

@@ -15,7 +15,10 @@
  * (integer inputs that reach a loss as class labels or a Gather as indices are checked
  * against the class count / indexed dimension, so a bad value is bad input, not a kernel
  * failure in the middle of training)
- * Files are loaded whole into memory, converted once. */
+ * Every file's header is read and checked (shape, sample count, dtype kind) before any
+ * element of any file is read, so a mismatch costs two small reads even for 4 GiB files;
+ * then each file is loaded whole into memory (exactly the bytes its header declares),
+ * digested and converted once. */
 #ifndef APX_DATASET_H
 #define APX_DATASET_H
 
@@ -36,11 +39,22 @@ typedef struct ApxDataset {
   int64_t batch;          /* first dimension of the plan inputs */
   size_t *sample_bytes;   /* [n_inputs] bytes of one sample */
   char **paths;           /* [n_inputs] */
+  uint64_t *digests;      /* [n_inputs] per file: CRC32C of its size, dtype and shape (low 32
+                             bits) and of every element as read (high 32 bits) */
+  uint64_t digest;        /* all files together (0 before open): what checkpoints record and
+                             data-parallel ranks compare */
 } ApxDataset;
 
 /* Returns 0 or -1 (error in d). ds is safe to free in both cases. */
 int apx_dataset_open(ApxDataset *ds, const ApxPlan *plan, const char *dir, ApxDiag *d);
 void apx_dataset_free(ApxDataset *ds);
+
+/* Integer values of plan data input i (a: samples along axis 0, any integer dtype) that reach
+ * a loss as class labels or a Gather as indices, checked against the class count / indexed
+ * dimension: "<path>: sample 17: class label 12 is out of range: ..." (code 2). Training runs
+ * it on every --data file, `apexrun infer` on every input_K.pb. 0 or -1. */
+int apx_dataset_check_indices(const ApxPlan *plan, int32_t i, const ApxNpy *a, const char *path,
+                              ApxDiag *d);
 
 /* Copies samples idx[0..n-1] of input i into dst (n * sample_bytes[i] bytes). */
 void apx_dataset_gather(const ApxDataset *ds, int32_t i, const int64_t *idx, int64_t n, void *dst);

@@ -17,6 +17,7 @@
 #include "onnx.pb-c.h"
 #include "ir/fileio.h"
 #include "plan/model_blob.h"
+#include "runtime/stop.h"
 
 /* ---- a string set (open addressing) --------------------------------------------------- */
 
@@ -151,27 +152,23 @@ static int write_atomic(const char *path, const void *buf, size_t len, ApxDiag *
     free(tmp);
     return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not a regular file (refusing to replace it)", path);
   }
+  apx_stop_set_temp(tmp); /* before it exists: a second SIGINT/SIGTERM removes it (stop.h) */
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   int rc = 0;
   if (fd < 0) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write: %s", path, strerror(errno));
+    apx_stop_set_temp(NULL);
     free(tmp);
     return rc;
   }
-  const uint8_t *p = buf;
-  size_t left = len;
-  while (left && !rc) {
-    ssize_t k = write(fd, p, left);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0)
-      rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write: %s", path, k < 0 ? strerror(errno) : "short write");
-    else p += k, left -= (size_t)k;
-  }
+  if (apx_write_all(fd, buf, len))
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write: %s", path, strerror(errno));
   if (!rc && fsync(fd)) rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write: fsync: %s", path, strerror(errno));
   if (close(fd) && !rc) rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write: close: %s", path, strerror(errno));
   if (!rc && rename(tmp, path))
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot rename into place: %s", path, strerror(errno));
   if (rc) unlink(tmp);
+  apx_stop_set_temp(NULL);
   free(tmp);
   return rc;
 }

@@ -3,11 +3,18 @@
 #ifndef APX_RUNTIME_MPI_TESTING_H
 #define APX_RUNTIME_MPI_TESTING_H
 
+#include <dirent.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace apx_testing {
 
@@ -45,6 +52,45 @@ inline MpiResult RunCommand(const std::string &cmd) {
 }
 
 inline MpiResult Mpirun(int np, const std::string &args) { return RunCommand(MpirunPrefix(np) + args); }
+
+// Starts `mpirun -np np ARGS` in the background (its own process group), stdout and stderr
+// into out_file; args may be MPMD ("A : -np 1 B").
+inline pid_t Launch(int np, const std::string &args, const std::string &out_file) {
+  std::string cmd = MpirunPrefix(np) + args + " > " + out_file + " 2>&1";
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", ("exec env " + cmd).c_str(), (char *)nullptr);
+    _exit(127);
+  }
+  return pid;
+}
+
+// The apexrun processes of a job: children of mpirun named apexrun (from /proc), by pid.
+inline std::vector<pid_t> Ranks(pid_t mpirun) {
+  std::vector<pid_t> r;
+  DIR *dir = opendir("/proc");
+  if (!dir) return r;
+  while (struct dirent *e = readdir(dir)) {
+    char *end;
+    long p = strtol(e->d_name, &end, 10);
+    if (*end || p <= 0) continue;
+    std::ifstream f("/proc/" + std::string(e->d_name) + "/stat");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::string stat = ss.str();
+    size_t rp = stat.rfind(')');
+    if (rp == std::string::npos || stat.find("(apexrun)") == std::string::npos) continue;
+    std::istringstream fs(stat.substr(rp + 2));
+    char state;
+    long ppid = 0;
+    fs >> state >> ppid;
+    if (ppid == mpirun) r.push_back((pid_t)p);
+  }
+  closedir(dir);
+  std::sort(r.begin(), r.end());
+  return r;
+}
 
 inline int CountOccurrences(const std::string &s, const std::string &what) {
   int n = 0;

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/fileio.h"
+
 static const char npy_magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 
 static int bad(ApxDiag *d, const char *name, const char *fmt, ...)
@@ -192,29 +194,35 @@ static void byteswap(uint8_t *p, size_t n_elems, size_t size) {
     }
 }
 
-int apx_npy_parse(const void *buf, size_t len, const char *name, ApxNpy *out, ApxDiag *d) {
-  memset(out, 0, sizeof *out);
-  const uint8_t *b = buf;
+/* The fixed prefix: magic, version, header length. 0 with *hoff (where the dictionary starts)
+ * and *hlen, or -1. len: bytes available at b (at least the first 12 of the file, or all). */
+static int parse_prefix(const uint8_t *b, size_t len, const char *name, int *major, size_t *hoff,
+                        size_t *hlen, ApxDiag *d) {
   if (len < 10 || memcmp(b, npy_magic, 6) != 0) return bad(d, name, "no \\x93NUMPY magic");
-  int major = b[6];
-  size_t hlen, hoff;
-  if (major == 1) {
-    hlen = (size_t)b[8] | (size_t)b[9] << 8;
-    hoff = 10;
-  } else if (major == 2 || major == 3) {
+  *major = b[6];
+  if (*major == 1) {
+    *hlen = (size_t)b[8] | (size_t)b[9] << 8;
+    *hoff = 10;
+  } else if (*major == 2 || *major == 3) {
     if (len < 12) return bad(d, name, "truncated header");
-    hlen = (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 | (size_t)b[11] << 24;
-    hoff = 12;
+    *hlen = (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 | (size_t)b[11] << 24;
+    *hoff = 12;
   } else {
     return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not supported yet: .npy format version %d.%d",
-                          name, major, b[7]);
+                          name, *major, b[7]);
   }
-  if (hlen > len - hoff) return bad(d, name, "header of %zu bytes runs past the end of the file (%zu bytes)", hlen, len);
+  return 0;
+}
+
+/* The dictionary (hlen bytes at s) into out's dtype, shape, numel, bytes (data stays NULL);
+ * *big: big-endian elements. The file's total size must be doff + bytes: checked by the
+ * caller against `file_len`, before any element is read. */
+static int parse_dict(const char *s, size_t hlen, const char *name, int major, size_t doff,
+                      uint64_t file_len, ApxNpy *out, int *big, ApxDiag *d) {
   Header h;
-  if (parse_header((const char *)b + hoff, hlen, name, &h, d)) return -1;
+  if (parse_header(s, hlen, name, &h, d)) return -1;
   ApxDType t;
-  int big;
-  if (descr_dtype(h.descr, &t, &big))
+  if (descr_dtype(h.descr, &t, big))
     return apx_diag_error(d, APX_EXIT_BAD_INPUT,
                           "%s: not supported yet: numpy dtype '%s' (supported: bool, int8..int64, "
                           "uint8..uint64, float16, float32, float64)", name, h.descr);
@@ -228,59 +236,106 @@ int apx_npy_parse(const void *buf, size_t len, const char *name, ApxNpy *out, Ap
     if (h.dims[i] != 0 && numel > INT64_MAX / 16 / h.dims[i]) return bad(d, name, "shape too large");
     numel *= h.dims[i];
   }
-  size_t doff = hoff + hlen, have = len - doff;
   if ((uint64_t)numel > (uint64_t)SIZE_MAX / es) return bad(d, name, "shape too large");
-  size_t want = (size_t)numel * es;
+  uint64_t want = (uint64_t)numel * es, have = file_len - doff;
   if (have < want)
     return apx_diag_error(d, APX_EXIT_BAD_INPUT,
-                          "%s: truncated: the header promises %" PRId64 " elements (%zu bytes), the "
-                          "file holds %zu data bytes", name, numel, want, have);
+                          "%s: truncated: the header promises %" PRId64 " elements (%" PRIu64 " bytes), "
+                          "the file holds %" PRIu64 " data bytes", name, numel, want, have);
   if (have > want)
-    return bad(d, name, "%zu bytes after the %zu data bytes the header promises", have - want, want);
-  out->data = malloc(want ? want : 1);
-  if (!out->data) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory (%zu bytes)", name, want);
-  memcpy(out->data, b + doff, want);
-  if (big && es > 1) byteswap(out->data, (size_t)numel, es);
-  if (t == APX_DT_BOOL) /* numpy writes 0/1; normalize anything else */
-    for (size_t i = 0; i < want; i++) ((uint8_t *)out->data)[i] = ((uint8_t *)out->data)[i] != 0;
+    return bad(d, name, "%" PRIu64 " bytes after the %" PRIu64 " data bytes the header promises",
+               have - want, want);
   out->dtype = t;
   out->rank = h.rank;
   memcpy(out->dims, h.dims, sizeof out->dims);
   out->numel = numel;
-  out->bytes = want;
+  out->bytes = (size_t)want;
   out->version = major;
+  out->data_offset = doff;
   return 0;
+}
+
+/* Byte order and bool normalization of freshly read elements. */
+static void fix_elements(ApxNpy *a, int big) {
+  size_t es = apx_dtype_size(a->dtype);
+  if (big && es > 1) byteswap(a->data, (size_t)a->numel, es);
+  if (a->dtype == APX_DT_BOOL) /* numpy writes 0/1; normalize anything else */
+    for (size_t i = 0; i < a->bytes; i++) ((uint8_t *)a->data)[i] = ((uint8_t *)a->data)[i] != 0;
+}
+
+int apx_npy_parse(const void *buf, size_t len, const char *name, ApxNpy *out, ApxDiag *d) {
+  memset(out, 0, sizeof *out);
+  const uint8_t *b = buf;
+  int major, big;
+  size_t hlen, hoff;
+  if (parse_prefix(b, len, name, &major, &hoff, &hlen, d)) return -1;
+  if (hlen > len - hoff) return bad(d, name, "header of %zu bytes runs past the end of the file (%zu bytes)", hlen, len);
+  ApxNpy a;
+  memset(&a, 0, sizeof a);
+  if (parse_dict((const char *)b + hoff, hlen, name, major, hoff + hlen, len, &a, &big, d)) return -1;
+  a.data = malloc(a.bytes ? a.bytes : 1);
+  if (!a.data) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory (%zu bytes)", name, a.bytes);
+  memcpy(a.data, b + a.data_offset, a.bytes);
+  fix_elements(&a, big);
+  *out = a;
+  return 0;
+}
+
+/* Header of an open file: prefix and dictionary read and checked against the file size; no
+ * element is read. */
+static int read_header(ApxInFile *f, ApxNpy *out, int *big, ApxDiag *d) {
+  uint8_t pre[12] = {0};
+  size_t n = f->size < sizeof pre ? (size_t)f->size : sizeof pre;
+  if (apx_infile_pread(f, pre, n, 0, d)) return -1;
+  int major;
+  size_t hlen, hoff;
+  if (parse_prefix(pre, n, f->path, &major, &hoff, &hlen, d)) return -1;
+  if (hlen > f->size - hoff)
+    return bad(d, f->path, "header of %zu bytes runs past the end of the file (%" PRIu64 " bytes)",
+               hlen, f->size);
+  if (hlen > APX_NPY_MAX_HEADER)
+    return bad(d, f->path, "header of %zu bytes, more than the %d bytes this reader accepts (numpy "
+               "writes a few hundred)", hlen, APX_NPY_MAX_HEADER);
+  char *h = malloc(hlen + 1);
+  if (!h) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", f->path);
+  int rc = apx_infile_pread(f, h, hlen, hoff, d);
+  if (!rc) rc = parse_dict(h, hlen, f->path, major, hoff + hlen, f->size, out, big, d);
+  out->file_bytes = f->size;
+  free(h);
+  return rc;
+}
+
+int apx_npy_read_header(const char *path, ApxNpy *out, ApxDiag *d) {
+  memset(out, 0, sizeof *out);
+  ApxInFile f;
+  if (apx_infile_open(&f, path, ".npy file", d)) return -1;
+  int big, rc = read_header(&f, out, &big, d);
+  apx_infile_close(&f);
+  return rc;
 }
 
 int apx_npy_read(const char *path, ApxNpy *out, ApxDiag *d) {
   memset(out, 0, sizeof *out);
-  FILE *f = fopen(path, "rb");
-  if (!f) return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot open: %s", path, strerror(errno));
-  uint8_t *buf = NULL;
-  size_t len = 0, cap = 0;
-  int rc = 0;
-  for (;;) {
-    if (len == cap) {
-      size_t nc = cap ? cap * 2 : (size_t)1 << 16;
-      uint8_t *nb = realloc(buf, nc);
-      if (!nb) {
-        rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory reading the file", path);
-        break;
-      }
-      buf = nb;
-      cap = nc;
-    }
-    size_t k = fread(buf + len, 1, cap - len, f);
-    len += k;
-    if (k == 0) {
-      if (ferror(f)) rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: read error: %s", path, strerror(errno));
-      break;
-    }
+  ApxInFile f;
+  if (apx_infile_open(&f, path, ".npy file", d)) return -1;
+  ApxNpy a;
+  memset(&a, 0, sizeof a);
+  int big, rc = read_header(&f, &a, &big, d);
+  if (!rc) { /* exactly the elements the header declares */
+    a.data = malloc(a.bytes ? a.bytes : 1);
+    if (!a.data)
+      rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory (%zu bytes)", path, a.bytes);
+    else
+      rc = apx_infile_pread(&f, a.data, a.bytes, a.data_offset, d);
   }
-  fclose(f);
-  if (!rc) rc = apx_npy_parse(buf, len, path, out, d);
-  free(buf);
-  return rc;
+  apx_infile_close(&f);
+  if (rc) {
+    free(a.data);
+    return -1;
+  }
+  fix_elements(&a, big);
+  *out = a;
+  return 0;
 }
 
 void apx_npy_free(ApxNpy *a) {

@@ -34,13 +34,24 @@ typedef struct ApxNpy {
   void *data;                 /* numel elements, little-endian; malloc'ed (apx_npy_free) */
   size_t bytes;
   int32_t version;            /* major version of the file: 1, 2 or 3 */
+  uint64_t data_offset;       /* where the elements start in the file */
+  uint64_t file_bytes;        /* the file's size (apx_npy_read, apx_npy_read_header) */
 } ApxNpy;
+
+/* Headers larger than this are refused (numpy writes a few hundred bytes). */
+#define APX_NPY_MAX_HEADER (1 << 20)
 
 /* Parses an .npy image in memory (name is used in messages). The elements are copied.
  * Returns 0, or -1 with "<name>: <what is wrong>" in d (code 2; 1 when out of memory). */
 int apx_npy_parse(const void *buf, size_t len, const char *name, ApxNpy *out, ApxDiag *d);
-/* Reads path and parses it. A missing/unreadable file: "<path>: cannot open: <reason>" (2). */
+/* Reads path (fileio.h's bounded read: a FIFO, device or folder is refused at open): the
+ * header first, checked against the file size (truncated, trailing bytes), then exactly the
+ * elements it declares. A missing file: "<path>: cannot open .npy file: <reason>" (2). */
 int apx_npy_read(const char *path, ApxNpy *out, ApxDiag *d);
+/* Only the header, checked as apx_npy_read checks it (so the file is valid as far as its size
+ * goes): dtype, rank, dims, numel, bytes, version, data_offset, file_bytes; data stays NULL
+ * and no element is read (a 4 GiB file costs two small reads). */
+int apx_npy_read_header(const char *path, ApxNpy *out, ApxDiag *d);
 void apx_npy_free(ApxNpy *a);
 
 /* Writes t (dtype bool, integers, f16 or f32/f64; bf16 has no numpy type and is refused)

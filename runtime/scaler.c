@@ -3,13 +3,16 @@
 
 #include <string.h>
 
-void apx_scaler_init(ApxScaler *s, const ApxScalerConfig *cfg) {
+int apx_scaler_init(ApxScaler *s, const ApxScalerConfig *cfg) {
   memset(s, 0, sizeof *s);
   s->cfg = *cfg;
   if (s->cfg.window < 1) s->cfg.window = 1;
   if (s->cfg.hysteresis < 1) s->cfg.hysteresis = 1;
   s->scale = cfg->init_scale;
+  if (cfg->dynamic && s->scale > cfg->max_scale) s->scale = cfg->max_scale;
+  if (cfg->dynamic && cfg->min_scale > 0 && s->scale < cfg->min_scale) s->scale = cfg->min_scale;
   s->hysteresis_left = s->cfg.hysteresis;
+  return s->scale != cfg->init_scale;
 }
 
 int apx_scaler_update(ApxScaler *s, int found_inf) {

@@ -53,7 +53,10 @@ enum {
   APX_SCALER_WARN_RUN = 16,      /* the APX_SCALER_COLLAPSE_RUN-th overflow in a row */
 };
 
-void apx_scaler_init(ApxScaler *s, const ApxScalerConfig *cfg);
+/* A dynamic scaler starts at init_scale clamped into [min_scale, max_scale] (Apex:
+ * min(init, max)); returns 1 when it was clamped (s->scale differs from cfg->init_scale),
+ * which the caller reports. A static scale is used as given. */
+int apx_scaler_init(ApxScaler *s, const ApxScalerConfig *cfg);
 /* Updates after a step whose gradients were (found_inf != 0) or were not finite. Returns
  * the APX_SCALER_* bits. s->scale is the scale for the next step. */
 int apx_scaler_update(ApxScaler *s, int found_inf);

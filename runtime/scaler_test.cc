@@ -80,3 +80,28 @@ TEST(Scaler, CollapseRunWarnsAtTheNthOverflowInARow) {
   }
   EXPECT_EQ(s.n_overflows, 4 * APX_SCALER_COLLAPSE_RUN);
 }
+
+// Apex starts a dynamic scaler at min(init, max): the initial scale is clamped into
+// [min, max] (and reported), so --max-loss-scale 1 starts at 1 and a floor above the start
+// never makes an overflow raise the scale. A static scale is used as given.
+TEST(Scaler, InitialScaleIsClampedIntoMinMax) {
+  struct {
+    ApxScalerConfig cfg;
+    int clamped;
+    double start, after_overflow;
+  } cases[] = {
+      {{1, 65536, 0, 1, 2000, 1}, 1, 1, 0.5},
+      {{1, 65536, 1e6, 16777216, 2000, 1}, 1, 1e6, 1e6},  // floor: the overflow keeps the scale
+      {{1, 65536, 2, 16777216, 2000, 1}, 0, 65536, 32768},
+      {{0, 65536, 0, 1, 2000, 1}, 0, 65536, 65536},       // static: max does not apply
+  };
+  for (auto &c : cases) {
+    ApxScaler s;
+    EXPECT_EQ(apx_scaler_init(&s, &c.cfg), c.clamped) << c.cfg.init_scale << " in [" << c.cfg.min_scale << ", "
+                                                      << c.cfg.max_scale << "]";
+    EXPECT_EQ(s.scale, c.start);
+    apx_scaler_update(&s, 1);
+    EXPECT_EQ(s.scale, c.after_overflow);
+    EXPECT_LE(s.scale, c.start) << "an overflow never raises the scale";
+  }
+}

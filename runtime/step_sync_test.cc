@@ -112,7 +112,7 @@ TEST(SingleProcess, CudaBackendPassesTheCollectiveLayer) {
   ApxColl *coll = nullptr;
   ASSERT_EQ(apx_coll_init(&coll, &cc, &d), 0) << d.msg;
   ApxDp dp;
-  EXPECT_EQ(apx_dp_init(&dp, coll, &ex, &plan, 64, 8, 0, &d), 0) << d.msg;
+  EXPECT_EQ(apx_dp_init(&dp, coll, &ex, &plan, 0, &d), 0) << d.msg;
   EXPECT_EQ(d.code, 0) << d.msg;
   EXPECT_EQ(ex.be->iface.allreduce_bucket, nullptr) << "one process needs no collective slots";
   EXPECT_EQ(apx_coll_attach(coll, ex.be, &d), 0) << d.msg;

@@ -2,16 +2,20 @@
 #include "runtime/train.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "kernels/attrs.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "runtime/export_onnx.h"
+#include "ir/fileio.h"
+#include "runtime/stop.h"
 
 void apx_train_config_init(ApxTrainConfig *c) {
   memset(c, 0, sizeof *c);
@@ -103,7 +107,7 @@ int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *c
   t->lr.total = po->total_steps > 0 ? po->total_steps : cfg->steps;
   ApxScalerConfig sc = {po->loss_scale_mode == 1, po->loss_scale, po->min_loss_scale,
                         po->max_loss_scale, po->scale_window, po->hysteresis};
-  apx_scaler_init(&t->scaler, &sc);
+  t->scale_clamped = apx_scaler_init(&t->scaler, &sc);
   t->sampler_seed = cfg->seed_set ? cfg->seed : po->seed;
 
   ApxExecConfig ec = cfg->exec;
@@ -127,8 +131,13 @@ int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *c
   }
   ApxSamplerConfig smp = {t->ds.n_samples, t->ds.batch, cfg->rank, cfg->world, t->sampler_seed, cfg->order};
   if (apx_sampler_init(&t->sampler, &smp, d)) return -1;
-  if (apx_dp_init(&t->dp, cfg->coll, &t->ex, plan, t->ds.n_samples, t->ds.batch, cfg->check_replicas, d))
-    return -1;
+  if (apx_dp_init(&t->dp, cfg->coll, &t->ex, plan, cfg->check_replicas, d)) return -1;
+  /* every rank the same settings and data, before anything is trained or read (dp.h) */
+  ApxDpSettings agree = {t->ds.n_samples, t->ds.batch, t->ds.n_inputs, t->ds.digest, t->ds.digests,
+                         t->ds.paths, cfg->steps, t->sampler_seed, cfg->order, t->accumulate,
+                         cfg->check_replicas, cfg->ckpt_dir != NULL, cfg->ckpt_every, cfg->resume,
+                         cfg->export_onnx != NULL, cfg->log_path != NULL};
+  if (apx_dp_agree(&t->dp, plan, &agree, d)) return -1;
   t->idx = calloc((size_t)t->ds.batch, sizeof *t->idx);
   t->host = calloc((size_t)t->ds.n_inputs, sizeof *t->host);
   t->loss_host = calloc(1, (size_t)plan->bufs[plan->loss].bytes + 8);
@@ -250,6 +259,7 @@ void apx_trainer_state(const ApxTrainer *t, ApxTrainState *st) {
   st->scale_below_one_warned = t->scaler.below_one_warned;
   st->lr_total = t->lr.total;
   st->lr_warmup = t->lr.warmup;
+  st->data_digest = t->ds.digest;
 }
 
 int apx_trainer_save(ApxTrainer *t, char **path_out, ApxDiag *d) {
@@ -258,35 +268,42 @@ int apx_trainer_save(ApxTrainer *t, char **path_out, ApxDiag *d) {
   return apx_checkpoint_write(t->cfg.ckpt_dir, &st, &t->ex, path_out, d);
 }
 
-/* Refuses a checkpoint whose run settings differ from this run's (before any upload). */
+/* Refuses a checkpoint whose run settings differ from this run's, or whose scaler and data
+ * position this plan cannot have produced (before any upload). */
 static int check_settings(void *ctx, const ApxTrainState *st, const char *path, ApxDiag *d) {
   const ApxTrainer *t = ctx;
   ApxTrainState mine_st;
   apx_trainer_state(t, &mine_st);
   const ApxTrainState *mine = &mine_st;
+  const ApxScalerConfig *sc = &t->scaler.cfg;
   /* the lr schedule's length only matters when the lr decays over it (lr_schedule.h);
    * lr_total 0 / lr_warmup -1: a version 1 checkpoint, which did not record them */
   int decays = t->lr.schedule != APX_LR_CONSTANT;
-  char msg[320];
+  char msg[480];
   if (st->sampler_seed != mine->sampler_seed)
-    snprintf(msg, sizeof msg, "data seed %" PRIu64 ", this run %" PRIu64 " (--seed)",
-             st->sampler_seed, mine->sampler_seed);
+    snprintf(msg, sizeof msg, "data seed %" PRIu64 ", this run %" PRIu64 " (--seed); resume with --seed %"
+             PRIu64, st->sampler_seed, mine->sampler_seed, st->sampler_seed);
   else if (st->order != mine->order)
-    snprintf(msg, sizeof msg, "%s batches, this run %s (--no-shuffle)",
-             st->order == APX_ORDER_FILE ? "file-order" : "shuffled",
-             mine->order == APX_ORDER_FILE ? "file-order" : "shuffled");
+    snprintf(msg, sizeof msg, "%s", st->order == APX_ORDER_FILE
+             ? "batches in file order (--no-shuffle), this run shuffles them; resume with --no-shuffle"
+             : "shuffled batches, this run reads them in file order (--no-shuffle); resume without "
+               "--no-shuffle");
   else if (st->world != mine->world)
-    snprintf(msg, sizeof msg, "%" PRId64 " ranks, this run %" PRId64 " (not supported yet: "
-             "resuming on another number of ranks)", st->world, mine->world);
-  else if (st->accumulate != mine->accumulate || st->batches != st->step * st->accumulate)
-    snprintf(msg, sizeof msg, "accumulation %" PRId64 ", the plan %" PRId64, st->accumulate,
-             mine->accumulate);
+    snprintf(msg, sizeof msg, "%" PRId64 " ranks, this run %" PRId64 " (not supported yet: resuming on "
+             "another number of ranks); resume with mpirun -np %" PRId64, st->world, mine->world, st->world);
+  else if (st->accumulate != mine->accumulate)
+    snprintf(msg, sizeof msg, "accumulation %" PRId64 " (apexc --accumulate), this plan accumulates %" PRId64
+             "; resume with the plan that wrote it", st->accumulate, mine->accumulate);
   else if (st->dropout_seed != mine->dropout_seed)
-    snprintf(msg, sizeof msg, "Dropout seed %" PRIu64 ", this run %" PRIu64 " (--seed)",
-             st->dropout_seed, mine->dropout_seed);
+    snprintf(msg, sizeof msg, "Dropout seed %" PRIu64 ", this run %" PRIu64 " (--seed); resume with --seed %"
+             PRIu64, st->dropout_seed, mine->dropout_seed, st->dropout_seed);
   else if (st->lr_warmup >= 0 && st->lr_warmup != mine->lr_warmup)
-    snprintf(msg, sizeof msg, "%" PRId64 " lr warmup steps, this run %" PRId64, st->lr_warmup,
-             mine->lr_warmup);
+    snprintf(msg, sizeof msg, "%" PRId64 " lr warmup steps, this run %" PRId64 "; resume with the "
+             "settings that wrote it", st->lr_warmup, mine->lr_warmup);
+  else if (st->data_digest && st->data_digest != mine->data_digest)
+    snprintf(msg, sizeof msg, "other data (digest %016" PRIx64 " of its --data files, %s has %016" PRIx64
+             ": a file changed, was replaced or regenerated); resume with the data it was trained on",
+             st->data_digest, t->cfg.data_dir ? t->cfg.data_dir : "this run's --data", mine->data_digest);
   else if (decays && st->lr_total > 0 && st->lr_total != mine->lr_total) {
     /* its own message: "the same settings" would be resuming at the checkpoint's length */
     const char *sn = apx_lr_schedule_name(t->lr.schedule);
@@ -296,13 +313,32 @@ static int check_settings(void *ctx, const ApxTrainState *st, const char *path, 
                           "--total-steps); to train longer with a %s schedule, compile with "
                           "--total-steps (a new plan; start over), or resume with --steps %" PRId64,
                           path, sn, st->lr_total, mine->lr_total, sn, st->lr_total);
-  } else if (st->step < 0 || !(st->scale > 0) || !isfinite(st->scale))
-    snprintf(msg, sizeof msg, "an invalid state (step %" PRId64 ", loss scale %g)", st->step, st->scale);
-  else
-    return 0;
-  return apx_diag_error(d, APX_EXIT_BAD_INPUT,
-                        "%s: the checkpoint was trained with %s; resume with the same settings",
-                        path, msg);
+  } else {
+    /* what this plan's scaler and this data cannot produce: a corrupt (crafted) state */
+    int64_t epoch, pos;
+    apx_sampler_position(&t->sampler, st->batches, &epoch, &pos);
+    if (sc->dynamic && (st->scale > sc->max_scale || (sc->min_scale > 0 && st->scale < sc->min_scale)))
+      snprintf(msg, sizeof msg, "loss scale %g outside this plan's range [%g, %g]", st->scale,
+               sc->min_scale, sc->max_scale);
+    else if (!sc->dynamic && st->scale != t->scaler.scale)
+      snprintf(msg, sizeof msg, "loss scale %g, but the plan's static loss scale is %g", st->scale,
+               t->scaler.scale);
+    else if (st->scale_clean >= sc->window)
+      snprintf(msg, sizeof msg, "%" PRId64 " clean steps since the last scale change, the plan's "
+               "window is %d", st->scale_clean, (int)sc->window);
+    else if (st->scale_hysteresis_left > sc->hysteresis)
+      snprintf(msg, sizeof msg, "hysteresis counter %" PRId64 ", the plan's hysteresis is %d",
+               st->scale_hysteresis_left, (int)sc->hysteresis);
+    else if (st->epoch != epoch || st->epoch_pos != pos)
+      snprintf(msg, sizeof msg, "data position epoch %" PRId64 " sample %" PRId64 ", but batch %" PRId64
+               " of %" PRId64 " samples starts at epoch %" PRId64 " sample %" PRId64, st->epoch,
+               st->epoch_pos, st->batches, t->ds.n_samples, epoch, pos);
+    else
+      return 0;
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: corrupt checkpoint: invalid training state (%s)",
+                          path, msg);
+  }
+  return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: the checkpoint was trained with %s", path, msg);
 }
 
 int apx_trainer_load(ApxTrainer *t, const char *path, ApxDiag *d) {
@@ -362,18 +398,51 @@ int apx_step_json(const ApxStepRecord *r, char *buf, size_t cap) {
                   r->step, loss, scale, r->skipped ? "true" : "false", name, gn, lr, r->ms, ov);
 }
 
+/* ---- the log -------------------------------------------------------------------------- */
+
+/* The --log writer: one write per line, every write checked; a line that could not be
+ * written whole is cut off again (best effort), so the file never ends mid-line. */
+typedef struct Log {
+  int fd;
+  const char *path;
+  uint64_t bytes; /* written so far (regular files: where the next line starts) */
+} Log;
+
+static int log_fail(Log *l, ApxDiag *d) {
+  int e = errno;
+  if (ftruncate(l->fd, (off_t)l->bytes)) { /* not a regular file (a pipe, /dev/full): nothing to cut */
+  }
+  return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write the log: %s", l->path, strerror(e));
+}
+
+static int log_write(Log *l, const char *buf, size_t n, ApxDiag *d) {
+  if (apx_write_all(l->fd, buf, n)) return log_fail(l, d);
+  l->bytes += n;
+  return 0;
+}
+
 /* On resume: keep the log's records of steps <= step (a killed run may have logged more).
- * A log that cannot be written is bad usage (exit code 2), found before training. */
-static FILE *open_log(const char *path, int64_t keep_upto, int resumed, ApxDiag *d) {
+ * A log that cannot be opened is bad usage (exit code 2), found before training; a write that
+ * fails (a full disk, /dev/full) is a runtime failure (exit code 1) naming the file. */
+static int open_log(Log *l, const char *path, int64_t keep_upto, int resumed, ApxDiag *d) {
+  l->fd = -1;
+  l->path = path;
+  l->bytes = 0;
+  char *kept = NULL;
+  size_t klen = 0;
   if (resumed) {
-    FILE *f = fopen(path, "r");
+    uint64_t size;
+    const char *why;
+    int rfd = apx_open_regular(path, 0, &size, &why); /* only a regular file is read back */
+    FILE *f = rfd >= 0 ? fdopen(rfd, "r") : NULL;
+    if (rfd >= 0 && !f) close(rfd);
     if (f) {
-      char *line = NULL, *kept = NULL;
-      size_t cap = 0, klen = 0, kcap = 0;
+      char *line = NULL;
+      size_t cap = 0, kcap = 0;
       ssize_t n;
       while ((n = getline(&line, &cap, f)) > 0) {
         long long s = -1;
-        if (sscanf(line, "{\"step\": %lld", &s) != 1 || s > keep_upto) continue;
+        if (sscanf(line, "{\"step\": %lld", &s) != 1 || s > keep_upto || line[n - 1] != '\n') continue;
         if (klen + (size_t)n + 1 > kcap) {
           kcap = (klen + (size_t)n + 1) * 2;
           char *nk = realloc(kept, kcap);
@@ -385,19 +454,75 @@ static FILE *open_log(const char *path, int64_t keep_upto, int resumed, ApxDiag 
       }
       free(line);
       fclose(f);
-      FILE *w = fopen(path, "w");
-      if (w && klen) fwrite(kept, 1, klen, w);
-      free(kept);
-      if (!w) apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot write the log: %s", path, strerror(errno));
-      return w;
     }
   }
-  FILE *w = fopen(path, "w");
-  if (!w) apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot write the log: %s", path, strerror(errno));
-  return w;
+  l->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (l->fd < 0) {
+    free(kept);
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot write the log: %s", path, strerror(errno));
+  }
+  int rc = klen ? log_write(l, kept, klen, d) : 0;
+  free(kept);
+  return rc;
+}
+
+static int log_close(Log *l, ApxDiag *d) {
+  if (l->fd < 0) return 0;
+  int rc = close(l->fd);
+  l->fd = -1;
+  return rc && errno != EINTR ? log_fail(l, d) : 0;
+}
+
+/* ---- outputs over inputs --------------------------------------------------------------- */
+
+/* Refuses an output path (--log, --export-onnx, the checkpoint files of --checkpoint-dir)
+ * that names an input of the run (the plan, a --data file, the checkpoint being resumed) or
+ * another output: by device and inode where the file exists, by canonical path otherwise
+ * (fileio.h). Before anything is written. Returns 0 or -1 (code 2). */
+static int check_outputs(const ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *cfg,
+                         const char *resumed, ApxDiag *d) {
+  const struct {
+    const char *flag, *path;
+  } outs[] = {{"--log", cfg->log_path}, {"--export-onnx", cfg->export_onnx}};
+  enum { N_OUTS = 2 };
+  int32_t n_in = 2 + t->ds.n_inputs;
+  for (int o = 0; o < N_OUTS; o++) {
+    const char *op = outs[o].path;
+    if (!op) continue;
+    for (int32_t i = 0; i < n_in; i++) {
+      const char *ip = i == 0 ? plan->path : i == 1 ? resumed : t->ds.paths[i - 2];
+      if (!ip || !apx_same_file(op, ip)) continue;
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s %s: refusing to overwrite %s %s (give the output "
+                            "its own path)", outs[o].flag, op,
+                            i == 0 ? "the plan" : i == 1 ? "the checkpoint being resumed" : "the --data file", ip);
+    }
+    for (int j = 0; j < o; j++)
+      if (outs[j].path && apx_same_file(op, outs[j].path))
+        return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s %s and %s %s are the same file: one output would "
+                              "replace the other (give each its own path)", outs[j].flag, outs[j].path,
+                              outs[o].flag, op);
+    if (cfg->ckpt_dir && apx_checkpoint_owns_name(cfg->ckpt_dir, op))
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s %s: refusing to write over a checkpoint file of "
+                            "--checkpoint-dir %s (give the output its own path)", outs[o].flag, op,
+                            cfg->ckpt_dir);
+  }
+  /* an input named like the checkpoints this run writes would be replaced by one */
+  for (int32_t i = 0; cfg->ckpt_dir && i < n_in; i++) {
+    const char *ip = i == 0 ? plan->path : i == 1 ? NULL : t->ds.paths[i - 2];
+    if (ip && apx_checkpoint_owns_name(cfg->ckpt_dir, ip))
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: %s is named like a checkpoint of --checkpoint-dir "
+                            "%s, which this run may write over it (move it or choose another folder)", ip,
+                            i == 0 ? "the plan" : "this --data file", cfg->ckpt_dir);
+  }
+  return 0;
 }
 
 /* ---- the command ---------------------------------------------------------------------- */
+
+static int dir_exists(const char *dir) {
+  struct stat st;
+  return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+}
 
 int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   ApxTrainConfig cfg = *cfg_in;
@@ -410,11 +535,17 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   apx_diag_init(&d);
   ApxTrainer t;
   memset(&t, 0, sizeof t);
-  FILE *log = NULL;
+  Log log = {-1, NULL, 0};
+  char *resumed_path = NULL;
   int rc = 0, pending = 0; /* pending: a progress line without its newline */
+  int stopped = 0;         /* the signal every rank agreed to stop on (stop.h), 0 */
   /* --export-onnx: a destination that cannot be written fails now, not after the training */
   if (lead && cfg.export_onnx && apx_export_onnx_check(plan, cfg.export_onnx, &d)) goto done;
   if (apx_trainer_init(&t, plan, &cfg, &d)) goto done;
+  if (lead && t.scale_clamped)
+    fprintf(stderr, "apexrun: warning: the plan's initial loss scale %g is outside its range [%g, %g]: "
+            "training starts at %g (the initial scale is clamped, as in Apex)\n",
+            t.scaler.cfg.init_scale, t.scaler.cfg.min_scale, t.scaler.cfg.max_scale, t.scaler.scale);
   /* a warmup longer than the run's --steps (the schedule's length when the plan has no
    * --total-steps) is legitimate for a short trial run, but the lr never reaches its base */
   if (lead && plan->opts.total_steps <= 0 && cfg.steps > 0 && t.lr.warmup > t.lr.total)
@@ -424,28 +555,38 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
 
   int resumed = 0;
   if (cfg.resume) {
-    char *path = NULL;
     int64_t s;
-    int found = apx_checkpoint_latest(cfg.ckpt_dir, &path, &s, &d);
+    int found = apx_checkpoint_latest(cfg.ckpt_dir, &resumed_path, &s, &d);
     if (found < 0) goto done;
+    if (found == 0 && cfg.resume != APX_RESUME_AUTO) {
+      /* a mistyped folder must not silently train from scratch */
+      apx_diag_error(&d, APX_EXIT_BAD_INPUT, "%s: --resume: no checkpoint to resume from (looked for "
+                     "%s/ckpt-*.apxckpt%s); check --checkpoint-dir, or use --resume=auto to start from "
+                     "step 0 when there is none", cfg.ckpt_dir, cfg.ckpt_dir,
+                     dir_exists(cfg.ckpt_dir) ? "" : ": the folder does not exist");
+      goto done;
+    }
     if (found == 0) {
-      if (lead) fprintf(stderr, "apexrun: no checkpoint in %s: starting from step 0\n", cfg.ckpt_dir);
+      if (lead) fprintf(stderr, "apexrun: no checkpoint in %s (--resume=auto): starting from step 0\n",
+                        cfg.ckpt_dir);
     } else {
-      int lrc = apx_trainer_load(&t, path, &d);
+      if (lead && check_outputs(&t, plan, &cfg, resumed_path, &d)) goto done; /* before reading it */
+      int lrc = apx_trainer_load(&t, resumed_path, &d);
       if (!lrc && lead && !cfg.quiet)
-        fprintf(out, "apexrun: resumed from %s (step %" PRId64 ", loss scale %g)\n", path, t.step,
+        fprintf(out, "apexrun: resumed from %s (step %" PRId64 ", loss scale %g)\n", resumed_path, t.step,
                 t.scaler.scale);
-      free(path);
       if (lrc) goto done;
       resumed = 1;
     }
   }
+  /* outputs over inputs or over each other: refused before anything is written */
+  if (lead && check_outputs(&t, plan, &cfg, resumed_path, &d)) goto done;
   /* --checkpoint-dir: created if missing and probed for writing before any step runs, when a
    * checkpoint will be written (a resume that has nothing left to train writes none, so a
    * read-only folder is fine then) */
   if (lead && cfg.ckpt_dir && t.step < cfg.steps && apx_checkpoint_dir_check(cfg.ckpt_dir, &d))
     goto done;
-  if (cfg.log_path && lead && !(log = open_log(cfg.log_path, t.step, resumed, &d))) goto done;
+  if (cfg.log_path && lead && open_log(&log, cfg.log_path, t.step, resumed, &d)) goto done;
   /* every rank starts from identical weights (same plan, same checkpoint) */
   if (apx_dp_check_replicas(&t.dp, &t.ex, t.step, t.scaler.scale, 1, &d)) goto done;
 
@@ -453,17 +594,22 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   double first_loss = NAN, last_loss = NAN, total_ms = 0, last_print = -1e9;
   int64_t skipped = 0, last_saved = resumed ? t.step : -1;
   char line[1024];
+  /* SIGINT / SIGTERM from here on: finish the step, checkpoint, say where to resume (stop.h) */
+  apx_stop_install();
   while (t.step < cfg.steps) {
     ApxStepRecord r;
+    t.dp.stop = (float)apx_stop_requested(); /* K ranks: agreed with found_inf (dp.h) */
     if (apx_trainer_step(&t, &r, &d)) goto done;
+    int stop_sig = t.dp.world > 1 ? (int)t.dp.stop : apx_stop_requested();
     if (isnan(first_loss)) first_loss = r.loss;
     last_loss = r.loss;
     total_ms += r.ms;
     skipped += r.skipped;
-    if (log) {
-      apx_step_json(&r, line, sizeof line);
-      fprintf(log, "%s\n", line);
-      fflush(log);
+    if (log.fd >= 0) {
+      int n = apx_step_json(&r, line, sizeof line - 1);
+      if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
+      line[n] = '\n';
+      if (log_write(&log, line, (size_t)n + 1, &d)) goto done;
     }
     /* on a terminal at most ~20 lines a second (fast models take well under a ms a step) */
     if (progress && (now_ms() - last_print >= 50 || t.step == cfg.steps || r.skipped)) {
@@ -490,19 +636,50 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
         fprintf(stderr, "apexrun: warning: loss scale collapsed below 1 (%g) at step %" PRId64 "\n",
                 t.scaler.scale, r.step);
     }
-    if (t.dp.check_every > 0 && t.step % t.dp.check_every == 0 && t.step < cfg.steps &&
+    if (!stop_sig && t.dp.check_every > 0 && t.step % t.dp.check_every == 0 && t.step < cfg.steps &&
         apx_dp_check_replicas(&t.dp, &t.ex, t.step, t.scaler.scale, 1, &d))
       goto done;
     if (lead && cfg.ckpt_dir && cfg.ckpt_every > 0 && t.step % cfg.ckpt_every == 0) {
       if (apx_trainer_save(&t, NULL, &d)) goto done;
       last_saved = t.step;
     }
+    if (stop_sig && t.step < cfg.steps) {
+      stopped = stop_sig;
+      break;
+    }
   }
   if (pending) fputc('\n', out), pending = 0;
   if (apx_dp_check_replicas(&t.dp, &t.ex, t.step, t.scaler.scale, 0, &d)) goto done; /* summary */
+  char *saved = NULL;
   if (lead && cfg.ckpt_dir && last_saved != t.step && t.step > 0) {
-    if (apx_trainer_save(&t, NULL, &d)) goto done;
+    if (apx_trainer_save(&t, &saved, &d)) goto done;
+  } else if (lead && cfg.ckpt_dir && t.step > 0) {
+    apx_checkpoint_path(cfg.ckpt_dir, t.step, &saved);
   }
+  if (stopped) {
+    /* asked to stop (every rank after the same step): what was trained is saved, not exported */
+    if (lead) {
+      int64_t n = t.step - first_step;
+      if (n > 0)
+        fprintf(out, "apexrun: trained steps %" PRId64 "..%" PRId64 " of %" PRId64 " in %.2f s (%.2f ms/step): "
+                "loss %.6f -> %.6f, loss scale %g, %" PRId64 " skipped (overflow)\n", first_step + 1, t.step,
+                cfg.steps, total_ms / 1e3, total_ms / (double)n, first_loss, last_loss, t.scaler.scale, skipped);
+      fflush(out);
+      if (saved)
+        fprintf(stderr, "apexrun: stopped by %s after step %" PRId64 " of %" PRId64 ": checkpoint %s written; "
+                "to continue, run the same command with --resume%s\n", apx_stop_signal_name(stopped), t.step,
+                cfg.steps, saved, cfg.export_onnx ? " (the model was not exported)" : "");
+      else
+        fprintf(stderr, "apexrun: stopped by %s after step %" PRId64 " of %" PRId64 ": nothing saved (no "
+                "--checkpoint-dir)%s\n", apx_stop_signal_name(stopped), t.step, cfg.steps,
+                cfg.export_onnx ? "; the model was not exported" : "");
+    }
+    free(saved);
+    if (t.dp.world > 1) apx_coll_mark_agreed_exit(cfg.coll);
+    rc = 128 + stopped;
+    goto done;
+  }
+  free(saved);
   /* every step of this run overflowed: nothing was learned. A failure (DESIGN.md 9) only when
    * the scale cannot recover: static, collapsed (below 1 or at the --min-loss-scale floor), or
    * APX_SCALER_COLLAPSE_RUN overflows in a row. A short run during the scale's normal warm-up
@@ -554,11 +731,14 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   }
 done:
   if (pending) fputc('\n', out);
-  if (log) fclose(log);
+  log_close(&log, &d);
   if (d.code) {
     fprintf(stderr, "%s\n", d.msg);
     rc = d.code;
   }
+  free(resumed_path);
   apx_trainer_free(&t);
+  /* a signal after the last step changes nothing: the run is complete */
+  apx_stop_uninstall();
   return rc;
 }

@@ -55,6 +55,10 @@ extern "C" {
 
 typedef enum ApxProgress { APX_PROGRESS_AUTO = -1, APX_PROGRESS_OFF = 0, APX_PROGRESS_ON = 1 } ApxProgress;
 
+/* --resume: the newest checkpoint of --checkpoint-dir; none there is an error (a mistyped
+ * folder must not train from scratch). --resume=auto: starts from step 0 when there is none. */
+typedef enum ApxResume { APX_RESUME_OFF = 0, APX_RESUME_ON = 1, APX_RESUME_AUTO = 2 } ApxResume;
+
 typedef struct ApxTrainConfig {
   const char *data_dir;
   int64_t steps;             /* train until this many optimizer steps are done */
@@ -65,7 +69,7 @@ typedef struct ApxTrainConfig {
   const char *log_path;      /* JSON lines, NULL: none */
   const char *ckpt_dir;
   int64_t ckpt_every;        /* 0: only at the end (when ckpt_dir is set) */
-  int32_t resume;
+  int32_t resume;            /* ApxResume */
   const char *export_onnx;
   int32_t quiet;
   ApxProgress progress;
@@ -97,6 +101,7 @@ typedef struct ApxTrainer {
   ApxLrConfig lr;
   ApxDp dp;                  /* data-parallel hooks (dp.h) */
   int32_t accumulate;
+  int32_t scale_clamped;     /* the plan's initial loss scale was outside [min, max] */
   int64_t step;              /* optimizer steps done */
   uint64_t sampler_seed;
   /* buffers */

@@ -490,11 +490,31 @@ TEST(Train, CorruptAndForeignCheckpointsAreRefused) {
   // other run settings
   r = apexrun(plan + " --data examples/mlp/data --steps 6 --quiet --resume --no-shuffle --checkpoint-dir " + dir);
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find("shuffled batches, this run file-order"), std::string::npos) << r.out;
-  // nothing to resume from: a note, then training from step 0
-  r = apexrun(plan + " --data examples/mlp/data --steps 2 --resume --checkpoint-dir " + tmp() + "/corrupt_none");
+  EXPECT_NE(r.out.find("the checkpoint was trained with shuffled batches, this run reads them in file order "
+                       "(--no-shuffle); resume without --no-shuffle"),
+            std::string::npos)
+      << r.out;
+  // nothing to resume from: --resume is an error naming what it looked for (a mistyped folder
+  // must not train from scratch); --resume=auto starts from step 0 with a note
+  std::string none = tmp() + "/corrupt_none";
+  r = apexrun(plan + " --data examples/mlp/data --steps 2 --resume --checkpoint-dir " + none);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, none + ": --resume: no checkpoint to resume from (looked for " + none +
+                       "/ckpt-*.apxckpt: the folder does not exist); check --checkpoint-dir, or use --resume=auto "
+                       "to start from step 0 when there is none\n");
+  mkdir(none.c_str(), 0755);
+  r = apexrun(plan + " --data examples/mlp/data --steps 2 --resume --checkpoint-dir " + none);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("(looked for " + none + "/ckpt-*.apxckpt); check --checkpoint-dir"), std::string::npos)
+      << r.out;
+  r = apexrun(plan + " --data examples/mlp/data --steps 2 --resume=auto --checkpoint-dir " + none);
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("no checkpoint in"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no checkpoint in " + none + " (--resume=auto): starting from step 0"), std::string::npos)
+      << r.out;
+  EXPECT_TRUE(exists(ckpt(none, 2)));
+  r = apexrun(plan + " --data examples/mlp/data --steps 4 --resume=auto --checkpoint-dir " + none);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("resumed from " + ckpt(none, 2)), std::string::npos) << r.out;
   // already at --steps: nothing to do
   r = apexrun(plan + " --data examples/mlp/data --steps 3 --resume --checkpoint-dir " + dir);
   EXPECT_EQ(r.code, 0) << r.out;
@@ -919,31 +939,32 @@ namespace {
 
 uint64_t pad(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-// A version 2 checkpoint rewritten in the version 1 layout (16 state fields: no lr schedule
-// fields), as an older apexrun wrote it.
-std::string checkpoint_v1(const std::string &v2) {
-  const uint8_t *b = (const uint8_t *)v2.data();
-  EXPECT_EQ(apx_le_get_u32(b + 8), 2u);
-  EXPECT_EQ(apx_le_get_u32(b + 40), 18u * 8);
-  std::string out = v2.substr(0, 64) + v2.substr(64, 16 * 8);
-  uint64_t pos = 64 + 18 * 8;
+// A version 3 checkpoint rewritten in an older layout, as an older apexrun wrote it: version 2
+// (18 state fields: no data digest) or version 1 (16: no lr schedule fields either).
+std::string checkpoint_old(const std::string &v3, uint32_t version) {
+  const uint8_t *b = (const uint8_t *)v3.data();
+  EXPECT_EQ(apx_le_get_u32(b + 8), 3u);
+  EXPECT_EQ(apx_le_get_u32(b + 40), 19u * 8);
+  const uint32_t fields = version == 1 ? 16 : 18;
+  std::string out = v3.substr(0, 64) + v3.substr(64, fields * 8);
+  uint64_t pos = 64 + 19 * 8;
   uint32_t n = apx_le_get_u32(b + 32);
   for (uint32_t t = 0; t < n; t++) {
     uint32_t nl = apx_le_get_u32(b + pos), rank = apx_le_get_u32(b + pos + 4 + nl + 4);
     uint64_t hdr = 4 + nl + 8 + 8 * (uint64_t)rank + 8;
     uint64_t nbytes = apx_le_get_u64(b + pos + hdr - 8);
-    out += v2.substr(pos, hdr);
+    out += v3.substr(pos, hdr);
     pos = pad(pos + hdr, 64);
     out.resize(pad(out.size(), 64), '\0');
-    out += v2.substr(pos, nbytes);
+    out += v3.substr(pos, nbytes);
     pos = pad(pos + nbytes, 8);
     out.resize(pad(out.size(), 8), '\0');
   }
-  EXPECT_EQ(pos, v2.size());
+  EXPECT_EQ(pos, v3.size());
   uint8_t *o = (uint8_t *)&out[0];
-  apx_le_put_u32(o + 8, 1);
+  apx_le_put_u32(o + 8, version);
   apx_le_put_u64(o + 24, out.size());
-  apx_le_put_u32(o + 40, 16 * 8);
+  apx_le_put_u32(o + 40, fields * 8);
   apx_le_put_u32(o + 36, 0);
   apx_le_put_u32(o + 36, apx_crc32c(0, o, out.size()));
   return out;
@@ -981,13 +1002,16 @@ TEST(Train, LrScheduleLengthIsKeptOnResume) {
   for (int i = 0; i < 10; i++) EXPECT_EQ(field(lc[i], "lr"), field(la[10 + i], "lr")) << "step " << 11 + i;
   EXPECT_NE(field(la[10], "lr"), field(la[19], "lr")) << "the cosine decays";
   EXPECT_TRUE(slurp(ckpt(a, 20)) == slurp(ckpt(c, 20)));
-  // a version 1 checkpoint (no schedule fields) resumes to the same bytes
-  std::string v = tmp() + "/cos_v1";
-  mkdir(v.c_str(), 0755);
-  put_file(ckpt(v, 10), checkpoint_v1(slurp(ckpt(a, 10))));
-  r = apexrun(common + " --steps 20 --resume --checkpoint-dir " + v);
-  ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(slurp(ckpt(a, 20)) == slurp(ckpt(v, 20))) << "resumed from a version 1 checkpoint";
+  // version 1 (no schedule fields) and version 2 (no data digest) checkpoints resume to the
+  // same bytes
+  for (uint32_t version : {1u, 2u}) {
+    std::string v = tmp() + "/cos_v" + std::to_string(version);
+    mkdir(v.c_str(), 0755);
+    put_file(ckpt(v, 10), checkpoint_old(slurp(ckpt(a, 10)), version));
+    r = apexrun(common + " --steps 20 --resume --checkpoint-dir " + v);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(slurp(ckpt(a, 20)) == slurp(ckpt(v, 20))) << "resumed from a version " << version << " checkpoint";
+  }
   // another version is refused by number
   std::string bad = slurp(ckpt(a, 10));
   apx_le_put_u32((uint8_t *)&bad[8], 7);
@@ -996,7 +1020,7 @@ TEST(Train, LrScheduleLengthIsKeptOnResume) {
   put_file(ckpt(w, 10), bad);
   r = apexrun(common + " --steps 20 --resume --checkpoint-dir " + w);
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find("checkpoint version 7, this apexrun reads 1 and 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("checkpoint version 7, this apexrun reads 1 to 3"), std::string::npos) << r.out;
 }
 
 // A checkpoint whose loss scale is not finite and positive (a valid checksum around a broken

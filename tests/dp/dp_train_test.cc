@@ -40,9 +40,11 @@ extern "C" {
 namespace {
 
 using apx_testing::CountOccurrences;
+using apx_testing::Launch;
 using apx_testing::MpiResult;
 using apx_testing::Mpirun;
 using apx_testing::MpirunPrefix;
+using apx_testing::Ranks;
 using apx_testing::RunCommand;
 
 std::string Tmp() {
@@ -369,41 +371,6 @@ TEST(DataParallel, PlanWithoutBucketsIsRefused) {
 }
 
 // ---- dead and hung ranks -------------------------------------------------------------------
-
-// Starts `mpirun -np np apexrun ...` (long training, logging) in the background.
-pid_t Launch(int np, const std::string &args, const std::string &out_file) {
-  std::string cmd = MpirunPrefix(np) + args + " > " + out_file + " 2>&1";
-  pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", ("exec env " + cmd).c_str(), (char *)nullptr);
-    _exit(127);
-  }
-  return pid;
-}
-
-// The apexrun processes of a job: children of mpirun named apexrun (from /proc).
-std::vector<pid_t> Ranks(pid_t mpirun) {
-  std::vector<pid_t> r;
-  DIR *dir = opendir("/proc");
-  if (!dir) return r;
-  while (struct dirent *e = readdir(dir)) {
-    char *end;
-    long p = strtol(e->d_name, &end, 10);
-    if (*end || p <= 0) continue;
-    std::string stat = Slurp("/proc/" + std::string(e->d_name) + "/stat");
-    size_t rp = stat.rfind(')');
-    if (rp == std::string::npos || stat.find("(apexrun)") == std::string::npos) continue;
-    std::istringstream f(stat.substr(rp + 2));
-    char state;
-    long ppid = 0;
-    f >> state >> ppid;
-    if (ppid == mpirun) r.push_back((pid_t)p);
-  }
-  closedir(dir);
-  std::sort(r.begin(), r.end());
-  return r;
-}
 
 int LogLines(const std::string &path) { return CountOccurrences(Slurp(path), "\n"); }
 
