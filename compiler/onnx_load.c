@@ -23,6 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "compiler/export_hazards.h"
+#include "compiler/json.h"
 #include "kernels/half.h"
 #include "ir/fileio.h"
 #include "onnx.pb-c.h"
@@ -369,6 +371,7 @@ typedef struct Loader {
   const char **node_names; /* [n_node] display names ("<op>_<index>" when empty) */
   ApxOp *node_ops;         /* [n_node] */
   char *dim_used;          /* [opt.n_dims] */
+  const ApxJson *trainable; /* metadata_props "apexc.trainable" (array of strings) or NULL */
 } Loader;
 
 static int lerr(Loader *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -445,7 +448,49 @@ static int is_graph_attr(const Onnx__AttributeProto *a) {
                                 a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS)));
 }
 
-/* Names, domains and ops of every node, before any value is built. */
+/* One op type the model uses and apexc does not support: every node of it counted, the first
+ * named (DESIGN.md 2: every unsupported op is reported at once). */
+typedef struct Unsupported {
+  const char *domain, *op_type;
+  size_t first; /* node index */
+  int count;
+} Unsupported;
+
+#define MAX_UNSUPPORTED_LINES 32
+
+/* Why node k cannot be loaded ("" when it can). */
+static const char *unsupported_why(Loader *L, size_t k, char *buf, size_t cap) {
+  const Onnx__NodeProto *n = L->gp->node[k];
+  if (!is_ai_onnx(n->domain)) {
+    snprintf(buf, cap, "domain '%s' is not supported (apexc v1 reads ai.onnx ops only)",
+             n->domain);
+    return buf;
+  }
+  int flow = strcmp(n->op_type, "If") == 0 || strcmp(n->op_type, "Loop") == 0 ||
+             strcmp(n->op_type, "Scan") == 0;
+  for (size_t a = 0; a < n->n_attribute && !flow; a++) flow = is_graph_attr(n->attribute[a]);
+  if (flow) return "control flow is not supported in v1";
+  ApxOp op = apx_op_from_name(n->op_type);
+  if (op == APX_OP_INVALID) {
+    snprintf(buf, cap, "unknown op '%s' (apexc v1 supports %d ops: see apexc --list-ops)",
+             n->op_type, count_v1_ops());
+    return buf;
+  }
+  uint32_t fl = apx_op_info(op)->flags;
+  if (fl & APX_OPF_TIER2) {
+    snprintf(buf, cap, "not supported yet: %s is a tier-2 op", n->op_type);
+    return buf;
+  }
+  if (!(fl & (APX_OPF_V1 | APX_OPF_FOLD))) {
+    snprintf(buf, cap, "not supported yet: %s", n->op_type);
+    return buf;
+  }
+  L->node_ops[k] = op;
+  return "";
+}
+
+/* Names, domains and ops of every node, before any value is built. Every unsupported op type
+ * is reported, one line each with its node count and first node, in graph order. */
 static int check_nodes(Loader *L) {
   const Onnx__GraphProto *gp = L->gp;
   L->node_names = apx_arena_alloc(&L->g->arena, (gp->n_node + 1) * sizeof(char *));
@@ -458,28 +503,49 @@ static int check_nodes(Loader *L) {
                                            : apx_arena_printf(&L->g->arena, "%s_%zu", ot, k);
     if (!L->node_names[k]) return loom(L);
   }
+  for (size_t k = 0; k < gp->n_node; k++)
+    if (!gp->node[k]->op_type || !*gp->node[k]->op_type)
+      return node_err(L, k, "node has no op_type");
+  Unsupported *u = NULL;
+  int n_u = 0, cap = 0;
+  char why[600];
   for (size_t k = 0; k < gp->n_node; k++) {
     const Onnx__NodeProto *n = gp->node[k];
-    if (!n->op_type || !*n->op_type) return node_err(L, k, "node has no op_type");
-    if (!is_ai_onnx(n->domain))
-      return node_err(L, k, "domain '%s' is not supported (apexc v1 reads ai.onnx ops only)",
-                      n->domain);
-    int flow = strcmp(n->op_type, "If") == 0 || strcmp(n->op_type, "Loop") == 0 ||
-               strcmp(n->op_type, "Scan") == 0;
-    for (size_t a = 0; a < n->n_attribute && !flow; a++) flow = is_graph_attr(n->attribute[a]);
-    if (flow) return node_err(L, k, "control flow is not supported in v1");
-    ApxOp op = apx_op_from_name(n->op_type);
-    if (op == APX_OP_INVALID)
-      return node_err(L, k, "unknown op '%s' (apexc v1 supports %d ops: see apexc --list-ops)",
-                      n->op_type, count_v1_ops());
-    uint32_t fl = apx_op_info(op)->flags;
-    if (fl & APX_OPF_TIER2)
-      return node_err(L, k, "not supported yet: %s is a tier-2 op", n->op_type);
-    if (!(fl & (APX_OPF_V1 | APX_OPF_FOLD)))
-      return node_err(L, k, "not supported yet: %s", n->op_type);
-    L->node_ops[k] = op;
+    if (!*unsupported_why(L, k, why, sizeof why)) continue;
+    const char *dom = is_ai_onnx(n->domain) ? "" : n->domain;
+    int i = 0;
+    while (i < n_u && !(strcmp(u[i].op_type, n->op_type) == 0 && strcmp(u[i].domain, dom) == 0))
+      i++;
+    if (i == n_u) {
+      if (n_u == cap) {
+        int nc = cap ? 2 * cap : 16;
+        Unsupported *p = realloc(u, (size_t)nc * sizeof *u);
+        if (!p) {
+          free(u);
+          return loom(L);
+        }
+        u = p;
+        cap = nc;
+      }
+      u[n_u++] = (Unsupported){dom, n->op_type, k, 0};
+    }
+    u[i].count++;
   }
-  return 0;
+  for (int i = 0; i < n_u; i++) {
+    size_t k = u[i].first;
+    if (i == MAX_UNSUPPORTED_LINES) {
+      apx_diag_error_append(L->d, APX_EXIT_BAD_INPUT, "%s: and %d more unsupported op types",
+                            L->g->file, n_u - i);
+      break;
+    }
+    const char *w = unsupported_why(L, k, why, sizeof why);
+    apx_diag_error_append(L->d, APX_EXIT_BAD_INPUT, "%s: node '%s' (%s): %s (%s%d node%s)",
+                          L->g->file, L->node_names[k], op_type_of(gp->node[k]), w,
+                          u[i].count == 1 ? "" : "first of ", u[i].count,
+                          u[i].count == 1 ? "" : "s");
+  }
+  free(u);
+  return n_u ? -1 : 0;
 }
 
 /* dtype, rank, dims and symbolic dims of a TypeProto. tp NULL: unknown. Non-tensor types are
@@ -608,6 +674,77 @@ static int warn_other_loss_candidates(Loader *L) {
   return 0;
 }
 
+/* metadata_props "apexc.trainable" (DESIGN.md 2): a JSON array of initializer names, the
+ * parameters to train (written by scripts/apexc_torch.py). Sets L->trainable, or leaves it
+ * NULL when the key is absent. */
+static int read_trainable_list(Loader *L, const Onnx__ModelProto *m) {
+  const Onnx__StringStringEntryProto *found = NULL;
+  for (size_t i = 0; i < m->n_metadata_props; i++) {
+    const Onnx__StringStringEntryProto *e = m->metadata_props[i];
+    if (!e || !e->key || strcmp(e->key, APX_TRAINABLE_KEY) != 0) continue;
+    if (found) return lerr(L, "metadata_props has '%s' twice", APX_TRAINABLE_KEY);
+    found = e;
+  }
+  if (!found) return 0;
+  const char *text = found->value ? found->value : "";
+  char err[200];
+  const ApxJson *j = apx_json_parse(&L->g->arena, text, strlen(text), err, sizeof err);
+  if (!j)
+    return lerr(L, "metadata_props '%s': not JSON (%s); expected an array of initializer "
+                "names", APX_TRAINABLE_KEY, err);
+  if (j->type != APX_JSON_ARRAY)
+    return lerr(L, "metadata_props '%s' is a JSON %s; expected an array of initializer names",
+                APX_TRAINABLE_KEY, apx_json_type_name(j->type));
+  for (int i = 0; i < j->n; i++)
+    if (j->items[i].type != APX_JSON_STRING || strlen(j->items[i].str) != j->items[i].len)
+      return lerr(L, "metadata_props '%s': element %d is not a name (a JSON %s)",
+                  APX_TRAINABLE_KEY, i,
+                  j->items[i].type == APX_JSON_STRING ? "string with a NUL byte"
+                                                      : apx_json_type_name(j->items[i].type));
+  L->trainable = j;
+  return 0;
+}
+
+/* With apexc.trainable: exactly the listed initializers are parameters, every other float
+ * initializer is a constant (as --frozen makes it). A listed name that is not a float
+ * initializer is an error. Runs after the initializers are values, before --frozen. */
+static int apply_trainable_list(Loader *L, int n_init_vals) {
+  ApxGraph *g = L->g;
+  const ApxJson *j = L->trainable;
+  char *listed = calloc((size_t)n_init_vals + 1, 1);
+  if (!listed) return loom(L);
+  int rc = 0;
+  for (int i = 0; i < j->n && rc == 0; i++) {
+    const char *nm = j->items[i].str;
+    int v = apx_graph_find_value(g, nm);
+    if (v < 0 || v >= n_init_vals) {
+      int more = 0;
+      for (int k = i + 1; k < j->n; k++) {
+        int w = apx_graph_find_value(g, j->items[k].str);
+        more += w < 0 || w >= n_init_vals;
+      }
+      char tail[64] = "";
+      if (more) snprintf(tail, sizeof tail, " (and %d more listed names)", more);
+      rc = lerr(L, "metadata_props '%s' names '%s', which is not an initializer of the model%s",
+                APX_TRAINABLE_KEY, nm, tail);
+    } else if (!apx_dtype_is_float(g->vals[v].dtype)) {
+      rc = lerr(L, "metadata_props '%s' names '%s', a %s initializer: only float initializers "
+                "can be trained", APX_TRAINABLE_KEY, nm, apx_dtype_name(g->vals[v].dtype));
+    } else {
+      listed[v] = 1;
+    }
+  }
+  for (int v = 0; v < n_init_vals && rc == 0; v++) {
+    ApxValue *val = &g->vals[v];
+    if (val->kind == APX_VAL_PARAM && !listed[v]) {
+      val->kind = APX_VAL_CONST;
+      val->flags |= APX_VALF_FROZEN;
+    }
+  }
+  free(listed);
+  return rc;
+}
+
 static int load_initializers(Loader *L) {
   const Onnx__GraphProto *gp = L->gp;
   for (size_t k = 0; k < gp->n_initializer; k++) {
@@ -627,6 +764,7 @@ static int load_initializers(Loader *L) {
     val->onnx_index = (int)k;
     if (frozen) val->flags |= APX_VALF_FROZEN;
   }
+  if (L->trainable && apply_trainable_list(L, L->g->n_vals)) return -1;
   for (int i = 0; i < L->opt.frozen.n; i++) {
     const char *nm = L->opt.frozen.items[i];
     int v = nm ? apx_graph_find_value(L->g, nm) : -1;
@@ -917,100 +1055,6 @@ static int load_outputs(Loader *L) {
   return 0;
 }
 
-/* Element i of a float value, as double. */
-static double float_at(const ApxValue *v, int64_t i) {
-  switch (v->dtype) {
-    case APX_DT_F32: return ((const float *)v->data)[i];
-    case APX_DT_F64: return ((const double *)v->data)[i];
-    case APX_DT_F16: return apx_f16_to_f32(((const uint16_t *)v->data)[i]);
-    case APX_DT_BF16: return apx_bf16_to_f32(((const uint16_t *)v->data)[i]);
-    default: return 0;
-  }
-}
-
-#define MAX_CONSTANT_LIKE_WARNINGS 5
-
-/* Every float initializer not --frozen is a trained parameter (DESIGN.md 2). Warns, one
- * line each (at most MAX_CONSTANT_LIKE_WARNINGS, then a count), about those that look like
- * constants: a scalar Pow exponent, an epsilon-like scalar divided by (0 < |x| <= 1e-3) or
- * added (0 < |x| <= 1e-5, epsilons are 1e-5..1e-12, and not to a MatMul/Gemm/Conv output,
- * where it is a bias), and values outside fp16 range when the opt level casts the model to fp16
- * (-O2/-O3), e.g. a -1e9 attention mask. */
-typedef struct ConstLike {
-  char *seen; /* [n_vals] already reported */
-  int shown, more;
-} ConstLike;
-
-static void const_like(Loader *L, ConstLike *c, int v, const char *why) {
-  const ApxValue *val = &L->g->vals[v];
-  c->seen[v] = 1;
-  if (c->shown++ < MAX_CONSTANT_LIKE_WARNINGS)
-    apx_diag_warn(L->d, "%s: initializer '%s' looks like a constant, not a weight: %s; it will "
-                  "be trained (add --frozen %s if it is a constant)", L->g->file, val->name, why,
-                  val->name);
-  else
-    c->more++;
-}
-
-static int is_float_param(const ApxValue *val) {
-  return val->kind == APX_VAL_PARAM && val->data && apx_dtype_is_float(val->dtype);
-}
-
-/* 1 if the other operand of Add node n (the scalar is input j) is produced by MatMul, Gemm
- * or Conv: the scalar is then a bias (a Linear(d, 1) head exported as MatMul + Add), not an
- * epsilon. */
-static int adds_to_linear_output(const ApxGraph *g, const ApxNode *n, int j) {
-  if (n->n_in != 2) return 0;
-  int other = n->in[1 - j];
-  if (other < 0 || g->vals[other].producer < 0) return 0;
-  ApxOp op = g->nodes[g->vals[other].producer].op;
-  return op == APX_OP_MatMul || op == APX_OP_Gemm || op == APX_OP_Conv;
-}
-
-static void warn_constant_like_params(Loader *L) {
-  ApxGraph *g = L->g;
-  ConstLike c = {calloc((size_t)g->n_vals + 1, 1), 0, 0};
-  if (!c.seen) return;
-  char why[400];
-  for (int k = 0; k < g->n_order; k++) { /* scalars by the role their consumer gives them */
-    const ApxNode *n = &g->nodes[g->order[k]];
-    for (int j = 0; j < n->n_in; j++) {
-      int v = n->in[j];
-      if (v < 0 || c.seen[v] || !is_float_param(&g->vals[v]) || apx_value_numel(&g->vals[v]) != 1)
-        continue;
-      double x = float_at(&g->vals[v], 0), ax = x < 0 ? -x : x;
-      if (n->op == APX_OP_Pow && j == 1) {
-        snprintf(why, sizeof why, "a scalar exponent (%g) of node '%s' (Pow)", x, n->name);
-        const_like(L, &c, v, why);
-      } else if ((n->op == APX_OP_Div && j == 1 && ax > 0 && ax <= 1e-3) ||
-                 (n->op == APX_OP_Add && ax > 0 && ax <= 1e-5 && !adds_to_linear_output(g, n, j))) {
-        snprintf(why, sizeof why, "an epsilon-like scalar (%g) in node '%s' (%s)", x, n->name,
-                 apx_op_name(n->op));
-        const_like(L, &c, v, why);
-      }
-    }
-  }
-  if (L->opt.opt_level >= APX_O2 && L->opt.half == APX_DT_F16) { /* the model is cast */
-    for (int v = 0; v < g->n_vals; v++) {
-      if (c.seen[v] || !is_float_param(&g->vals[v])) continue;
-      int64_t numel = apx_value_numel(&g->vals[v]);
-      for (int64_t i = 0; i < numel; i++) {
-        double x = float_at(&g->vals[v], i);
-        if (x == x && !(x >= -65504.0 && x <= 65504.0)) {
-          snprintf(why, sizeof why, "it holds %g, outside fp16 range, and -O%d casts the model "
-                   "to fp16", x, (int)L->opt.opt_level);
-          const_like(L, &c, v, why);
-          break;
-        }
-      }
-    }
-  }
-  if (c.more)
-    apx_diag_warn(L->d, "%s: and %d more initializers that look like constants (--frozen A,B "
-                  "keeps them constant)", g->file, c.more);
-  free(c.seen);
-}
-
 static int load_model(Loader *L, const Onnx__ModelProto *m, size_t len) {
   if (check_versions(L, m)) return -1;
   const Onnx__GraphProto *gp = m->graph;
@@ -1031,12 +1075,15 @@ static int load_model(Loader *L, const Onnx__ModelProto *m, size_t len) {
   for (size_t i = 0; i < m->n_opset_import; i++)
     has_ai_onnx |= m->opset_import[i] && is_ai_onnx(m->opset_import[i]->domain);
   if (!has_ai_onnx) return lerr(L, "model has no ai.onnx opset_import");
+  if (read_trainable_list(L, m)) return -1;
   if (load_initializers(L)) return -1;
   if (load_inputs(L, L->g->n_vals)) return -1;
   if (load_nodes(L)) return -1;
   if (apx_graph_toposort(L->g, L->d)) return -1;
   if (load_outputs(L)) return -1;
-  if (L->opt.training) warn_constant_like_params(L);
+  if (L->opt.training)
+    apx_warn_export_hazards(L->g, &L->opt,
+                            L->trainable ? APX_TRAINABLE_LISTED : APX_TRAINABLE_ALL_FLOATS, L->d);
   for (int b = 0; b < L->opt.n_dims; b++)
     if (!L->dim_used[b] && L->opt.dim_names[b])
       apx_diag_warn(L->d, "%s: --dim %s: no graph input has this symbolic dim", L->g->file,

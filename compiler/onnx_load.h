@@ -17,8 +17,16 @@
  *  - value_info types/shapes recorded on the values they name.
  *  - graph outputs flagged; g->loss = --loss NAME or the first output.
  *  - g->order topologically sorted (a cycle is an error).
- * Unknown, tier-2 and list-only ops, undefined inputs, bad tensors and the like are errors:
- * one line naming the file, the node (name and op) and the problem, exit code 2. */
+ *  - trainable parameters: when metadata_props holds APX_TRAINABLE_KEY (a JSON array of
+ *    initializer names, written by scripts/apexc_torch.py), exactly the listed float
+ *    initializers are APX_VAL_PARAM and every other float initializer is APX_VAL_CONST with
+ *    APX_VALF_FROZEN; a listed name that is not a float initializer is an error; --frozen
+ *    still removes names. Without the key every float initializer not --frozen is a PARAM.
+ *  - in training compiles, the warnings of compiler/export_hazards.h.
+ * Unknown, tier-2 and list-only ops are errors reported all at once: one line per op type
+ * with its node count and first node (`m.onnx: node 'n' (Trilu): unknown op ... (first of 2
+ * nodes)`), exit code 2. Undefined inputs, bad tensors and the like are errors: one line
+ * naming the file, the node (name and op) and the problem, exit code 2. */
 #ifndef APX_ONNX_LOAD_H
 #define APX_ONNX_LOAD_H
 
@@ -32,6 +40,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The metadata_props key listing the trainable initializers (DESIGN.md 2). */
+#define APX_TRAINABLE_KEY "apexc.trainable"
 
 /* o may be NULL (no --dim, --loss, --frozen). Returns 0 or -1 (error in d). */
 int apx_onnx_load_file(ApxGraph *g, const char *path, const ApxOptions *o, ApxDiag *d);

@@ -78,6 +78,7 @@ struct Model {
   std::vector<Onnx__NodeProto *> nodes;
   std::vector<Onnx__TensorProto *> inits;
   std::vector<Onnx__ValueInfoProto *> inputs, outputs, value_info;
+  std::vector<Onnx__StringStringEntryProto *> metadata;
 
   explicit Model(int64_t ir = 8, int64_t opset = 17) {
     onnx__model_proto__init(&m);
@@ -195,6 +196,13 @@ struct Model {
     t->n_external_data = es.size();
     t->external_data = pool.arr(es);
   }
+  void meta(const std::string &key, const std::string &value) {  // metadata_props entry
+    auto *e = pool.make<Onnx__StringStringEntryProto>();
+    onnx__string_string_entry_proto__init(e);
+    e->key = pool.str(key);
+    e->value = pool.str(value);
+    metadata.push_back(e);
+  }
   Onnx__AttributeProto *attr(const std::string &name, Onnx__AttributeProto__AttributeType type) {
     auto *a = pool.make<Onnx__AttributeProto>();
     onnx__attribute_proto__init(a);
@@ -250,6 +258,8 @@ struct Model {
     gr.input = pool.arr(inputs);
     gr.n_output = outputs.size();
     gr.output = pool.arr(outputs);
+    m.n_metadata_props = metadata.size();
+    m.metadata_props = pool.arr(metadata);
     gr.n_value_info = value_info.size();
     gr.value_info = pool.arr(value_info);
     m.graph = &gr;
@@ -1133,22 +1143,25 @@ TEST(OnnxLoad, WarnsAboutInitializersThatLookLikeConstants) {
     ASSERT_EQ(rc, 0);
     EXPECT_EQ(count_lines(w), 3) << w;
     EXPECT_NE(w.find("warning: m.onnx: initializer 'p' looks like a constant, not a weight: a scalar "
-                     "exponent (2) of node 'pow' (Pow); it will be trained (add --frozen p if it is a "
-                     "constant)\n"), std::string::npos) << w;
+                     "exponent (2) of node 'pow' (Pow) (its gradient is NaN wherever the base is "
+                     "negative); it will be trained (add --frozen p if it is a constant)\n"),
+              std::string::npos) << w;
     EXPECT_NE(w.find("initializer 'eps0' looks like a constant, not a weight: an epsilon-like scalar "
                      "(1e-05) in node 'add_eps0' (Add)"), std::string::npos) << w;
-    EXPECT_NE(w.find("initializer 'mask' looks like a constant, not a weight: it holds -1e+09, outside "
-                     "fp16 range, and -O2 casts the model to fp16"), std::string::npos) << w;
+    EXPECT_NE(w.find("initializer 'mask' looks like a constant, not a weight: an additive mask (it "
+                     "holds -1e+09) in node 'add_mask' (Add); it will be trained (add --frozen mask"),
+              std::string::npos) << w;
     EXPECT_EQ(w.find("'w'"), std::string::npos) << w;
-    // O1 keeps the weights fp32: the mask is left to the overflow analysis
+    // a trained mask is wrong at any level (O1 keeps it fp32, but its gradient still moves it)
     o.opt_level = APX_O1;
     w = load_warnings(m, o, &rc);
-    EXPECT_EQ(count_lines(w), 2) << w;
-    EXPECT_EQ(w.find("'mask'"), std::string::npos) << w;
+    EXPECT_EQ(count_lines(w), 3) << w;
+    EXPECT_NE(w.find("'mask'"), std::string::npos) << w;
     // --frozen silences it; --inference has nothing to train
     o.frozen.items[o.frozen.n++] = "p";
     w = load_warnings(m, o, &rc);
-    EXPECT_EQ(count_lines(w), 1) << w;
+    EXPECT_EQ(count_lines(w), 2) << w;
+    EXPECT_EQ(w.find("'p'"), std::string::npos) << w;
     o.training = 0;
     EXPECT_EQ(load_warnings(m, o, &rc), "");
   }
@@ -1164,6 +1177,58 @@ TEST(OnnxLoad, WarnsAboutInitializersThatLookLikeConstants) {
     EXPECT_NE(w.find("warning: m.onnx: and 5 more initializers that look like constants (--frozen "
                      "A,B keeps them constant)\n"), std::string::npos) << w;
   }
+  {
+    // outside fp16 range, in no constant-like role: reported only when -O2/-O3 casts to fp16
+    Model m;
+    m.input("x", {2});
+    m.init_raw("big", APX_DT_F32, {2}, le_floats({1.0f, 1e5f}));
+    m.node("Mul", {"x", "big"}, {"y"}, "mul");
+    m.node("ReduceSum", {"y"}, {"loss"}, "sum", {m.attr_i("keepdims", 0)});
+    m.output("loss");
+    ApxOptions o = default_options();
+    int rc;
+    o.opt_level = APX_O1;
+    EXPECT_EQ(load_warnings(m, o, &rc), "");
+    o.opt_level = APX_O2;
+    std::string w = load_warnings(m, o, &rc);
+    EXPECT_NE(w.find("initializer 'big' looks like a constant, not a weight: it holds 100000, "
+                     "outside fp16 range, and -O2 casts the model to fp16"), std::string::npos) << w;
+    o.half = APX_DT_BF16;
+    EXPECT_EQ(load_warnings(m, o, &rc), "");
+  }
+}
+
+// Exporter hazards (DESIGN.md 2, issue 11): scalars the dynamo exporter's optimizer stores as
+// float initializers (attention scale, GELU's 0.5 and exponent 3), named with every node.
+TEST(OnnxLoad, WarnsAboutTrainedScalesAndExponents) {
+  Model m;
+  m.input("x", {2, 3});
+  m.init_raw("half", APX_DT_F32, {}, le_floats({0.5f}));
+  m.init_raw("scale", APX_DT_F32, {1}, le_floats({8.0f}));
+  m.init_raw("three", APX_DT_F32, {3}, le_floats({3.0f, 3.0f, 3.0f}));
+  m.init_raw("w", APX_DT_F32, {3}, le_floats({0.1f, 0.2f, 0.3f}));
+  m.node("Mul", {"x", "half"}, {"a"}, "gelu_0/mul");
+  m.node("Mul", {"half", "a"}, {"b"}, "gelu_1/mul");
+  m.node("Div", {"b", "scale"}, {"c"}, "attn/div");
+  m.node("Pow", {"c", "three"}, {"d"}, "gelu/pow");
+  m.node("Mul", {"d", "w"}, {"e"}, "layer/mul");  // a weight vector: no warning
+  m.node("ReduceSum", {"e"}, {"loss"}, "sum", {m.attr_i("keepdims", 0)});
+  m.output("loss");
+  int rc;
+  std::string w = load_warnings(m, default_options(), &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(count_lines(w), 4) << w;  // 'half' is also shared by two layers (merged scalars)
+  EXPECT_NE(w.find("initializer 'half' is used by unrelated layers (node 'gelu_0/mul' (Mul) and "
+                   "node 'gelu_1/mul' (Mul))"), std::string::npos) << w;
+  EXPECT_NE(w.find("warning: m.onnx: initializer 'half' looks like a constant, not a weight: a scalar "
+                   "scale (0.5) of node 'gelu_0/mul' (Mul) and 1 more node; it will be trained (add "
+                   "--frozen half if it is a constant)\n"), std::string::npos) << w;
+  EXPECT_NE(w.find("initializer 'scale' looks like a constant, not a weight: a scalar scale (8) of "
+                   "node 'attn/div' (Div);"), std::string::npos) << w;
+  EXPECT_NE(w.find("initializer 'three' looks like a constant, not a weight: the exponent of node "
+                   "'gelu/pow' (Pow) (its gradient is NaN wherever the base is negative)"),
+            std::string::npos) << w;
+  EXPECT_EQ(w.find("'w'"), std::string::npos) << w;
 }
 
 // A Linear(d, 1) head exported as MatMul + Add: its one-element bias is a weight, even when
@@ -1216,6 +1281,265 @@ TEST(OnnxLoad, OneOutputBiasAfterMatMulIsNotAnEpsilon) {
   EXPECT_EQ(rc, 0);
   EXPECT_NE(w.find("initializer 'eps' looks like a constant, not a weight: an epsilon-like scalar "
                    "(1e-06) in node 'add_eps' (Add)"), std::string::npos) << w;
+}
+
+// x * w + b, both float initializers, plus an int64 initializer and a scalar 0.5 scale.
+void trainable_model(Model &m, const char *list) {
+  m.input("x", {2});
+  m.init_raw("w", APX_DT_F32, {2}, le_floats({1, 2}));
+  m.init_raw("b", APX_DT_F32, {2}, le_floats({0, 0}));
+  m.init_raw("half", APX_DT_F32, {}, le_floats({0.5f}));
+  m.init_raw("i", APX_DT_I64, {1}, std::string(8, '\0'));
+  m.node("Mul", {"x", "w"}, {"t"}, "mul");
+  m.node("Add", {"t", "b"}, {"u"}, "add");
+  m.node("Mul", {"u", "half"}, {"y"}, "scale");
+  m.node("ReduceSum", {"y"}, {"loss"}, "sum", {m.attr_i("keepdims", 0)});
+  m.node("Identity", {"i"}, {"z"}, "id");
+  m.output("loss");
+  m.output("z");
+  if (list) m.meta("apexc.trainable", list);
+}
+
+// DESIGN.md 2: metadata_props apexc.trainable lists the parameters; every other float
+// initializer is a constant, as --frozen makes it; --frozen still removes listed names.
+TEST(OnnxLoad, TrainableListSelectsTheParameters) {
+  Model m;
+  trainable_model(m, "[\"w\"]");
+  m.meta("producer.note", "other keys are ignored");
+  auto L = load(m);
+  EXPECT_LOADS(L);
+  EXPECT_EQ(L->val("w")->kind, APX_VAL_PARAM);
+  EXPECT_EQ(L->val("b")->kind, APX_VAL_CONST);
+  EXPECT_TRUE(L->val("b")->flags & APX_VALF_FROZEN);
+  EXPECT_EQ(L->val("half")->kind, APX_VAL_CONST);
+  EXPECT_EQ(L->val("i")->kind, APX_VAL_CONST);
+  EXPECT_FALSE(L->val("i")->flags & APX_VALF_FROZEN);
+
+  Model both;
+  trainable_model(both, "[\"w\", \"b\"]");
+  ApxOptions o = default_options();
+  o.frozen.items[o.frozen.n++] = "w";
+  auto L2 = load(both, &o);
+  EXPECT_LOADS(L2);
+  EXPECT_EQ(L2->val("w")->kind, APX_VAL_CONST);
+  EXPECT_TRUE(L2->val("w")->flags & APX_VALF_FROZEN);
+  EXPECT_EQ(L2->val("b")->kind, APX_VAL_PARAM);
+
+  Model none;  // an empty list trains nothing
+  trainable_model(none, "[]");
+  auto L3 = load(none);
+  EXPECT_LOADS(L3);
+  EXPECT_EQ(L3->val("w")->kind, APX_VAL_CONST);
+  EXPECT_EQ(L3->val("b")->kind, APX_VAL_CONST);
+
+  Model plain;  // without the key: every float initializer
+  trainable_model(plain, nullptr);
+  auto L4 = load(plain);
+  EXPECT_LOADS(L4);
+  EXPECT_EQ(L4->val("w")->kind, APX_VAL_PARAM);
+  EXPECT_EQ(L4->val("b")->kind, APX_VAL_PARAM);
+  EXPECT_EQ(L4->val("half")->kind, APX_VAL_PARAM);
+}
+
+TEST(OnnxLoad, TrainableListErrorsAreOneLine) {
+  struct Case {
+    const char *list, *msg;
+  } cases[] = {
+      {"[\"w\", \"nope\", \"gone\"]",
+       "m.onnx: metadata_props 'apexc.trainable' names 'nope', which is not an initializer of the "
+       "model (and 1 more listed names)"},
+      {"[\"x\"]", "names 'x', which is not an initializer of the model"},  // a graph input
+      {"[\"t\"]", "names 't', which is not an initializer of the model"},  // an activation
+      {"[\"i\"]", "names 'i', a int64 initializer: only float initializers can be trained"},
+      {"{\"w\": 1}", "metadata_props 'apexc.trainable' is a JSON object; expected an array"},
+      {"[\"w\", 3]", "metadata_props 'apexc.trainable': element 1 is not a name (a JSON number)"},
+      {"[\"w\"", "metadata_props 'apexc.trainable': not JSON (line 1"},
+      {"", "metadata_props 'apexc.trainable': not JSON"},
+  };
+  for (auto &c : cases) {
+    Model m;
+    trainable_model(m, c.list);
+    auto L = load(m);
+    EXPECT_REJECTS(L, c.msg);
+    EXPECT_EQ(std::string(L->d.msg).find('\n'), std::string::npos) << L->d.msg;
+  }
+  Model twice;
+  trainable_model(twice, "[\"w\"]");
+  twice.meta("apexc.trainable", "[\"b\"]");
+  auto L = load(twice);
+  EXPECT_REJECTS(L, "m.onnx: metadata_props has 'apexc.trainable' twice");
+}
+
+// With the list, only listed names are trained: a constant-like initializer outside it is a
+// constant and not reported; a listed one still is.
+TEST(OnnxLoad, TrainableListLimitsConstantLikeWarnings) {
+  int rc;
+  Model plain;
+  trainable_model(plain, nullptr);
+  std::string w = load_warnings(plain, default_options(), &rc);
+  EXPECT_NE(w.find("initializer 'half' looks like a constant, not a weight: a scalar scale (0.5) of "
+                   "node 'scale' (Mul)"), std::string::npos) << w;
+  Model listed;
+  trainable_model(listed, "[\"w\", \"b\"]");
+  EXPECT_EQ(load_warnings(listed, default_options(), &rc), "");
+  EXPECT_EQ(rc, 0);
+  Model odd;
+  trainable_model(odd, "[\"w\", \"half\"]");
+  w = load_warnings(odd, default_options(), &rc);
+  EXPECT_NE(w.find("initializer 'half' looks like a constant"), std::string::npos) << w;
+}
+
+// DESIGN.md 2: every unsupported op is reported at once, one line per op type (graph order)
+// with its node count and first node; exit code 2.
+TEST(OnnxLoad, EveryUnsupportedOpIsReportedAtOnce) {
+  Model m;
+  m.input("x", {2, 2});
+  m.node("Trilu", {"x"}, {"a"}, "mask/trilu");
+  m.node("Relu", {"a"}, {"b"}, "relu");
+  m.node("Clip", {"b"}, {"c"}, "clip");
+  m.node("Trilu", {"c"}, {"d"}, "");  // unnamed: shown by op and index
+  m.node("FusedGemm", {"d"}, {"e"}, "fg")->domain = m.pool.str("com.microsoft");
+  m.node("Softplus", {"e"}, {"f"}, "sp");
+  m.node("Trilu", {"f"}, {"y"}, "t3");
+  m.output("y");
+  auto L = load(m);
+  EXPECT_EQ(L->rc, -1);
+  EXPECT_EQ(L->d.code, APX_EXIT_BAD_INPUT);
+  std::vector<std::string> lines;
+  std::stringstream ss(L->d.msg);
+  for (std::string ln; std::getline(ss, ln);) lines.push_back(ln);
+  ASSERT_EQ(lines.size(), 4u) << L->d.msg;
+  EXPECT_EQ(lines[0].rfind("m.onnx: node 'mask/trilu' (Trilu): unknown op 'Trilu' (apexc v1 supports ",
+                           0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find(" ops: see apexc --list-ops) (first of 3 nodes)"), std::string::npos)
+      << lines[0];
+  EXPECT_EQ(lines[1], "m.onnx: node 'clip' (Clip): not supported yet: Clip is a tier-2 op (1 node)");
+  EXPECT_EQ(lines[2], "m.onnx: node 'fg' (FusedGemm): domain 'com.microsoft' is not supported "
+                      "(apexc v1 reads ai.onnx ops only) (1 node)");
+  EXPECT_EQ(lines[3], "m.onnx: node 'sp' (Softplus): not supported yet: Softplus (1 node)");
+  // one unsupported op type: one line, as before
+  Model one;
+  one.input("x", {2});
+  one.node("Clip", {"x"}, {"a"}, "c1");
+  one.node("Clip", {"a"}, {"y"}, "c2");
+  one.output("y");
+  auto L1 = load(one);
+  EXPECT_REJECTS(L1, "m.onnx: node 'c1' (Clip): not supported yet: Clip is a tier-2 op (first of 2 "
+                     "nodes)");
+  EXPECT_EQ(std::string(L1->d.msg).find('\n'), std::string::npos) << L1->d.msg;
+}
+
+TEST(OnnxLoad, ManyUnsupportedOpTypesStayBounded) {
+  Model m;
+  m.input("x", {2});
+  std::string cur = "x";
+  for (int i = 0; i < 60; i++) {
+    std::string out = "v" + std::to_string(i);
+    m.node("NoSuchOp" + std::to_string(i) + std::string(80, 'x'), {cur}, {out},
+           "node_" + std::to_string(i) + std::string(80, 'n'));
+    cur = out;
+  }
+  m.output(cur);
+  auto L = load(m);
+  EXPECT_EQ(L->rc, -1);
+  std::string msg(L->d.msg);
+  EXPECT_LT(msg.size(), sizeof L->d.msg);
+  EXPECT_EQ(msg.substr(0, 7), "m.onnx:");
+  EXPECT_NE(msg.find("(NoSuchOp1"), std::string::npos);
+  EXPECT_EQ(msg.substr(msg.size() - 4), "\n...") << msg;  // the report filled the buffer
+}
+
+// A float initializer read by nodes of different layers trains tied (the dynamo exporter's
+// optimizer merges equal initializers, e.g. every LayerNorm weight into one).
+TEST(OnnxLoad, WarnsAboutInitializersSharedAcrossLayers) {
+  auto model = [](Model &m, const char *second, const char *list) {
+    m.input("x", {2, 3});
+    m.init_raw("ln.weight", APX_DT_F32, {3}, le_floats({1, 1, 1}));
+    m.node("Mul", {"x", "ln.weight"}, {"a"}, "/model/h.0/ln_1/Mul");
+    m.node("Shape", {"ln.weight"}, {"s"}, "/model/other/Shape");  // reads the shape only
+    m.node("Mul", {"a", "ln.weight"}, {"b"}, second);
+    m.node("ReduceSum", {"b"}, {"loss"}, "/model/sum", {m.attr_i("keepdims", 0)});
+    m.output("loss");
+    m.output("s", {}, APX_DT_I64);
+    if (list) m.meta("apexc.trainable", list);
+  };
+  int rc;
+  Model m;
+  model(m, "/model/h.1/ln_1/Mul", nullptr);
+  std::string w = load_warnings(m, default_options(), &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(count_lines(w), 1) << w;
+  EXPECT_NE(w.find("warning: m.onnx: initializer 'ln.weight' is used by unrelated layers (node "
+                   "'/model/h.0/ln_1/Mul' (Mul) and node '/model/h.1/ln_1/Mul' (Mul)): it is trained "
+                   "as one tensor, tied."), std::string::npos) << w;
+  EXPECT_NE(w.find("export with scripts/apexc_torch.py"), std::string::npos) << w;
+  Model same;  // two nodes of one layer: not shared
+  model(same, "/model/h.0/ln_1/Mul_1", nullptr);
+  EXPECT_EQ(load_warnings(same, default_options(), &rc), "");
+  Model listed;  // the list comes from named_parameters(): sharing is PyTorch's own tying
+  model(listed, "/model/h.1/ln_1/Mul", "[\"ln.weight\"]");
+  EXPECT_EQ(load_warnings(listed, default_options(), &rc), "");
+  Model frozen;
+  model(frozen, "/model/h.1/ln_1/Mul", nullptr);
+  ApxOptions o = default_options();
+  o.frozen.items[o.frozen.n++] = "ln.weight";
+  EXPECT_EQ(load_warnings(frozen, o, &rc), "");
+}
+
+// BatchNormalization without training_mode=1 in a training compile normalizes with running
+// statistics and never updates them (the dynamo exporter drops the attribute).
+TEST(OnnxLoad, WarnsAboutBatchNormNotInTrainingMode) {
+  auto model = [](Model &m, int n_bn, int training) {
+    m.input("x", {2, 2, 3, 3});
+    std::string cur = "x";
+    for (int i = 0; i < n_bn; i++) {
+      std::string k = std::to_string(i), out = "y" + k;
+      for (const char *n : {"s", "b", "mean", "var"})
+        m.init_raw(n + k, APX_DT_F32, {2}, le_floats({1, 1}));
+      std::vector<std::string> outs = {out};
+      if (training) outs.insert(outs.end(), {out + "_rm", out + "_rv"});
+      std::vector<Onnx__AttributeProto *> attrs;
+      if (training) attrs.push_back(m.attr_i("training_mode", 1));
+      m.node("BatchNormalization", {cur, "s" + k, "b" + k, "mean" + k, "var" + k}, outs, "bn" + k,
+             attrs);
+      cur = out;
+    }
+    m.node("ReduceSum", {cur}, {"loss"}, "sum", {m.attr_i("keepdims", 0)});
+    m.output("loss");
+  };
+  int rc;
+  Model one;
+  model(one, 1, 0);
+  std::string w = load_warnings(one, default_options(), &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(count_lines(w), 1) << w;
+  EXPECT_NE(w.find("warning: m.onnx: 1 BatchNormalization node without training_mode=1 ('bn0'): "
+                   "this training compile normalizes it with the running statistics (inference "
+                   "mode) and never updates them"), std::string::npos) << w;
+  Model five;
+  model(five, 5, 0);
+  w = load_warnings(five, default_options(), &rc);
+  EXPECT_NE(w.find("5 BatchNormalization nodes without training_mode=1 ('bn0', 'bn1', 'bn2', ...)"),
+            std::string::npos) << w;
+  Model trained;
+  model(trained, 2, 1);
+  EXPECT_EQ(load_warnings(trained, default_options(), &rc), "");
+  ApxOptions inf = default_options();
+  inf.training = 0;
+  EXPECT_EQ(load_warnings(five, inf, &rc), "");
+  // scripts/apexc_torch.py exports each BatchNorm in its module's mode: eval() is frozen
+  Model helper;
+  model(helper, 1, 0);
+  helper.meta("apexc.trainable", "[\"s0\", \"b0\"]");
+  EXPECT_EQ(load_warnings(helper, default_options(), &rc), "");
+  // before opset 14 the running-statistics outputs mark training mode
+  Model old(8, 13);
+  old.input("x", {2, 2, 3, 3});
+  for (const char *n : {"s", "b", "mean", "var"}) old.init_raw(n, APX_DT_F32, {2}, le_floats({1, 1}));
+  old.node("BatchNormalization", {"x", "s", "b", "mean", "var"}, {"y", "rm", "rv"}, "bn");
+  old.node("ReduceSum", {"y"}, {"loss"}, "sum", {old.attr_i("keepdims", 0)});
+  old.output("loss");
+  EXPECT_EQ(load_warnings(old, default_options(), &rc), "");
 }
 
 TEST(OnnxLoad, VersionRanges) {

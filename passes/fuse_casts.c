@@ -50,7 +50,7 @@ static int try_cast(FzCtx *c, int cast) {
   pn->out[0] = y;
   g->vals[y].producer = p;
   if (apx_node_infer(g, p, c->d)) {
-    char why[1024];
+    char why[sizeof c->d->msg];
     snprintf(why, sizeof why, "%s", c->d->msg);
     c->d->code = 0;
     c->d->msg[0] = '\0';

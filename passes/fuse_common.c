@@ -762,7 +762,7 @@ static int apply(FzCtx *c, const FzFusion *f, Work *w) {
   }
 
   /* trial F */
-  char why[1024];
+  char why[sizeof c->d->msg];
   const char *anchor = g->nodes[f->fwd[0]].name;
   const char *fname = apx_arena_printf(&g->arena, "%s/%s", anchor, apx_op_name(f->op));
   int present[FZ_MAX_IO];

@@ -13,8 +13,8 @@ WORK=$(mktemp -d /tmp/apexc-fuzz-loader.XXXXXX)
 CC=${CC:-clang}
 
 protoc-c --proto_path=/usr/include/onnx --c_out="$WORK" /usr/include/onnx/onnx.proto
-SRCS=(tests/fuzz/fuzz_onnx_load.c compiler/onnx_load.c ir/ir.c ir/arena.c
-      ir/diag.c ir/options.c kernels/op.c kernels/dtype.c)
+SRCS=(tests/fuzz/fuzz_onnx_load.c compiler/onnx_load.c compiler/export_hazards.c compiler/json.c
+      ir/ir.c ir/arena.c ir/diag.c ir/fileio.c ir/options.c kernels/op.c kernels/dtype.c)
 (cd "$ROOT" && "$CC" -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$ROOT" -I"$WORK" "${SRCS[@]}" "$WORK/onnx.pb-c.c" -lprotobuf-c -o "$WORK/fuzz_onnx_load")
@@ -23,7 +23,8 @@ mkdir -p "$WORK/corpus" "$WORK/crashes" "$WORK/ext"
 # dictionary: op names from the op table and the keys/attribute names the loader looks for
 { sed -n 's/^APX_OP([A-Za-z0-9_]*, \("[A-Za-z0-9]*"\).*/\1/p' "$ROOT/kernels/ops.def"
   for w in location offset length value value_float value_floats value_int value_ints \
-           value_string sparse_value ai.onnx com.microsoft w.bin ../w.bin /etc/passwd If Loop; do
+           value_string sparse_value ai.onnx com.microsoft w.bin ../w.bin /etc/passwd If Loop \
+           apexc.trainable training_mode; do
     echo "\"$w\""
   done; } >"$WORK/onnx.dict"
 cp "$ROOT"/tests/corpus/bad/*.onnx "$ROOT"/tests/fuzz/seeds/*.onnx "$WORK/corpus/"
