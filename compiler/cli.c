@@ -63,7 +63,7 @@ static const char usage_text[] =
     "                              metadata_props apexc.trainable; --frozen removes names)\n"
     "  --inference                 compile the forward graph only (no training graph; the\n"
     "                              training, loss-scaling and bucketing flags are refused)\n"
-    "  --allow-old-opset           accept ai.onnx opset 7..12 and ir_version 3..6\n"
+    "  --allow-old-opset           accept ai.onnx opset 1..12 (below 7: ops unchanged since) and ir_version 3..6\n"
     "\n"
     "Training:\n"
     "  --optimizer sgd|adamw|lamb  (default adamw)      --lr X (default 1e-3)\n"
@@ -501,7 +501,7 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
     } else if (!strcmp(arg, "--inference")) {
       o->training = 0;
     } else if (!strcmp(arg, "--allow-old-opset")) {
-      o->opset_min = 7;
+      o->opset_min = 1;
       o->ir_version_min = 3;
     } else if (flag_is(arg, "--optimizer", &v)) {
       const char *s = need_value(&p, "--optimizer", v);

@@ -36,7 +36,9 @@
 #define IR_VERSION_MAX 10
 #define OPSET_MAX 21
 #define OPSET_DEFAULT_MIN 13 /* for messages: the range apexc accepts without flags */
-#define OPSET_OLD_MIN 7      /* the range --allow-old-opset accepts */
+#define OPSET_OLD_MIN 1      /* the range --allow-old-opset accepts */
+#define OPSET_OLD_FULL 7     /* from here every op reads as apexc implements it; below it only
+                                the ops of oldest_unchanged_opset() */
 #define IR_OLD_MIN 3
 #define MAX_ELEMENTS (INT64_C(1) << 40)
 #define MAX_NESTING 100
@@ -458,6 +460,20 @@ typedef struct Unsupported {
 
 #define MAX_UNSUPPORTED_LINES 32
 
+/* Models older than opset 7 (--allow-old-opset): the ops whose definition, as apexc
+ * implements it, already held at that opset (later versions only added types), with the
+ * opset it dates from; 0 for every other op, which changed since (broadcasting, is_test,
+ * consumed_inputs, axis rules) and is refused there. */
+static int oldest_unchanged_opset(ApxOp op) {
+  switch (op) {
+    case APX_OP_Identity: case APX_OP_Softplus: return 1;
+    case APX_OP_Relu: case APX_OP_LeakyRelu: case APX_OP_Sigmoid: case APX_OP_Tanh:
+    case APX_OP_Exp: case APX_OP_Log: case APX_OP_Sqrt: case APX_OP_Neg:
+    case APX_OP_HardSigmoid: return 6;
+    default: return 0;
+  }
+}
+
 /* Why node k cannot be loaded ("" when it can). */
 static const char *unsupported_why(Loader *L, size_t k, char *buf, size_t cap) {
   const Onnx__NodeProto *n = L->gp->node[k];
@@ -483,6 +499,13 @@ static const char *unsupported_why(Loader *L, size_t k, char *buf, size_t cap) {
   }
   if (!(fl & (APX_OPF_V1 | APX_OPF_FOLD))) {
     snprintf(buf, cap, "not supported yet: %s", n->op_type);
+    return buf;
+  }
+  int64_t opset = L->g->opset;
+  if (opset > 0 && opset < OPSET_OLD_FULL &&
+      (oldest_unchanged_opset(op) == 0 || oldest_unchanged_opset(op) > opset)) {
+    snprintf(buf, cap, "not supported yet: %s at opset %" PRId64 " (apexc reads it from opset %d; "
+             "re-export with a newer opset)", n->op_type, opset, OPSET_OLD_FULL);
     return buf;
   }
   L->node_ops[k] = op;

@@ -101,7 +101,7 @@ static const char *usage_text =
     "  -O0|-O1|-O2|-O3       opt level when MODEL is ONNX (compiled on the fly; default -O1)\n"
     "  --half=fp16|bf16      half type when MODEL is ONNX (default fp16)\n"
     "  --dim NAME=V          bind a symbolic dimension when MODEL is ONNX (repeatable)\n"
-    "  --allow-old-opset     accept ai.onnx opset 7..12 and ir_version 3..6\n"
+    "  --allow-old-opset     accept ai.onnx opset 1..12 (below 7: ops unchanged since) and ir_version 3..6\n"
     "  --repeat N            then run the forward N more times and print the per-iteration\n"
     "                        time (median, min, mean in ms; benchmarks)\n"
     "\n"
@@ -193,7 +193,7 @@ static int parse_infer(int argc, char **argv, InferArgs *a) {
       }
       a->o.dim_values[a->o.n_dims++] = n;
     } else if (!strcmp(arg, "--allow-old-opset")) {
-      a->o.opset_min = 7;
+      a->o.opset_min = 1;
       a->o.ir_version_min = 3;
     } else {
       return usage_error("infer: unknown option '%s'", arg);

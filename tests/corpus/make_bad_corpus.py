@@ -99,7 +99,7 @@ def main():
     # -- versions and domains
     write("ir_version_too_old.onnx", relu_model(ir=6), "load", "ir_version 6 is too old")
     write("opset_too_old.onnx", relu_model(opset=11), "load",
-          "unsupported opset 11 (apexc accepts 13..21; --allow-old-opset accepts 7..12)")
+          "unsupported opset 11 (apexc accepts 13..21; --allow-old-opset accepts 1..12)")
     write("opset_too_new.onnx", relu_model(opset=22), "load", "unsupported opset 22")
     write("foreign_domain.onnx",
           model([helper.make_node("FusedGemm", ["x", "x"], ["y"], name="fg", domain="com.microsoft")],

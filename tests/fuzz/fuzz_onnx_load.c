@@ -57,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   apx_diag_init(&d);
   d.quiet = 1;
   apx_options_init(&o);
-  o.opset_min = 7; /* the widest accepted range reaches the most code */
+  o.opset_min = 1; /* the widest accepted range reaches the most code */
   o.ir_version_min = 3;
   o.n_dims = 1;
   o.dim_names[0] = "N";

@@ -145,7 +145,7 @@ std::set<int> static_fed_inputs(const ApxGraph *g) {
 
 void options_init(ApxOptions *o) {
   apx_options_init(o);
-  o->opset_min = 7;
+  o->opset_min = 1;
   o->ir_version_min = 3;
   o->training = 0;
 }
