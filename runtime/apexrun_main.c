@@ -35,6 +35,7 @@
 #include "ir/fileio.h"
 #include "plan/plan.h"
 #include "runtime/train.h"
+#include "runtime/backend_registry.h"
 
 #define APEXRUN_VERSION "0.1.0"
 

@@ -151,13 +151,8 @@ struct ApxBackend {
   char err[512];       /* one-line reason for the last non-OK status */
 };
 
-/* Creates the backend named name ("cpu"; "cuda" where built). Returns APX_STATUS_OK or an
- * error with a one-line reason in err (unknown name: APX_STATUS_BAD_INPUT). */
-ApxStatus apx_backend_create(const char *name, const ApxBackendConfig *cfg, ApxBackend **out,
-                             char *err, size_t cap);
+/* Releases a backend made by apx_backend_create (runtime/backend_registry.h); NULL is fine. */
 void apx_backend_free(ApxBackend *be);
-/* Comma-separated names of the backends built in ("cpu" or "cpu,cuda"). */
-const char *apx_backend_names(void);
 
 /* For a collective layer: installs its slots (NULL slots stay NULL) and world layout. */
 void apx_backend_set_collectives(ApxBackend *be, const ApxBackendI *coll, void *coll_ctx,

@@ -12,6 +12,7 @@
 extern "C" {
 #include "kernels/cuda/cuda_kernels.h"
 #include "runtime/backend.h"
+#include "runtime/backend_registry.h"
 #include "runtime/backend_cuda.h"
 }
 

@@ -11,6 +11,7 @@ extern "C" {
 #include "runtime/collective.h"
 }
 #include "runtime/mpi_testing.h"
+#include "runtime/backend_registry.h"
 
 namespace {
 

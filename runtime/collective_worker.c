@@ -32,6 +32,7 @@
 #include "kernels/half.h"
 #include "runtime/backend.h"
 #include "runtime/collective.h"
+#include "runtime/backend_registry.h"
 
 static int R, K;
 static int failures;

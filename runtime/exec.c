@@ -1,5 +1,6 @@
 /* exec.c - plan execution on a backend (exec.h). */
 #include "runtime/exec.h"
+#include "runtime/backend_registry.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
