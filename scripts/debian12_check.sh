@@ -29,6 +29,17 @@ deb $mirror bookworm-updates main
 deb http://deb.debian.org/debian-security bookworm-security main
 EOF
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# this machine's network settings, not stock Debian: a pip.conf naming a CA bundle (a proxy
+# that re-signs TLS) is copied with that bundle, so pip in the root reaches PyPI as here
+if [ -f /etc/pip.conf ]; then
+  cp /etc/pip.conf "$root/etc/pip.conf"
+  cert=$(sed -n 's/^ *cert *= *//p' /etc/pip.conf | head -1)
+  if [ -n "$cert" ] && [ -f "$cert" ]; then
+    mkdir -p "$root$(dirname "$cert")" && cp "$cert" "$root$cert.host" &&
+      echo "(copied this machine's /etc/pip.conf and its CA bundle $cert into the root)"
+    sed -i "s#^\( *cert *= *\).*#\1$cert.host#" "$root/etc/pip.conf"
+  fi
+fi
 
 mounted=()
 cleanup() {
