@@ -95,7 +95,7 @@ typedef struct ApxOptions {
   int32_t sync_bn;
 
   /* inspection and debugging (DESIGN.md 4, 7) */
-  int32_t explain;          /* 0 none, 1 text, 2 json */
+  int32_t explain;          /* 0 none, 1 text, 2 json, 3 dot (Graphviz) */
   const char *explain_path; /* NULL: stdout */
   const char *emit_onnx;
   ApxNameList disable_pass, dump_after;

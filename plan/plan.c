@@ -914,6 +914,22 @@ static void dump_i64s(FILE *f, const int64_t *v, int n) {
   fputc(']', f);
 }
 
+/* Names instead of numbers in the dump (the same spellings as apexc's flags). */
+static const char *on_off(int32_t b) { return b ? "on" : "off"; }
+static const char *optimizer_name(int32_t k) {
+  return k == APX_OPTIM_SGD ? "sgd" : k == APX_OPTIM_ADAMW ? "adamw" : k == APX_OPTIM_LAMB ? "lamb" : "unknown";
+}
+static const char *schedule_name(int32_t s) { /* runtime/lr_schedule.h ApxLrSchedule */
+  return s == 0 ? "constant" : s == 1 ? "cosine" : s == 2 ? "linear" : "unknown";
+}
+static const char *reduction_name(int32_t r) {
+  return r == APX_RED_MEAN ? "mean" : r == APX_RED_SUM ? "sum" : r == APX_RED_NONE ? "none" : "unknown";
+}
+static const char *activation_name(int32_t a) {
+  return a == APX_ACT_NONE ? "none" : a == APX_ACT_RELU ? "relu" : a == APX_ACT_GELU ? "gelu"
+       : a == APX_ACT_GELU_TANH ? "gelu_tanh" : "unknown";
+}
+
 static void dump_attrs(FILE *f, ApxOp op, const void *a) {
   const char *t = apx_op_info(op)->attrs_type;
   if (!a || strcmp(t, "ApxAttrNone") == 0) return;
@@ -924,15 +940,16 @@ static void dump_attrs(FILE *f, ApxOp op, const void *a) {
   } else if (!strcmp(t, "ApxAttrLeakyRelu")) {
     fprintf(f, "alpha=%g", ((const ApxAttrLeakyRelu *)a)->alpha);
   } else if (!strcmp(t, "ApxAttrGelu")) {
-    fprintf(f, "approximate=%d", ((const ApxAttrGelu *)a)->approximate);
+    fprintf(f, "approximate=%s", ((const ApxAttrGelu *)a)->approximate == APX_GELU_TANH ? "tanh" : "none");
   } else if (!strcmp(t, "ApxAttrAxis")) {
     fprintf(f, "axis=%" PRId64, ((const ApxAttrAxis *)a)->axis);
   } else if (!strcmp(t, "ApxAttrLayerNorm")) {
     const ApxAttrLayerNorm *x = a;
-    fprintf(f, "axis=%" PRId64 " epsilon=%g stash_type=%d", x->axis, x->epsilon, x->stash_type);
+    fprintf(f, "axis=%" PRId64 " epsilon=%g stash_type=%s", x->axis, x->epsilon,
+            apx_dtype_short((ApxDType)x->stash_type));
   } else if (!strcmp(t, "ApxAttrBatchNorm")) {
     const ApxAttrBatchNorm *x = a;
-    fprintf(f, "epsilon=%g momentum=%g training_mode=%d", x->epsilon, x->momentum, x->training_mode);
+    fprintf(f, "epsilon=%g momentum=%g training_mode=%s", x->epsilon, x->momentum, on_off(x->training_mode));
   } else if (!strcmp(t, "ApxAttrDropout")) {
     const ApxAttrDropout *x = a;
     fprintf(f, "ratio=%g training_mode=%d seed=%" PRId64 "%s stream=%" PRId64, x->ratio,
@@ -985,30 +1002,30 @@ static void dump_attrs(FILE *f, ApxOp op, const void *a) {
     fprintf(f, "start=%" PRId64 " end=%" PRId64, x->start, x->end);
   } else if (!strcmp(t, "ApxAttrLoss")) {
     const ApxAttrLoss *x = a;
-    fprintf(f, "reduction=%d ignore_index=%" PRId64 "%s", x->reduction, x->ignore_index,
-            x->has_ignore_index ? "" : "(unset)");
+    fprintf(f, "reduction=%s", reduction_name(x->reduction));
+    if (x->has_ignore_index) fprintf(f, " ignore_index=%" PRId64, x->ignore_index);
   } else if (!strcmp(t, "ApxAttrFusedMatMul")) {
     const ApxAttrFusedMatMul *x = a;
     fprintf(f, "trans_a=%d trans_b=%d alpha=%g", x->trans_a, x->trans_b, x->alpha);
   } else if (!strcmp(t, "ApxAttrFusedDense")) {
     const ApxAttrFusedDense *x = a;
-    fprintf(f, "trans_w=%d activation=%d alpha=%g beta=%g", x->trans_w, x->activation, x->alpha,
-            x->beta);
+    fprintf(f, "trans_w=%d activation=%s alpha=%g beta=%g", x->trans_w, activation_name(x->activation),
+            x->alpha, x->beta);
   } else if (!strcmp(t, "ApxAttrFusedSoftmax")) {
     const ApxAttrFusedSoftmax *x = a;
     fprintf(f, "scale=%g has_mask=%d", x->scale, x->has_mask);
   } else if (!strcmp(t, "ApxAttrOptimizer")) {
     const ApxAttrOptimizer *x = a;
-    fprintf(f, "kind=%d n_params=%d lr=%g momentum=%g betas=%g,%g eps=%g wd=%g dampening=%g "
-            "nesterov=%d master=%d max_grad_norm=%g", x->kind, x->n_params, x->lr, x->momentum,
-            x->beta1, x->beta2, x->eps, x->weight_decay, x->dampening, x->nesterov,
-            x->master_weights, x->max_grad_norm);
+    fprintf(f, "%s n_params=%d lr=%g momentum=%g betas=%g,%g eps=%g wd=%g dampening=%g "
+            "nesterov=%s master_weights=%s max_grad_norm=%g", optimizer_name(x->kind), x->n_params, x->lr,
+            x->momentum, x->beta1, x->beta2, x->eps, x->weight_decay, x->dampening, on_off(x->nesterov),
+            on_off(x->master_weights), x->max_grad_norm);
   } else if (!strcmp(t, "ApxAttrLossScaleSeed")) {
     fprintf(f, "multiplier=%g", ((const ApxAttrLossScaleSeed *)a)->multiplier);
   } else if (!strcmp(t, "ApxAttrAllreduce")) {
     const ApxAttrAllreduce *x = a;
-    fprintf(f, "bucket=%d fp32=%d predivide=%g average=%d", x->bucket, x->fp32, x->predivide,
-            x->average);
+    fprintf(f, "bucket=%d fp32=%s predivide=%g average=%s", x->bucket, on_off(x->fp32), x->predivide,
+            on_off(x->average));
   } else {
     const uint8_t *u = a;
     for (size_t i = 0; i < apx_op_info(op)->attrs_size; i++) fprintf(f, "%02x", u[i]);
@@ -1027,19 +1044,19 @@ void apx_plan_dump(const ApxPlan *p, FILE *f) {
   fprintf(f, "model: %s (%" PRIu64 " bytes, crc32c %08x)\n", p->model_name, p->model_bytes,
           p->model_crc32c);
   const ApxPlanOptions *o = &p->opts;
-  fprintf(f, "options: O%d half=%s cast_model_type=%s keep_batchnorm_fp32=%d master_weights=%d "
-          "training=%d\n", o->opt_level, apx_dtype_short(o->half), apx_dtype_short(o->cast_model_type),
-          o->keep_batchnorm_fp32, o->master_weights, o->training);
+  fprintf(f, "options: O%d half=%s cast_model_type=%s keep_batchnorm_fp32=%s master_weights=%s "
+          "training=%s\n", o->opt_level, apx_dtype_short(o->half), apx_dtype_short(o->cast_model_type),
+          on_off(o->keep_batchnorm_fp32), on_off(o->master_weights), on_off(o->training));
   fprintf(f, "loss scale: %s %g (min %g, max %g, window %d, hysteresis %d)\n",
           o->loss_scale_mode ? "dynamic" : "static", o->loss_scale, o->min_loss_scale,
           o->max_loss_scale, o->scale_window, o->hysteresis);
-  fprintf(f, "optimizer: kind %d lr=%g momentum=%g betas=%g,%g eps=%g weight_decay=%g "
-          "nesterov=%d clip=%g accumulate=%d warmup=%d schedule=%d total_steps=%" PRId64
-          " seed=%" PRIu64 "\n", o->optimizer, o->lr, o->momentum, o->beta1, o->beta2, o->eps,
-          o->weight_decay, o->nesterov, o->clip_grad_norm, o->accumulate, o->warmup_steps,
-          o->schedule, o->total_steps, o->seed);
-  fprintf(f, "buckets: %g MiB (first %g MiB), allreduce_fp32=%d, predivide=%g, sync_bn=%d\n",
-          o->bucket_mb, o->first_bucket_mb, o->allreduce_fp32, o->grad_predivide, o->sync_bn);
+  fprintf(f, "optimizer: %s lr=%g momentum=%g betas=%g,%g eps=%g weight_decay=%g "
+          "nesterov=%s clip_grad_norm=%g accumulate=%d warmup_steps=%d lr_schedule=%s total_steps=%" PRId64
+          " seed=%" PRIu64 "\n", optimizer_name(o->optimizer), o->lr, o->momentum, o->beta1, o->beta2, o->eps,
+          o->weight_decay, on_off(o->nesterov), o->clip_grad_norm, o->accumulate, o->warmup_steps,
+          schedule_name(o->schedule), o->total_steps, o->seed);
+  fprintf(f, "buckets: %g MiB (first %g MiB), allreduce_fp32=%s, predivide=%g, sync_bn=%s\n",
+          o->bucket_mb, o->first_bucket_mb, on_off(o->allreduce_fp32), o->grad_predivide, on_off(o->sync_bn));
   fmt_bytes(b1, sizeof b1, p->mem.arena_bytes);
   fmt_bytes(b2, sizeof b2, p->mem.peak_live_bytes);
   fmt_bytes(b3, sizeof b3, p->mem.no_reuse_bytes);
