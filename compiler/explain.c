@@ -13,6 +13,7 @@
 #include "passes/fusion.h"
 #include "passes/bucketing.h"
 #include "compiler/json.h"
+#include "compiler/onnx_opset.h"
 #include "compiler/policy_file.h"
 #include "passes/precision_rules.h"
 
@@ -298,7 +299,7 @@ static void table_line(FILE *f, const Cols *c, const char *name, const char *op,
  * further lines within their columns; casts and the note follow as "casts:"/"note:" lines
  * starting at the op column. */
 static void write_row(FILE *f, const Cols *c, const ApxNode *n, const char *types, const char *reason,
-                      const char *casts) {
+                      const char *casts, const char *onnx_note) {
   const char *name = n->name;
   if ((int)strlen(name) > c->name) {
     fprintf(f, "  %s\n", name);
@@ -321,14 +322,21 @@ static void write_row(FILE *f, const Cols *c, const ApxNode *n, const char *type
     snprintf(prefix, sizeof prefix, "%*scasts: ", indent, "");
     apx_text_wrap(f, prefix, indent + 7, casts, APX_TEXT_WIDTH);
   }
-  if (n->note) {
+  const char *notes[2] = {n->note, onnx_note};
+  for (int i = 0; i < 2; i++) {
+    if (!notes[i]) continue;
     snprintf(prefix, sizeof prefix, "%*snote: ", indent, "");
-    apx_text_wrap(f, prefix, indent + 6, n->note, APX_TEXT_WIDTH);
+    apx_text_wrap(f, prefix, indent + 6, notes[i], APX_TEXT_WIDTH);
   }
 }
 
 static int write_text(const ApxGraph *g, const ApxOptions *o, FILE *f) {
   header_text(g, o, f);
+  /* with --emit-onnx: the bf16 nodes the ONNX model holds as fp32 compute (onnx_opset.h) */
+  ApxArena plan_arena;
+  apx_arena_init(&plan_arena);
+  ApxOnnxOpsetPlan plan = {0};
+  if (o->emit_onnx && apx_onnx_opset_plan(g, &plan_arena, &plan)) plan.widen = NULL;
   int cap = 16;
   CastRef *refs = malloc(sizeof *refs * (size_t)cap);
   Buf types = {0}, casts = {0};
@@ -355,12 +363,13 @@ static int write_text(const ApxGraph *g, const ApxOptions *o, FILE *f) {
       types_cell(g, n, &types);
       casts_cell(g, id, &casts, refs, refs ? cap : 0);
       write_row(f, &c, n, types.p ? types.p : "", n->reason_detail ? n->reason_detail : "undecided",
-                casts.p ? casts.p : "");
+                casts.p ? casts.p : "", plan.widen && plan.widen[id] ? plan.why[id] : NULL);
     }
   }
   free(refs);
   free(types.p);
   free(casts.p);
+  apx_arena_free(&plan_arena);
   ApxPrecisionSummary s;
   apx_explain_summarize(g, &s);
   write_summary_text(&s, f);

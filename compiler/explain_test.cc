@@ -224,6 +224,37 @@ TEST(Explain, HeaderStatesHalfTypeAndLossScaling) {
   }
 }
 
+TEST(Explain, EmitOnnxNotesTheBf16NodesWrittenAsFp32) {
+  PGraph t(APX_O2, APX_DT_BF16);
+  int x = t.input("x", {1, 1, 4, 4});
+  int w = t.param("w", {1, 1, 3, 3});
+  int y = t.op(APX_OP_Conv, "conv", {x, w}, {1, 1, 2, 2});
+  int m = t.op(APX_OP_ReduceMean, "rm", {y}, {1, 1, 1, 1});
+  t.output(m);
+  // ReduceMean as an opset-17 model writes it: axes as an attribute (an input from opset 18)
+  static int64_t axes[2] = {2, 3};
+  ApxAttr a;
+  memset(&a, 0, sizeof a);
+  a.name = "axes";
+  a.type = APX_ATTR_INTS;
+  a.n = 2;
+  a.ints = axes;
+  ApxNode *rm = &t.g.nodes[t.find_node("rm")];
+  rm->n_attrs = 1;
+  rm->attrs = &a;
+  t.g.opset = 17;
+  t.o.half_set = 1;
+  t.o.emit_onnx = "out.onnx";
+  t.preset();
+  t.compile();
+  std::string row = row_block(explain(t, APX_EXPLAIN_TEXT), "conv");
+  EXPECT_TRUE(has(row, "note: --emit-onnx: ONNX Conv admits bfloat16 from opset 22, but the model's"))
+      << row;
+  t.o.emit_onnx = nullptr;  // without --emit-onnx: no such note
+  EXPECT_FALSE(has(row_block(explain(t, APX_EXPLAIN_TEXT), "conv"), "--emit-onnx"));
+  rm->n_attrs = 0;
+}
+
 TEST(Explain, DotColoursNodesByPrecisionAndMarksCasts) {
   PGraph t(APX_O1);
   tiny(t);

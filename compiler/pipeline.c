@@ -74,7 +74,21 @@ static const char *const inspect_after = "cast_cleanup";
 
 int apx_inspect_write(const ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   if (o->explain && apx_explain_emit(g, o, d)) return -1;
-  if (o->emit_onnx && apx_emit_onnx(g, o->emit_onnx, d)) return -1;
+  if (o->emit_onnx) {
+    ApxEmitOnnxInfo info;
+    if (apx_emit_onnx_file(g, o->emit_onnx, &info, d)) return -1;
+    if (!o->quiet) {
+      char raised[64] = "";
+      if (info.opset != info.model_opset)
+        snprintf(raised, sizeof raised, " (raised from %lld for bfloat16)", (long long)info.model_opset);
+      fprintf(stderr, "wrote %s: %d nodes (%d Casts inserted), %d initializers, ai.onnx opset %lld%s, %zu bytes",
+              o->emit_onnx, info.nodes, info.casts_inserted, info.initializers, (long long)info.opset, raised,
+              info.bytes);
+      if (info.widened)
+        fprintf(stderr, "; %d bf16 node(s) written as fp32 compute (no bfloat16 form; see --explain)", info.widened);
+      fputc('\n', stderr);
+    }
+  }
   return 0;
 }
 

@@ -68,7 +68,12 @@ step() {  # step NAME COMMAND... : runs COMMAND in the chroot, in the clone, as 
 step "os" bash -c '. /etc/os-release; echo "$PRETTY_NAME"; command -v python3 || echo "no python3 yet"'
 step "setup.sh" bash scripts/setup.sh
 step "setup.sh again (idempotent)" bash scripts/setup.sh
-step "system python untouched" bash -c '! /usr/bin/python3 -c "import onnx" 2>/dev/null && echo "system python3 has no onnx (venv only)"'
+# Debian's own python3-onnx may be installed (a dependency of the apt packages); onnxruntime
+# and tensorboard are not Debian packages: in the system python they would mean a pip install
+step "system python untouched" bash -c '! /usr/bin/python3 -c "import onnxruntime" 2>/dev/null &&
+  ! /usr/bin/python3 -c "import tensorboard" 2>/dev/null &&
+  .venv/bin/python -c "import onnxruntime, tensorboard, onnx; print(\"venv:\", onnx.__version__, onnxruntime.__version__)"'
+
 step "quickstart.sh" bash scripts/quickstart.sh mlp 50
 if [ $# -gt 0 ]; then
   step "bazel test" bazel test --test_output=errors "$@"
