@@ -4,6 +4,7 @@
 #include <fnmatch.h>
 #include <string.h>
 
+#include "compiler/bind_inputs.h"
 #include "compiler/emit_onnx.h"
 #include "compiler/explain.h"
 #include "compiler/onnx_load.h"
@@ -153,6 +154,8 @@ int apx_compile_file_inspected(ApxGraph *g, const ApxOptions *o, ApxInspectFn in
     with_policy.policy = &policy;
   }
   if (rc == 0) rc = apx_onnx_load_file(g, o->model_path, o, d);
+  /* inputs bound to data (apexrun infer): constants before folding (bind_inputs.h) */
+  if (rc == 0 && o->n_bind > 0) rc = apx_bind_inputs(g, o->bind, o->n_bind, d);
   if (rc == 0 && o->verify_each_pass) rc = apx_graph_verify(g, d);
   if (rc == 0) rc = apx_compile_graph_inspected(g, &with_policy, inspect, d);
   apx_policy_free(&policy);

@@ -12,6 +12,7 @@
 #include "kernels/attrs.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "runtime/export_onnx.h"
+#include "runtime/tensorboard.h"
 
 void apx_train_config_init(ApxTrainConfig *c) {
   memset(c, 0, sizeof *c);
@@ -342,6 +343,15 @@ int apx_step_json(const ApxStepRecord *r, char *buf, size_t cap) {
                   r->step, loss, scale, r->skipped ? "true" : "false", name, gn, lr, r->ms, ov);
 }
 
+/* --tensorboard: the scalars of a step, the values of its --log row (runtime/tensorboard.h).
+ * One loss and one scaler per plan (several losses are not supported yet). */
+static int tb_write_step(ApxTbWriter *tb, const ApxStepRecord *r, int64_t skipped_so_far, ApxDiag *d) {
+  const ApxTbScalar s[] = {{"loss", r->loss},           {"loss_scale", r->loss_scale},
+                           {"lr", r->lr},               {"grad_norm", r->grad_norm},
+                           {"ms_per_step", r->ms},      {"skipped_steps", (double)skipped_so_far}};
+  return apx_tb_write_scalars(tb, r->step, s, (int)(sizeof s / sizeof s[0]), d);
+}
+
 /* On resume: keep the log's records of steps <= step (a killed run may have logged more).
  * A log that cannot be written is bad usage (exit code 2), found before training. */
 static FILE *open_log(const char *path, int64_t keep_upto, int resumed, ApxDiag *d) {
@@ -391,6 +401,7 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   ApxTrainer t;
   memset(&t, 0, sizeof t);
   FILE *log = NULL;
+  ApxTbWriter *tb = NULL; /* --tensorboard */
   int rc = 0, pending = 0; /* pending: a progress line without its newline */
   /* --export-onnx: a destination that cannot be written fails now, not after the training */
   if (lead && cfg.export_onnx && apx_export_onnx_check(plan, cfg.export_onnx, &d)) goto done;
@@ -426,6 +437,7 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   if (lead && cfg.ckpt_dir && t.step < cfg.steps && apx_checkpoint_dir_check(cfg.ckpt_dir, &d))
     goto done;
   if (cfg.log_path && lead && !(log = open_log(cfg.log_path, t.step, resumed, &d))) goto done;
+  if (cfg.tensorboard_dir && lead && apx_tb_init(&tb, cfg.tensorboard_dir, &d)) goto done;
   /* every rank starts from identical weights (same plan, same checkpoint) */
   if (apx_dp_check_replicas(&t.dp, &t.ex, t.step, t.scaler.scale, 1, &d)) goto done;
 
@@ -445,6 +457,7 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
       fprintf(log, "%s\n", line);
       fflush(log);
     }
+    if (tb && tb_write_step(tb, &r, skipped, &d)) goto done;
     /* on a terminal at most ~20 lines a second (fast models take well under a ms a step) */
     if (progress && (now_ms() - last_print >= 50 || t.step == cfg.steps || r.skipped)) {
       fprintf(out, "\rstep %" PRId64 "/%" PRId64 "  loss %10.6f  scale %-9g %8.1f ms", r.step,
@@ -535,6 +548,7 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
 done:
   if (pending) fputc('\n', out);
   if (log) fclose(log);
+  apx_tb_close(tb);
   if (d.code) {
     fprintf(stderr, "%s\n", d.msg);
     rc = d.code;
