@@ -289,7 +289,19 @@ static int cmd_infer(int argc, char **argv) {
   memset(&ex, 0, sizeof ex);
   ApxInferData in; /* the input folder, pb or npy (runtime/infer_io.h) */
   rc = 0;
-  if (apx_infer_data_read(a.input_dir, &in, &d)) goto done;
+  if (apx_infer_data_read(a.input_dir, &in, &d)) {
+    /* a model that is itself out of scope says so first (its inputs' types explain the data) */
+    if (!is_plan_file(a.model)) {
+      ApxDiag dm;
+      apx_diag_init(&dm);
+      dm.quiet = 1;
+      ApxGraph probe;
+      apx_graph_init(&probe, a.model);
+      if (apx_onnx_load_file(&probe, a.model, &a.o, &dm)) d = dm;
+      apx_graph_free(&probe);
+    }
+    goto done;
+  }
 
   if (is_plan_file(a.model)) {
     if (apx_plan_read(&plan, a.model, &d)) goto done;
