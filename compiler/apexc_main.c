@@ -51,6 +51,9 @@ static void print_summary(const ApxGraph *g, const ApxOptions *o) {
   }
   printf("%s: %d nodes, opset %" PRId64 ", ir_version %" PRId64 ", -O%d\n", g->file, g->n_order,
          g->opset, g->ir_version, (int)o->opt_level);
+  char prec[256];
+  apx_explain_precision_line(o, prec, sizeof prec);
+  printf("precision: %s\n", prec);
   printf("ops:");
   for (int i = 1; i < APX_OP_COUNT; i++)
     if (count[i]) printf(" %s=%d", apx_op_name((ApxOp)i), count[i]);

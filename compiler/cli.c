@@ -47,9 +47,15 @@ static const char usage_text[] =
     "  --list-ops                  print the op table with each op's precision list\n"
     "\n"
     "Inspection:\n"
-    "  --explain[=text|json]       every node's precision decision and why, then a summary\n"
+    "  --explain[=text|json|dot]   every node's precision decision and why, then a summary;\n"
+    "                              text fits 120 columns (dtype runs as fp16x3); json is\n"
+    "                              docs/explain-schema.md (--policy reads it back); dot is a\n"
+    "                              Graphviz graph coloured by precision, inserted Casts marked\n"
+    "                              (dot -Tsvg FILE.dot -o FILE.svg)\n"
     "  --explain-out FILE          write the explanation to FILE instead of stdout\n"
-    "  --emit-onnx FILE            the mixed-precision forward graph as ONNX (Cast nodes added)\n"
+    "  --emit-onnx FILE            the mixed-precision forward graph as ONNX (Cast nodes added,\n"
+    "                              each node's decision and reason in its doc_string; always\n"
+    "                              onnx.checker-valid: the opset is raised for bf16 ops)\n"
     "  --fusion-report             what fused and why candidates did not\n"
     "  --bucket-report[=text|json] gradient buckets: members, bytes, kernel each is ready at\n"
     "  --dump-plan PLAN.apx        print a compiled plan readably\n"
@@ -416,7 +422,8 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
     } else if (flag_is(arg, "--explain", &v)) {
       if (!v || !strcmp(v, "text")) o->explain = 1;
       else if (!strcmp(v, "json")) o->explain = 2;
-      else return fail(&p, "--explain: expected text or json, got '%s'", v);
+      else if (!strcmp(v, "dot")) o->explain = 3;
+      else return fail(&p, "--explain: expected text, json or dot, got '%s'", v);
       inspect = 1;
     } else if (flag_is(arg, "--emit-onnx", &v)) {
       if (!(o->emit_onnx = need_value(&p, "--emit-onnx", v))) return -1;

@@ -127,7 +127,7 @@ TEST(Cli, UsageErrorsNameTheFlag) {
       {{"m.onnx", "--min-loss-scale", "10", "--max-loss-scale", "1"}, "must not exceed"},
       {{"a.onnx", "b.onnx"}, "more than one model"},
       {{"-O2"}, "no model given"},
-      {{"m.onnx", "--explain=xml"}, "--explain: expected text or json"},
+      {{"m.onnx", "--explain=xml"}, "--explain: expected text, json or dot"},
   };
   for (auto &c : cases) {
     Parsed p = parse(c.args);

@@ -1,6 +1,7 @@
 /* emit_onnx.c - the forward graph of an IR as an ONNX ModelProto (contract in emit_onnx.h).
  *
- * Three steps over g: choose what is written (live FORWARD nodes in g->order; every value
+ * Four steps over g: choose the opset (compiler/onnx_opset.h: raised for bfloat16, or a bf16
+ * node written as fp32 compute between Casts), choose what is written (live FORWARD nodes in g->order; every value
  * they read that they do not produce becomes a graph input or an initializer), build the
  * protobuf-c messages in a private arena (all pointers point into the arena or into g, so
  * nothing is freed message by message), then pack once. */
@@ -12,8 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compiler/onnx_opset.h"
 #include "kernels/half.h"
 #include "onnx.pb-c.h"
+#include "passes/precision_rules.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "emit_onnx.c writes host bytes as little-endian raw_data: big-endian hosts need swaps"
@@ -31,8 +34,11 @@ typedef struct Emit {
   uint8_t *role;             /* [n_vals] */
   Onnx__NodeProto **nodes;   /* [g->n_order] */
   size_t n_nodes;
+  size_t cap_nodes;
   Onnx__TensorProto **inits; /* [g->n_vals] */
   size_t n_inits;
+  ApxOnnxOpsetPlan plan;     /* the opset written; bf16 nodes written as fp32 (onnx_opset.h) */
+  int32_t casts_inserted;    /* written Casts that apexc inserted */
 } Emit;
 
 static int oom(Emit *e) {
@@ -360,6 +366,43 @@ static int onnx_output_count(const ApxNode *n) {
 
 static const char *value_name(const ApxGraph *g, int v) { return v >= 0 ? g->vals[v].name : ""; }
 
+/* The node's doc_string (Netron shows it): apexc's decision and its reason, the note, and
+ * for a node written as fp32 compute, why. */
+static char *node_doc(Emit *e, int node) {
+  const ApxGraph *g = e->g;
+  const ApxNode *n = &g->nodes[node];
+  const char *dec = n->compute == APX_DT_UNDEFINED ? "undecided" : apx_dtype_short(n->compute);
+  if (apx_prec_is_inserted_cast(g, node) && n->n_in > 0 && n->in[0] >= 0 && n->out[0] >= 0)
+    return apx_arena_printf(&e->a, "apexc: Cast inserted by apexc (%s -> %s): a consumer computes in %s",
+                            apx_dtype_short(g->vals[n->in[0]].dtype), apx_dtype_short(g->vals[n->out[0]].dtype),
+                            apx_dtype_short(g->vals[n->out[0]].dtype));
+  return apx_arena_printf(&e->a, "apexc: %s (%s)%s%s%s%s", dec, n->reason_detail ? n->reason_detail : "no reason",
+                          n->note ? "; note: " : "", n->note ? n->note : "",
+                          e->plan.widen[node] ? "; " : "", e->plan.widen[node] ? e->plan.why[node] : "");
+}
+
+/* A Cast node of the emitted model only (widening a bf16 node to fp32 compute). */
+static int emit_cast(Emit *e, const char *name, const char *in, const char *out, ApxDType to, const char *doc) {
+  Onnx__NodeProto *p = alloc(e, sizeof *p);
+  AttrList l = {NULL, 0, 1};
+  if (!p || !(l.items = alloc(e, sizeof *l.items))) return oom(e);
+  onnx__node_proto__init(p);
+  p->name = (char *)name;
+  p->op_type = (char *)"Cast";
+  p->doc_string = (char *)doc;
+  p->input = alloc(e, sizeof(char *));
+  p->output = alloc(e, sizeof(char *));
+  if (!p->name || !p->input || !p->output || attr_int(e, &l, "to", to)) return oom(e);
+  p->input[0] = (char *)in;
+  p->output[0] = (char *)out;
+  p->n_input = p->n_output = 1;
+  p->n_attribute = l.n;
+  p->attribute = l.items;
+  if (e->n_nodes == e->cap_nodes) return oom(e);
+  e->nodes[e->n_nodes++] = p;
+  return 0;
+}
+
 static int emit_node(Emit *e, int node) {
   const ApxGraph *g = e->g;
   const ApxNode *n = &g->nodes[node];
@@ -368,6 +411,8 @@ static int emit_node(Emit *e, int node) {
   onnx__node_proto__init(p);
   p->name = (char *)(n->name ? n->name : "");
   p->op_type = (char *)apx_op_name(n->op);
+  if (!(p->doc_string = node_doc(e, node))) return oom(e);
+  if (apx_prec_is_inserted_cast(g, node)) e->casts_inserted++;
 
   int n_in = n->n_in, n_out = onnx_output_count(n);
   while (n_in > 0 && n->in[n_in - 1] < 0) n_in--; /* trailing absent optionals */
@@ -379,6 +424,16 @@ static int emit_node(Emit *e, int node) {
   for (int i = 0; i < n_out; i++) p->output[i] = (char *)value_name(g, n->out[i]);
   p->n_input = (size_t)n_in;
   p->n_output = (size_t)n_out;
+  if (e->plan.widen[node]) { /* bf16 node without a bf16 form at the written opset: fp32 compute */
+    const char *doc = apx_arena_printf(&e->a, "apexc --emit-onnx: fp32 compute for '%s' (see its doc_string)", p->name);
+    for (int i = 0; i < n_in; i++) {
+      if (n->in[i] < 0 || g->vals[n->in[i]].dtype != APX_DT_BF16) continue;
+      char *wide = apx_arena_printf(&e->a, "%s__apx_fp32_in%d", p->name, i);
+      char *cname = apx_arena_printf(&e->a, "%s__apx_widen_in%d", p->name, i);
+      if (!wide || !cname || !doc || emit_cast(e, cname, p->input[i], wide, APX_DT_F32, doc)) return oom(e);
+      p->input[i] = wide;
+    }
+  }
 
   AttrList l = {NULL, 0, (size_t)n->n_attrs + 8};
   if (!(l.items = alloc(e, l.cap * sizeof *l.items))) return oom(e);
@@ -401,7 +456,17 @@ static int emit_node(Emit *e, int node) {
   }
   p->n_attribute = l.n;
   p->attribute = l.items;
+  if (e->n_nodes == e->cap_nodes) return oom(e);
   e->nodes[e->n_nodes++] = p;
+  if (e->plan.widen[node]) /* fp32 results rounded back to the bf16 values the graph holds */
+    for (int i = 0; i < n_out; i++) {
+      if (n->out[i] < 0 || g->vals[n->out[i]].dtype != APX_DT_BF16) continue;
+      char *wide = apx_arena_printf(&e->a, "%s__apx_fp32_out%d", p->name, i);
+      char *cname = apx_arena_printf(&e->a, "%s__apx_narrow_out%d", p->name, i);
+      const char *doc = apx_arena_printf(&e->a, "apexc --emit-onnx: bf16 result of '%s' (fp32 compute)", p->name);
+      if (!wide || !cname || !doc || emit_cast(e, cname, wide, p->output[i], APX_DT_BF16, doc)) return oom(e);
+      p->output[i] = wide;
+    }
   return 0;
 }
 
@@ -414,9 +479,11 @@ static int is_written(const ApxNode *n) {
 static int build(Emit *e, Onnx__ModelProto *m) {
   const ApxGraph *g = e->g;
   e->role = alloc(e, (size_t)g->n_vals);
-  e->nodes = alloc(e, (size_t)g->n_order * sizeof *e->nodes);
+  e->cap_nodes = 0; /* each node, and room for a Cast per slot of a widened one */
+  for (int k = 0; k < g->n_order; k++) e->cap_nodes += 1 + (size_t)(g->nodes[g->order[k]].n_in + g->nodes[g->order[k]].n_out);
+  e->nodes = alloc(e, e->cap_nodes * sizeof *e->nodes);
   e->inits = alloc(e, (size_t)g->n_vals * sizeof *e->inits);
-  if (!e->role || !e->nodes || !e->inits) return oom(e);
+  if (!e->role || !e->nodes || !e->inits || apx_onnx_opset_plan(g, &e->a, &e->plan)) return oom(e);
 
   /* what is written, and the role of every value in it */
   for (int i = 0; i < g->n_inputs; i++) e->role[g->inputs[i]] = ROLE_INPUT;
@@ -487,22 +554,28 @@ static int build(Emit *e, Onnx__ModelProto *m) {
   onnx__operator_set_id_proto__init(opset);
   opset->domain = (char *)"";
   opset->has_version = 1;
-  opset->version = g->opset;
+  opset->version = e->plan.opset;
   opsets[0] = opset;
   onnx__model_proto__init(m);
   m->has_ir_version = 1;
-  m->ir_version = ir_version_for(g->opset);
+  m->ir_version = ir_version_for(e->plan.opset);
   m->n_opset_import = 1;
   m->opset_import = opsets;
   m->producer_name = (char *)"apexc";
   m->producer_version = (char *)"1";
-  m->doc_string = apx_arena_printf(&e->a, "mixed-precision forward graph of %s (apexc --emit-onnx)",
-                                   g->file ? g->file : "?");
+  char raised[96] = "";
+  if (e->plan.opset != g->opset)
+    snprintf(raised, sizeof raised, "; ai.onnx opset raised from %lld to %lld for bfloat16", (long long)g->opset,
+             (long long)e->plan.opset);
+  m->doc_string = apx_arena_printf(&e->a, "mixed-precision forward graph of %s (apexc --emit-onnx)%s%s",
+                                   g->file ? g->file : "?", raised,
+                                   e->plan.n_widened ? "; some bf16 nodes written as fp32 compute (see their "
+                                                       "doc_string)" : "");
   m->graph = gp;
   return 0;
 }
 
-int apx_emit_onnx_memory(const ApxGraph *g, void **buf, size_t *len, ApxDiag *d) {
+static int emit_memory(const ApxGraph *g, void **buf, size_t *len, ApxEmitOnnxInfo *info, ApxDiag *d) {
   Emit e = {.g = g, .d = d};
   Onnx__ModelProto m;
   int rc = -1;
@@ -520,16 +593,33 @@ int apx_emit_onnx_memory(const ApxGraph *g, void **buf, size_t *len, ApxDiag *d)
     } else {
       *len = protobuf_c_message_pack(&m.base, *buf);
       rc = 0;
+      if (info) {
+        info->model_opset = g->opset;
+        info->opset = e.plan.opset;
+        info->nodes = (int32_t)e.n_nodes;
+        info->casts_inserted = e.casts_inserted;
+        info->initializers = (int32_t)e.n_inits;
+        info->widened = e.plan.n_widened;
+        info->bytes = *len;
+      }
     }
   }
   apx_arena_free(&e.a);
   return rc;
 }
 
+int apx_emit_onnx_memory(const ApxGraph *g, void **buf, size_t *len, ApxDiag *d) {
+  return emit_memory(g, buf, len, NULL, d);
+}
+
 int apx_emit_onnx(const ApxGraph *g, const char *path, ApxDiag *d) {
+  return apx_emit_onnx_file(g, path, NULL, d);
+}
+
+int apx_emit_onnx_file(const ApxGraph *g, const char *path, ApxEmitOnnxInfo *info, ApxDiag *d) {
   void *buf;
   size_t len;
-  if (apx_emit_onnx_memory(g, &buf, &len, d)) return -1;
+  if (emit_memory(g, &buf, &len, info, d)) return -1;
   FILE *f = fopen(path, "wb");
   int ok = f && fwrite(buf, 1, len, f) == len;
   int err = errno;

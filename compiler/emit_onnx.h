@@ -1,11 +1,17 @@
 /* emit_onnx.h - --emit-onnx FILE: the mixed-precision forward graph as ONNX (DESIGN.md 7).
  *
  * Writes the live FORWARD-section nodes of g (in g->order) as one ModelProto through
- * protobuf-c: ai.onnx opset g->opset, ir_version 8 (9 for opset 19-20, 10 for opset >= 21,
- * the lowest that admits the opset), so onnx.checker accepts it and onnxruntime runs it.
+ * protobuf-c: ai.onnx opset g->opset, raised where bfloat16 needs it (compiler/onnx_opset.h:
+ * Conv, pooling ... admit bfloat16 only from opset 22; a bf16 node whose op has no bf16 form
+ * at the highest opset the written graph allows is written as fp32 compute between Casts),
+ * ir_version 8 (9 for opset 19-20, 10 for opset >= 21, the lowest that admits the opset), so
+ * onnx.checker (full_check, strict type inference) accepts it and onnxruntime runs it.
  * Meant to run after the precision passes (Cast nodes inserted, initializer dtypes changed)
  * and before fusion.
  *
+ *  - doc_string of every node (Netron shows it): "apexc: DECISION (REASON)", its note, and
+ *    for a node written as fp32 compute the reason; inserted Casts say so. The model's
+ *    doc_string names the source model and any opset raise.
  *  - nodes: op type, name, inputs and outputs (absent optional ones as ""; apexc's extra
  *    outputs that ONNX does not define, BatchNormalization's saved mean / inverse std, are
  *    dropped), and the generic attributes as loaded. A Cast's target type comes from its
@@ -38,6 +44,19 @@ extern "C" {
 /* Returns 0, or -1 with the error in d (code 2 for graphs that cannot be expressed, 1 for
  * I/O failures). */
 int apx_emit_onnx(const ApxGraph *g, const char *path, ApxDiag *d);
+
+/* What was written, for the CLI's one-line summary. */
+typedef struct ApxEmitOnnxInfo {
+  int64_t opset, model_opset; /* written ai.onnx opset; the model's */
+  int32_t nodes;              /* NodeProtos written (widening Casts included) */
+  int32_t casts_inserted;     /* of those, Casts apexc's precision passes inserted */
+  int32_t initializers;
+  int32_t widened;            /* bf16 nodes written as fp32 compute */
+  size_t bytes;               /* the serialized model */
+} ApxEmitOnnxInfo;
+
+/* As apx_emit_onnx; fills *info (may be NULL) on success. */
+int apx_emit_onnx_file(const ApxGraph *g, const char *path, ApxEmitOnnxInfo *info, ApxDiag *d);
 
 /* As apx_emit_onnx, into a malloc'ed buffer (*buf, *len; the caller frees *buf). */
 int apx_emit_onnx_memory(const ApxGraph *g, void **buf, size_t *len, ApxDiag *d);

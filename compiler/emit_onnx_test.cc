@@ -405,6 +405,124 @@ TEST(EmitOnnx, WritesAFileAndReportsUnwritablePaths) {
   EXPECT_EQ(t.d.code, APX_EXIT_RUNTIME);
 }
 
+ApxAttr ints_attr(const char *name, const std::vector<int64_t> &v) {
+  ApxAttr a;
+  memset(&a, 0, sizeof a);
+  a.name = name;
+  a.type = APX_ATTR_INTS;
+  a.n = (int32_t)v.size();
+  static std::vector<std::vector<int64_t>> keep;  // outlives the graph of the test
+  keep.push_back(v);
+  a.ints = keep.back().data();
+  return a;
+}
+
+// x [1,1,4,4] -> Cast(dt) -> Conv(W dt [1,1,3,3]) -> Cast fp32 -> y, decided in dt; with
+// reduce_mean, also ReduceMean(y, axes attribute) in the opset-17 form.
+struct ConvGraph : Graph {
+  int conv;
+  ConvGraph(ApxDType dt, bool reduce_mean) {
+    int x = input("x", APX_DT_F32, {1, 1, 4, 4});
+    int xh = val("x_h", APX_VAL_ACTIVATION, dt, {1, 1, 4, 4});
+    int w = data_val("w", APX_VAL_PARAM, dt, {1, 1, 3, 3}, {1, 0, -1, 2, 0, -2, 1, 0, -1});
+    int yh = val("y_h", APX_VAL_ACTIVATION, dt, {1, 1, 2, 2});
+    int y = val("y", APX_VAL_ACTIVATION, APX_DT_F32, {1, 1, 2, 2});
+    cast("x_cast", x, xh, dt);
+    conv = node(APX_OP_Conv, "conv", {xh, w}, {yh});
+    loaded(conv, 0, {});
+    g.nodes[conv].compute = dt;
+    g.nodes[conv].reason_detail = "default: O2 runs float ops in the half type";
+    g.nodes[conv].note = "tensor cores: C=1 not a multiple of 8";
+    cast("y_cast", yh, y, APX_DT_F32);
+    if (reduce_mean) {
+      int m = val("m", APX_VAL_ACTIVATION, APX_DT_F32, {1, 1, 1, 1});
+      int rm = node(APX_OP_ReduceMean, "rm", {y}, {m});
+      loaded(rm, 1, {ints_attr("axes", {2, 3})});
+      output(m);
+    } else {
+      output(y);
+    }
+    g.loss = -1;
+  }
+};
+
+TEST(EmitOnnx, Bf16ConvRaisesTheOpsetToTheFirstWithBf16Conv) {
+  ConvGraph t(APX_DT_BF16, false);
+  ASSERT_EQ(apx_graph_toposort(&t.g, &t.d), 0);
+  Model m(t);
+  ASSERT_NE(m.m, nullptr) << t.d.msg;
+  EXPECT_EQ(m.m->opset_import[0]->version, 22);  // Conv admits tensor(bfloat16) from opset 22
+  EXPECT_EQ(m.m->ir_version, 10);
+  EXPECT_NE(std::string(m.m->doc_string).find("raised from 17 to 22 for bfloat16"), std::string::npos)
+      << m.m->doc_string;
+  EXPECT_EQ(m.node("conv")->input[0], std::string("x_h"));  // written in bf16 as decided
+}
+
+TEST(EmitOnnx, Fp16AndBf16GemmKeepTheModelsOpset) {
+  ConvGraph t(APX_DT_F16, false);
+  ASSERT_EQ(apx_graph_toposort(&t.g, &t.d), 0);
+  Model m(t);
+  ASSERT_NE(m.m, nullptr) << t.d.msg;
+  EXPECT_EQ(m.m->opset_import[0]->version, 17);
+  MixedMlp b;
+  for (int v : {b.xh, b.w, b.b, b.h, b.r}) b.g.vals[v].dtype = APX_DT_BF16;
+  b.g.vals[b.w].data = apx_arena_alloc(&b.g.arena, 12 * 2);  // bf16 zeros
+  b.g.vals[b.b].data = apx_arena_alloc(&b.g.arena, 3 * 2);
+  APX_NODE_ATTRS(&b.g, b.n_cast_in, ApxAttrCast)->to = APX_DT_BF16;
+  ASSERT_EQ(apx_graph_toposort(&b.g, &b.d), 0);
+  Model mb(b);
+  ASSERT_NE(mb.m, nullptr) << b.d.msg;
+  EXPECT_EQ(mb.m->opset_import[0]->version, 17);  // Gemm and Relu admit bf16 at 13/14
+}
+
+TEST(EmitOnnx, Bf16ConvBesideAnOldFormReduceMeanIsWrittenAsFp32Compute) {
+  ConvGraph t(APX_DT_BF16, true);
+  ASSERT_EQ(apx_graph_toposort(&t.g, &t.d), 0);
+  Model m(t);
+  ASSERT_NE(m.m, nullptr) << t.d.msg;
+  // ReduceMean's axes attribute is an input from opset 18: the opset stays 17, so the Conv
+  // (bf16 only from 22) computes in fp32 between Casts
+  EXPECT_EQ(m.m->opset_import[0]->version, 17);
+  const Onnx__NodeProto *conv = m.node("conv");
+  ASSERT_NE(conv, nullptr);
+  EXPECT_EQ(std::string(conv->input[0]), "conv__apx_fp32_in0");
+  EXPECT_EQ(std::string(conv->input[1]), "conv__apx_fp32_in1");
+  EXPECT_EQ(std::string(conv->output[0]), "conv__apx_fp32_out0");
+  const Onnx__NodeProto *widen = m.node("conv__apx_widen_in0"), *narrow = m.node("conv__apx_narrow_out0");
+  ASSERT_NE(widen, nullptr);
+  ASSERT_NE(narrow, nullptr);
+  EXPECT_EQ(Model::attr(widen, "to")->i, 1);    // FLOAT
+  EXPECT_EQ(Model::attr(narrow, "to")->i, 16);  // BFLOAT16
+  EXPECT_EQ(std::string(narrow->output[0]), "y_h");
+  std::string doc = conv->doc_string;
+  EXPECT_NE(doc.find("apexc: bf16 (default: O2 runs float ops in the half type)"), std::string::npos) << doc;
+  EXPECT_NE(doc.find("admits bfloat16 from opset 22, but the model's ReduceMean 'rm' is valid only up to "
+                     "opset 17 (its axes attribute becomes an input)"),
+            std::string::npos)
+      << doc;
+  // the nodes are in a valid order: widen, conv, narrow
+  size_t iw = 0, ic = 0, in = 0;
+  for (size_t i = 0; i < m.m->graph->n_node; i++) {
+    if (m.m->graph->node[i] == widen) iw = i;
+    if (m.m->graph->node[i] == conv) ic = i;
+    if (m.m->graph->node[i] == narrow) in = i;
+  }
+  EXPECT_LT(iw, ic);
+  EXPECT_LT(ic, in);
+}
+
+TEST(EmitOnnx, EveryNodeCarriesItsDecisionInDocString) {
+  ConvGraph t(APX_DT_F16, false);
+  ASSERT_EQ(apx_graph_toposort(&t.g, &t.d), 0);
+  Model m(t);
+  ASSERT_NE(m.m, nullptr) << t.d.msg;
+  EXPECT_STREQ(m.node("conv")->doc_string,
+               "apexc: fp16 (default: O2 runs float ops in the half type); note: tensor cores: C=1 not a "
+               "multiple of 8");
+  for (size_t i = 0; i < m.m->graph->n_node; i++)
+    EXPECT_EQ(std::string(m.m->graph->node[i]->doc_string).rfind("apexc", 0), 0u) << m.m->graph->node[i]->name;
+}
+
 TEST(EmitOnnx, IrVersionAdmitsTheOpset) {
   MixedMlp t;
   ASSERT_EQ(apx_graph_toposort(&t.g, &t.d), 0);

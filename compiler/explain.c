@@ -9,9 +9,11 @@
 #include <string.h>
 
 #include "ir/cost.h"
+#include "ir/text.h"
 #include "passes/fusion.h"
 #include "passes/bucketing.h"
 #include "compiler/json.h"
+#include "compiler/onnx_opset.h"
 #include "compiler/policy_file.h"
 #include "passes/precision_rules.h"
 
@@ -134,26 +136,35 @@ static void buf_add(Buf *b, const char *fmt, ...) {
   }
 }
 
-static void inputs_cell(const ApxGraph *g, const ApxNode *n, Buf *b) {
-  b->len = 0;
-  if (b->p) b->p[0] = 0;
-  for (int i = 0; i < n->n_in; i++)
-    buf_add(b, "%s%s", i ? "," : "", n->in[i] >= 0 ? apx_dtype_short(g->vals[n->in[i]].dtype) : "-");
-  if (!n->n_in) buf_add(b, "-");
+/* A dtype list with runs compacted: fp32,fp32,fp32,i64 -> "fp32x3,i64" (ASCII 'x', so
+ * columns count bytes); an absent optional slot is "-". */
+static void dtypes_compact(const ApxGraph *g, const int *ids, int n, Buf *b) {
+  if (!n) buf_add(b, "-");
+  for (int i = 0; i < n;) {
+    const char *t = ids[i] >= 0 ? apx_dtype_short(g->vals[ids[i]].dtype) : "-";
+    int run = 1;
+    while (i + run < n && !strcmp(ids[i + run] >= 0 ? apx_dtype_short(g->vals[ids[i + run]].dtype) : "-", t))
+      run++;
+    buf_add(b, "%s%s", i ? "," : "", t);
+    if (run > 1) buf_add(b, "x%d", run);
+    i += run;
+  }
 }
 
-static void outputs_cell(const ApxGraph *g, const ApxNode *n, Buf *b) {
+/* The "types" cell: input dtypes -> output dtypes, as wired after cast insertion. */
+static void types_cell(const ApxGraph *g, const ApxNode *n, Buf *b) {
   b->len = 0;
   if (b->p) b->p[0] = 0;
-  for (int i = 0; i < n->n_out; i++)
-    buf_add(b, "%s%s", i ? "," : "", n->out[i] >= 0 ? apx_dtype_short(g->vals[n->out[i]].dtype) : "-");
-  if (!n->n_out) buf_add(b, "-");
+  dtypes_compact(g, n->in, n->n_in, b);
+  buf_add(b, " -> ");
+  dtypes_compact(g, n->out, n->n_out, b);
 }
 
 static const char *decision_str(ApxDType t) {
   return t == APX_DT_UNDEFINED ? "undecided" : apx_dtype_short(t);
 }
 
+/* The casts feeding node id, as one text ("" when none). */
 static void casts_cell(const ApxGraph *g, int id, Buf *b, CastRef *refs, int cap) {
   b->len = 0;
   if (b->p) b->p[0] = 0;
@@ -168,7 +179,6 @@ static void casts_cell(const ApxGraph *g, int id, Buf *b, CastRef *refs, int cap
             g->vals[r->output ? r->dst : r->src].name, apx_dtype_short(g->vals[r->src].dtype),
             apx_dtype_short(g->vals[r->dst].dtype), suffix);
   }
-  if (!k) buf_add(b, "-");
 }
 
 static void human(char *buf, size_t cap, double x, const char *unit) {
@@ -183,68 +193,161 @@ static void human(char *buf, size_t cap, double x, const char *unit) {
   else snprintf(buf, cap, "%.3g %s%s", x, pre[i], unit);
 }
 
+/* One summary line, wrapped to the report width with a hanging indent. */
+static void summary_line(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void summary_line(FILE *f, const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  apx_text_wrap(f, "  ", 4, line, APX_TEXT_WIDTH);
+}
+
 static void write_summary_text(const ApxPrecisionSummary *s, FILE *f) {
-  char a[32], b[32];
+  char a[32], b[32], unknown[64] = "";
   fprintf(f, "\nsummary\n");
   human(a, sizeof a, (double)s->flops_half, "FLOP");
   human(b, sizeof b, (double)s->flops_total, "FLOP");
-  fprintf(f, "  FLOPs in half precision: %.1f%% (%s of %s)", s->flops_total ? 100.0 * (double)s->flops_half / (double)s->flops_total : 0.0, a, b);
-  if (s->flops_unknown) fprintf(f, "; %d node(s) of unknown cost", s->flops_unknown);
-  fputc('\n', f);
-  fprintf(f, "  casts inserted: %d Cast node(s), %d constant(s) converted at compile time; "
-             "live Cast nodes before cleanup %d, after %d\n",
-          s->casts_inserted, s->casts_folded, s->casts_before_cleanup, s->casts_after_cleanup);
+  if (s->flops_unknown) snprintf(unknown, sizeof unknown, "; %d node(s) of unknown cost", s->flops_unknown);
+  summary_line(f, "FLOPs in half precision: %.1f%% (%s of %s)%s",
+               s->flops_total ? 100.0 * (double)s->flops_half / (double)s->flops_total : 0.0, a, b, unknown);
+  summary_line(f, "casts inserted: %d Cast node(s), %d constant(s) converted at compile time; "
+                  "live Cast nodes before cleanup %d, after %d",
+               s->casts_inserted, s->casts_folded, s->casts_before_cleanup, s->casts_after_cleanup);
   human(a, sizeof a, (double)s->act_bytes_fp32, "B");
   human(b, sizeof b, (double)s->act_bytes_mixed, "B");
-  fprintf(f, "  activation bytes: %s at fp32, %s mixed (%.1f%%)\n", a, b,
-          s->act_bytes_fp32 ? 100.0 * (double)s->act_bytes_mixed / (double)s->act_bytes_fp32 : 100.0);
-  fprintf(f, "  decisions: %d half, %d fp32, %d other (%d forward, %d backward, %d optimizer rows)\n",
-          s->n_half, s->n_fp32, s->n_other, s->rows[0], s->rows[1], s->rows[2]);
+  summary_line(f, "activation bytes: %s at fp32, %s mixed (%.1f%%)", a, b,
+               s->act_bytes_fp32 ? 100.0 * (double)s->act_bytes_mixed / (double)s->act_bytes_fp32 : 100.0);
+  summary_line(f, "decisions: %d half, %d fp32, %d other (%d forward, %d backward, %d optimizer rows)",
+               s->n_half, s->n_fp32, s->n_other, s->rows[0], s->rows[1], s->rows[2]);
+}
+
+void apx_explain_loss_scaling(const ApxOptions *o, char *buf, size_t cap) {
+  if (!o->training)
+    snprintf(buf, cap, "none (inference)");
+  else if (o->loss_scale_mode == APX_LOSS_SCALE_DYNAMIC)
+    snprintf(buf, cap, "dynamic, initial scale %g, growth interval %d steps", (double)o->loss_scale,
+             (int)o->scale_window);
+  else
+    snprintf(buf, cap, "static, scale %g", (double)o->loss_scale);
+}
+
+void apx_explain_precision_line(const ApxOptions *o, char *buf, size_t cap) {
+  ApxPrecSettings s = apx_prec_settings(o);
+  char ls[128];
+  apx_explain_loss_scaling(o, ls, sizeof ls);
+  snprintf(buf, cap, "-O%d  half=%s  loss scaling: %s", (int)s.level,
+           s.level == APX_O0 ? "none (fp32 throughout)" : apx_dtype_short(s.half), ls);
 }
 
 static void header_text(const ApxGraph *g, const ApxOptions *o, FILE *f) {
   ApxPrecSettings s = apx_prec_settings(o);
-  fprintf(f, "apexc --explain: %s  -O%d  half=%s  lists=%s  keep_batchnorm_fp32=%s  "
-             "master_weights=%s  cast_model_type=%s\n",
-          g->file, (int)s.level, apx_dtype_short(s.half), s.lists ? "on" : "off",
-          s.keep_bn_fp32 ? "on" : "off", s.master_weights ? "on" : "off",
-          s.model_half ? apx_dtype_short(s.half) : "fp32");
+  char line[512];
+  apx_text_wrap(f, "apexc --explain: ", 2, g->file, APX_TEXT_WIDTH);
+  apx_explain_precision_line(o, line, sizeof line);
+  apx_text_wrap(f, "  ", 4, line, APX_TEXT_WIDTH);
+  snprintf(line, sizeof line, "lists=%s  keep_batchnorm_fp32=%s  master_weights=%s  cast_model_type=%s",
+           s.lists ? "on" : "off", s.keep_bn_fp32 ? "on" : "off", s.master_weights ? "on" : "off",
+           s.model_half ? apx_dtype_short(s.half) : "fp32");
+  apx_text_wrap(f, "  ", 4, line, APX_TEXT_WIDTH);
+}
+
+/* Column widths of one section's table (the report is APX_TEXT_WIDTH wide). A name wider
+ * than its column gets a line of its own; types and reasons wrap inside their columns. */
+enum { NAME_MAX_W = 28, TYPES_MAX_W = 22, REASON_MIN_W = 24 };
+typedef struct Cols {
+  int name, op, types, dec, reason;
+} Cols;
+
+static Cols section_cols(const ApxGraph *g, int sec, Buf *b) {
+  Cols c = {4, 2, 5, 8, 0};
+  for (int k = 0; k < g->n_order; k++) {
+    int id = g->order[k];
+    const ApxNode *n = &g->nodes[id];
+    if (!is_row(g, id) || (int)n->section != sec) continue;
+    int l = (int)strlen(n->name);
+    if (l > c.name) c.name = l;
+    l = (int)strlen(apx_op_name(n->op));
+    if (l > c.op) c.op = l;
+    types_cell(g, n, b);
+    if ((int)b->len > c.types) c.types = (int)b->len;
+    l = (int)strlen(decision_str(n->compute));
+    if (l > c.dec) c.dec = l;
+  }
+  if (c.name > NAME_MAX_W) c.name = NAME_MAX_W;
+  if (c.types > TYPES_MAX_W) c.types = TYPES_MAX_W;
+  c.reason = APX_TEXT_WIDTH - (2 + c.name + 2 + c.op + 2 + c.types + 2 + c.dec + 2);
+  if (c.reason < REASON_MIN_W) c.reason = REASON_MIN_W;
+  return c;
+}
+
+/* Writes one table line: cells padded to their columns, trailing blanks dropped. */
+static void table_line(FILE *f, const Cols *c, const char *name, const char *op, const char *types,
+                       size_t ntypes, const char *dec, const char *reason, size_t nreason) {
+  char line[4 * APX_TEXT_WIDTH];
+  int len = snprintf(line, sizeof line, "  %-*s  %-*s  %-*.*s  %-*s  %.*s", c->name, name, c->op, op,
+                     c->types, (int)ntypes, types, c->dec, dec, (int)nreason, reason);
+  if (len < 0) return;
+  if (len >= (int)sizeof line) len = (int)sizeof line - 1;
+  while (len > 0 && line[len - 1] == ' ') len--;
+  fwrite(line, 1, (size_t)len, f);
+  fputc('\n', f);
+}
+
+/* One node row: the first line holds name, op and decision; types and reason continue on
+ * further lines within their columns; casts and the note follow as "casts:"/"note:" lines
+ * starting at the op column. */
+static void write_row(FILE *f, const Cols *c, const ApxNode *n, const char *types, const char *reason,
+                      const char *casts, const char *onnx_note) {
+  const char *name = n->name;
+  if ((int)strlen(name) > c->name) {
+    fprintf(f, "  %s\n", name);
+    name = "";
+  }
+  const char *op = apx_op_name(n->op), *dec = decision_str(n->compute);
+  while (*types || *reason || op) {
+    size_t at, ar;
+    size_t lt = apx_text_wrap_next(types, c->types, &at);
+    size_t lr = apx_text_wrap_next(reason, c->reason, &ar);
+    table_line(f, c, name, op ? op : "", types, lt, op ? dec : "", reason, lr);
+    types += at;
+    reason += ar;
+    name = "";
+    op = NULL;
+  }
+  int indent = 2 + c->name + 2;
+  char prefix[NAME_MAX_W + 16];
+  if (*casts) {
+    snprintf(prefix, sizeof prefix, "%*scasts: ", indent, "");
+    apx_text_wrap(f, prefix, indent + 7, casts, APX_TEXT_WIDTH);
+  }
+  const char *notes[2] = {n->note, onnx_note};
+  for (int i = 0; i < 2; i++) {
+    if (!notes[i]) continue;
+    snprintf(prefix, sizeof prefix, "%*snote: ", indent, "");
+    apx_text_wrap(f, prefix, indent + 6, notes[i], APX_TEXT_WIDTH);
+  }
 }
 
 static int write_text(const ApxGraph *g, const ApxOptions *o, FILE *f) {
   header_text(g, o, f);
-  int wname = 4, wop = 2, win = 6, wout = 6, wdec = 8, wreason = 6;
-  Buf b = {0};
-  for (int k = 0; k < g->n_order; k++) {
-    int id = g->order[k];
-    if (!is_row(g, id)) continue;
-    const ApxNode *n = &g->nodes[id];
-    int l = (int)strlen(n->name);
-    if (l > wname) wname = l;
-    l = (int)strlen(apx_op_name(n->op));
-    if (l > wop) wop = l;
-    inputs_cell(g, n, &b);
-    if ((int)b.len > win) win = (int)b.len;
-    outputs_cell(g, n, &b);
-    if ((int)b.len > wout) wout = (int)b.len;
-    l = n->reason_detail ? (int)strlen(n->reason_detail) : 9;
-    if (l > wreason) wreason = l;
-  }
-  if (wname > 40) wname = 40;
-  if (win > 30) win = 30;
-  if (wout > 20) wout = 20;
-  if (wreason > 60) wreason = 60;
+  /* with --emit-onnx: the bf16 nodes the ONNX model holds as fp32 compute (onnx_opset.h) */
+  ApxArena plan_arena;
+  apx_arena_init(&plan_arena);
+  ApxOnnxOpsetPlan plan = {0};
+  if (o->emit_onnx && apx_onnx_opset_plan(g, &plan_arena, &plan)) plan.widen = NULL;
   int cap = 16;
   CastRef *refs = malloc(sizeof *refs * (size_t)cap);
-  Buf cin = {0}, cout = {0}, ccast = {0};
+  Buf types = {0}, casts = {0};
   for (int sec = APX_SEC_FORWARD; sec <= APX_SEC_OPTIMIZER; sec++) {
     int count = 0;
     for (int k = 0; k < g->n_order; k++)
       count += is_row(g, g->order[k]) && (int)g->nodes[g->order[k]].section == sec;
     if (!count) continue;
+    Cols c = section_cols(g, sec, &types);
     fprintf(f, "\n%s (%d node%s)\n", section_name((ApxSection)sec), count, count == 1 ? "" : "s");
-    fprintf(f, "  %-*s  %-*s  %-*s  %-*s  %-*s  %-*s  %s\n", wname, "node", wop, "op", win, "inputs",
-            wout, "output", wdec, "decision", wreason, "reason", "casts");
+    table_line(f, &c, "node", "op", "types", 5, "decision", "reason", 6);
     for (int k = 0; k < g->n_order; k++) {
       int id = g->order[k];
       const ApxNode *n = &g->nodes[id];
@@ -257,20 +360,16 @@ static int write_text(const ApxGraph *g, const ApxOptions *o, FILE *f) {
           cap = need;
         }
       }
-      inputs_cell(g, n, &cin);
-      outputs_cell(g, n, &cout);
-      casts_cell(g, id, &ccast, refs, refs ? cap : 0);
-      fprintf(f, "  %-*s  %-*s  %-*s  %-*s  %-*s  %-*s  %s\n", wname, n->name, wop, apx_op_name(n->op),
-              win, cin.p ? cin.p : "", wout, cout.p ? cout.p : "", wdec, decision_str(n->compute),
-              wreason, n->reason_detail ? n->reason_detail : "undecided", ccast.p ? ccast.p : "");
-      if (n->note) fprintf(f, "  %-*s  note: %s\n", wname, "", n->note);
+      types_cell(g, n, &types);
+      casts_cell(g, id, &casts, refs, refs ? cap : 0);
+      write_row(f, &c, n, types.p ? types.p : "", n->reason_detail ? n->reason_detail : "undecided",
+                casts.p ? casts.p : "", plan.widen && plan.widen[id] ? plan.why[id] : NULL);
     }
   }
   free(refs);
-  free(b.p);
-  free(cin.p);
-  free(cout.p);
-  free(ccast.p);
+  free(types.p);
+  free(casts.p);
+  apx_arena_free(&plan_arena);
   ApxPrecisionSummary s;
   apx_explain_summarize(g, &s);
   write_summary_text(&s, f);
@@ -315,6 +414,12 @@ static int write_json(const ApxGraph *g, const ApxOptions *o, FILE *f) {
   apx_json_kv_string(&w, "cast_model_type", s.model_half ? apx_dtype_short(s.half) : "fp32");
   apx_json_key(&w, "clamp_constants");
   apx_json_bool(&w, o->clamp_constants != 0);
+  apx_json_kv_string(&w, "loss_scaling", !o->training ? "none"
+                                         : o->loss_scale_mode == APX_LOSS_SCALE_DYNAMIC ? "dynamic"
+                                                                                         : "static");
+  apx_json_kv_number(&w, "loss_scale", o->training ? o->loss_scale : 1.0);
+  if (o->training && o->loss_scale_mode == APX_LOSS_SCALE_DYNAMIC)
+    apx_json_kv_int(&w, "growth_interval", o->scale_window);
   apx_json_end_object(&w);
   apx_json_key(&w, "nodes");
   apx_json_begin_array(&w);
@@ -407,7 +512,9 @@ static int write_json(const ApxGraph *g, const ApxOptions *o, FILE *f) {
 }
 
 int apx_explain_write(const ApxGraph *g, const ApxOptions *o, ApxExplainFormat fmt, FILE *f, ApxDiag *d) {
-  int rc = fmt == APX_EXPLAIN_JSON ? write_json(g, o, f) : write_text(g, o, f);
+  int rc = fmt == APX_EXPLAIN_JSON  ? write_json(g, o, f)
+           : fmt == APX_EXPLAIN_DOT ? apx_explain_write_dot(g, o, f)
+                                    : write_text(g, o, f);
   if (rc == 0 && (fflush(f) != 0 || ferror(f)))
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: cannot write the explanation: %s",
                           f == stdout ? "stdout" : o->explain_path ? o->explain_path : g->file,
@@ -417,7 +524,7 @@ int apx_explain_write(const ApxGraph *g, const ApxOptions *o, ApxExplainFormat f
 
 int apx_explain_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   if (!o->explain) return 0;
-  ApxExplainFormat fmt = o->explain == 2 ? APX_EXPLAIN_JSON : APX_EXPLAIN_TEXT;
+  ApxExplainFormat fmt = o->explain == 2 ? APX_EXPLAIN_JSON : o->explain == 3 ? APX_EXPLAIN_DOT : APX_EXPLAIN_TEXT;
   if (!o->explain_path) return apx_explain_write(g, o, fmt, stdout, d);
   FILE *f = fopen(o->explain_path, "w");
   if (!f)
@@ -514,11 +621,13 @@ void apx_buckets_report_write(const ApxGraph *g, const ApxOptions *o, int json, 
     if (n == 0) fputs("  (none: not a training graph, or bucketing disabled)\n", f);
     for (int i = 0; i < n; i++) {
       const ApxNode *nd = &g->nodes[bs[i].node];
-      fprintf(f, "  bucket %d  %-4s %10" PRId64 " bytes  %3d tensors  ready after kernel %d, "
-                 "launched at %d (%s), %d kernels left to overlap\n",
-              bs[i].id, apx_dtype_short(bs[i].dtype), bs[i].bytes, bs[i].n_members, bs[i].ready_at,
-              bs[i].launch_at, nd->section == APX_SEC_BACKWARD ? "backward" : "optimizer",
-              bs[i].overlap);
+      char line[256];
+      snprintf(line, sizeof line, "bucket %d  %-4s %10" PRId64 " bytes  %3d tensors  ready after kernel %d, "
+               "launched at %d (%s), %d kernels left to overlap",
+               bs[i].id, apx_dtype_short(bs[i].dtype), bs[i].bytes, bs[i].n_members, bs[i].ready_at,
+               bs[i].launch_at, nd->section == APX_SEC_BACKWARD ? "backward" : "optimizer",
+               bs[i].overlap);
+      apx_text_wrap(f, "  ", 4, line, APX_TEXT_WIDTH);
       for (int k = 0; k < nd->n_in; k++) {
         int v = nd->in[k];
         if (v < 0) continue;

@@ -14,7 +14,12 @@
  *
  * Text format: aligned columns with a header per section and "note:" lines under rows.
  * JSON format: the schema in docs/explain-schema.md ("apexc-explain/1"), one node object
- * per line. The summary (both formats): share of FLOPs in half precision (ir/cost.h
+ * per line. Dot format: Graphviz (apx_explain_write_dot).
+ * The text fits 120 columns (ir/text.h): one table per section with the columns node, op,
+ * types (input dtypes -> output dtypes, runs compacted as "fp16x3"), decision and reason;
+ * a node name wider than its column takes a line of its own, types and reasons wrap inside
+ * their columns, and "casts:" / "note:" lines follow the row. The header states the opt
+ * level, the half type and the loss scaling (apx_explain_precision_line). The summary (both formats): share of FLOPs in half precision (ir/cost.h
  * estimates over the rows), casts inserted and live Cast nodes before/after cleanup,
  * activation bytes at fp32 vs mixed, decision counts. */
 #ifndef APX_EXPLAIN_H
@@ -31,7 +36,11 @@
 extern "C" {
 #endif
 
-typedef enum ApxExplainFormat { APX_EXPLAIN_TEXT = 1, APX_EXPLAIN_JSON = 2 } ApxExplainFormat;
+typedef enum ApxExplainFormat {
+  APX_EXPLAIN_TEXT = 1,
+  APX_EXPLAIN_JSON = 2,
+  APX_EXPLAIN_DOT = 3, /* Graphviz (compiler/explain_dot.c) */
+} ApxExplainFormat;
 
 typedef struct ApxPrecisionSummary {
   int32_t rows[3];          /* rows per section: forward, backward, optimizer */
@@ -55,7 +64,17 @@ void apx_explain_summarize(const ApxGraph *g, ApxPrecisionSummary *s);
  * Returns 0, or -1 with an error in d (write error on f). */
 int apx_explain_write(const ApxGraph *g, const ApxOptions *o, ApxExplainFormat fmt, FILE *f, ApxDiag *d);
 
-/* Convenience for the CLI: o->explain (1 text, 2 json) to o->explain_path or stdout. */
+/* The loss scaling the options give, for headers and summaries: "dynamic, initial scale
+ * 65536, growth interval 2000 steps", "static, scale 1", or "none (inference)". */
+void apx_explain_loss_scaling(const ApxOptions *o, char *buf, size_t cap);
+/* "-O2  half=fp16  loss scaling: ..." (the explain header's second line; apexc's summary). */
+void apx_explain_precision_line(const ApxOptions *o, char *buf, size_t cap);
+
+/* --explain=dot: the graph as Graphviz, nodes filled by their decision, inserted Casts
+ * marked, the reason as each node's tooltip (explain_dot.c). Returns 0. */
+int apx_explain_write_dot(const ApxGraph *g, const ApxOptions *o, FILE *f);
+
+/* Convenience for the CLI: o->explain (1 text, 2 json, 3 dot) to o->explain_path or stdout. */
 int apx_explain_emit(const ApxGraph *g, const ApxOptions *o, ApxDiag *d);
 
 /* The "fusion" section of the text explanation (passes/fusion.h's report), appended to

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "tests/testing/precision_testing.h"
 
@@ -94,6 +96,28 @@ std::map<std::string, ApxDType> decisions(const PGraph &t) {
 
 bool has(const std::string &s, const std::string &sub) { return s.find(sub) != std::string::npos; }
 
+// The text of one row of the text explanation: its first line (starting "  NAME ") and the
+// continuation lines below it (wrapped types and reason, casts:, note:), up to the next row.
+std::string row_block(const std::string &s, const std::string &name) {
+  size_t at = s.find("\n  " + name + " ");
+  if (at == std::string::npos) at = s.find("\n  " + name + "\n");
+  if (at == std::string::npos) return "";
+  size_t end = at + 1;
+  for (;;) {
+    end = s.find('\n', end);
+    if (end == std::string::npos || end + 3 >= s.size()) return s.substr(at + 1);
+    if (s.compare(end + 1, 3, "   ") != 0) return s.substr(at + 1, end - at - 1);  // next row
+    end++;
+  }
+}
+
+// Every line of s fits the report width (120 columns).
+void expect_fits(const std::string &s) {
+  std::istringstream in(s);
+  std::string line;
+  while (std::getline(in, line)) EXPECT_LE(line.size(), 120u) << line;
+}
+
 }  // namespace
 
 TEST(Explain, TextRowsShowDecisionReasonAndCasts) {
@@ -103,23 +127,151 @@ TEST(Explain, TextRowsShowDecisionReasonAndCasts) {
   t.compile();
   std::string s = explain(t, APX_EXPLAIN_TEXT);
   std::istringstream in(s);
-  std::string line, mm, sm;
-  while (std::getline(in, line)) {
-    if (line.rfind("  mm ", 0) == 0) mm = line;
-    if (line.rfind("  sm ", 0) == 0) sm = line;
+  std::string line;
+  while (std::getline(in, line))
     EXPECT_NE(line.rfind("  Cast_", 0), 0u) << "inserted casts are not rows: " << line;
-  }
-  EXPECT_TRUE(has(s, "apexc --explain: m.onnx  -O1  half=fp16  lists=on")) << s;
+  std::string mm = row_block(s, "mm"), sm = row_block(s, "sm");
+  EXPECT_TRUE(has(s, "apexc --explain: m.onnx\n  -O1  half=fp16  loss scaling: dynamic, initial scale "
+                     "65536, growth interval 2000 steps\n  lists=on")) << s;
   EXPECT_TRUE(has(s, "\nforward (2 nodes)\n")) << s;
   EXPECT_TRUE(has(mm, " MatMul ")) << mm;
-  EXPECT_TRUE(has(mm, "fp16,fp16")) << mm;
+  EXPECT_TRUE(has(mm, "fp16x2 -> fp16")) << mm;
   EXPECT_TRUE(has(mm, "list: fp16 (allow) -- MatMul")) << mm;
-  EXPECT_TRUE(has(mm, "in0 x fp32->fp16, in1 W fp32->fp16 (per-step copy)")) << mm;
+  EXPECT_TRUE(has(mm, "casts: in0 x fp32->fp16, in1 W fp32->fp16 (per-step copy)")) << mm;
   EXPECT_TRUE(has(sm, "list: fp32 (deny) -- Softmax")) << sm;
-  EXPECT_TRUE(has(sm, "in0 mm:0 fp16->fp32")) << sm;
+  EXPECT_TRUE(has(sm, "casts: in0 mm:0 fp16->fp32")) << sm;
   EXPECT_TRUE(has(s, "FLOPs in half precision: 61.5% (128 FLOP of 208 FLOP)")) << s;
   EXPECT_TRUE(has(s, "casts inserted: 3 Cast node(s), 0 constant(s) converted at compile time; "
                      "live Cast nodes before cleanup 3, after 3")) << s;
+}
+
+TEST(Explain, TextFitsOneHundredTwentyColumns) {
+  for (ApxOptLevel level : {APX_O1, APX_O2}) {
+    PGraph t(level);
+    block(t);
+    // a long reason (the node override names its pattern) and a name wider than its column
+    t.o.fp32_nodes.items[t.o.fp32_nodes.n++] = "mlp_act*";
+    t.preset();
+    t.compile();
+    std::string s = explain(t, APX_EXPLAIN_TEXT);
+    expect_fits(s);
+    std::string ln = row_block(s, "ln");
+    EXPECT_TRUE(has(ln, "LayerNormalization")) << s;
+  }
+}
+
+TEST(Explain, LongNamesTakeALineAndLongReasonsWrap) {
+  PGraph t(APX_O1);
+  const std::string name = "encoder/layer_11/attention/self/query/MatMul_with_a_long_name";
+  int x = t.input("x", {2, 4});
+  int w = t.param("W", {4, 8});
+  int y = t.op(APX_OP_MatMul, name.c_str(), {x, w}, {2, 8});
+  int s0 = t.op(APX_OP_Softmax, "sm", {y}, {2, 8});
+  t.output(s0);
+  t.o.fp32_nodes.items[t.o.fp32_nodes.n++] =
+      "encoder/layer_11/attention/self/query/MatMul_with_a_long_name*";
+  t.preset();
+  t.compile();
+  std::string s = explain(t, APX_EXPLAIN_TEXT);
+  expect_fits(s);
+  EXPECT_TRUE(has(s, "\n  " + name + "\n ")) << "the long name is alone on its line:\n" << s;
+  std::string row = row_block(s, name);
+  // the reason (node override with the pattern) continues on the row's next line
+  size_t first_nl = row.find('\n', row.find('\n') + 1);
+  EXPECT_NE(first_nl, std::string::npos) << row;
+  EXPECT_TRUE(has(row, "MatMul")) << row;
+}
+
+TEST(Explain, DtypeRunsAreCompacted) {
+  PGraph t(APX_O0);
+  std::vector<int> ins;
+  for (int i = 0; i < 5; i++) ins.push_back(t.input(("x" + std::to_string(i)).c_str(), {2, 3}));
+  ins.push_back(t.input("idx", {2, 3}, APX_DT_I64));
+  int c = t.op(APX_OP_Concat, "cat", {ins[0], ins[1], ins[2], ins[3], ins[4]}, {10, 3});
+  apxtest::attrs<ApxAttrAxis>(t, t.find_node("cat"))->axis = 0;
+  t.output(c);
+  t.output(ins[5]);
+  t.preset();
+  t.compile();
+  std::string s = explain(t, APX_EXPLAIN_TEXT);
+  EXPECT_TRUE(has(row_block(s, "cat"), "fp32x5 -> fp32")) << s;
+}
+
+TEST(Explain, HeaderStatesHalfTypeAndLossScaling) {
+  struct Case {
+    ApxOptLevel level;
+    ApxDType half;
+    int training;
+    const char *want;
+  } cases[] = {
+      {APX_O2, APX_DT_F16, 1, "-O2  half=fp16  loss scaling: dynamic, initial scale 65536, growth interval 2000 steps"},
+      {APX_O2, APX_DT_BF16, 1, "-O2  half=bf16  loss scaling: static, scale 1"},
+      {APX_O0, APX_DT_F16, 1, "-O0  half=none (fp32 throughout)  loss scaling: static, scale 1"},
+      {APX_O1, APX_DT_F16, 0, "-O1  half=fp16  loss scaling: none (inference)"},
+  };
+  for (const Case &c : cases) {
+    PGraph t(c.level, c.half);
+    tiny(t);
+    t.o.half_set = 1;
+    t.o.training = c.training;
+    t.preset();
+    t.compile();
+    std::string s = explain(t, APX_EXPLAIN_TEXT);
+    EXPECT_TRUE(has(s, std::string("\n  ") + c.want + "\n")) << s;
+    char line[256];
+    apx_explain_precision_line(&t.o, line, sizeof line);
+    EXPECT_EQ(std::string(line), c.want);
+  }
+}
+
+TEST(Explain, EmitOnnxNotesTheBf16NodesWrittenAsFp32) {
+  PGraph t(APX_O2, APX_DT_BF16);
+  int x = t.input("x", {1, 1, 4, 4});
+  int w = t.param("w", {1, 1, 3, 3});
+  int y = t.op(APX_OP_Conv, "conv", {x, w}, {1, 1, 2, 2});
+  int m = t.op(APX_OP_ReduceMean, "rm", {y}, {1, 1, 1, 1});
+  t.output(m);
+  // ReduceMean as an opset-17 model writes it: axes as an attribute (an input from opset 18)
+  static int64_t axes[2] = {2, 3};
+  ApxAttr a;
+  memset(&a, 0, sizeof a);
+  a.name = "axes";
+  a.type = APX_ATTR_INTS;
+  a.n = 2;
+  a.ints = axes;
+  ApxNode *rm = &t.g.nodes[t.find_node("rm")];
+  rm->n_attrs = 1;
+  rm->attrs = &a;
+  t.g.opset = 17;
+  t.o.half_set = 1;
+  t.o.emit_onnx = "out.onnx";
+  t.preset();
+  t.compile();
+  std::string row = row_block(explain(t, APX_EXPLAIN_TEXT), "conv");
+  EXPECT_TRUE(has(row, "note: --emit-onnx: ONNX Conv admits bfloat16 from opset 22, but the model's"))
+      << row;
+  t.o.emit_onnx = nullptr;  // without --emit-onnx: no such note
+  EXPECT_FALSE(has(row_block(explain(t, APX_EXPLAIN_TEXT), "conv"), "--emit-onnx"));
+  rm->n_attrs = 0;
+}
+
+TEST(Explain, DotColoursNodesByPrecisionAndMarksCasts) {
+  PGraph t(APX_O1);
+  tiny(t);
+  t.preset();
+  t.compile();
+  std::string s = explain(t, APX_EXPLAIN_DOT);
+  EXPECT_EQ(s.rfind("digraph apexc_explain {", 0), 0u) << s;
+  EXPECT_TRUE(has(s, "subgraph cluster_forward")) << s;
+  // mm computes in fp16 (green), sm in fp32 (orange); reasons are tooltips
+  EXPECT_TRUE(has(s, "fillcolor=\"#8fd694\", label=\"mm\\nMatMul  fp16\", tooltip=\"list: fp16 (allow) -- MatMul; note: tensor cores"))
+      << s;
+  EXPECT_TRUE(has(s, "fillcolor=\"#f7b267\", label=\"sm\\nSoftmax  fp32\"")) << s;
+  EXPECT_TRUE(has(s, "label=\"Cast fp32->fp16\"")) << s;
+  EXPECT_TRUE(has(s, "label=\"Cast fp16->fp32\"")) << s;
+  EXPECT_TRUE(has(s, "style=\"filled,dashed\"")) << s;
+  EXPECT_TRUE(has(s, "cluster_legend")) << s;
+  EXPECT_EQ(s.substr(s.size() - 2), "}\n");
 }
 
 TEST(Explain, SummaryCountsFlopsCastsAndBytes) {
@@ -154,6 +306,9 @@ TEST(Explain, JsonFollowsTheSchema) {
   ASSERT_NE(j, nullptr) << err << "\n" << s;
   EXPECT_STREQ(apx_json_get(j, "schema")->str, "apexc-explain/1");
   EXPECT_STREQ(apx_json_get(apx_json_get(j, "options"), "opt_level")->str, "O2");
+  EXPECT_STREQ(apx_json_get(apx_json_get(j, "options"), "loss_scaling")->str, "dynamic");
+  EXPECT_EQ(apx_json_get(apx_json_get(j, "options"), "loss_scale")->number, 65536.0);
+  EXPECT_EQ(apx_json_get(apx_json_get(j, "options"), "growth_interval")->number, 2000.0);
   const ApxJson *nodes = apx_json_get(j, "nodes");
   ASSERT_NE(nodes, nullptr);
   ApxPrecisionSummary sm;

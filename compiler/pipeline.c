@@ -4,6 +4,7 @@
 #include <fnmatch.h>
 #include <string.h>
 
+#include "compiler/bind_inputs.h"
 #include "compiler/emit_onnx.h"
 #include "compiler/explain.h"
 #include "compiler/onnx_load.h"
@@ -74,7 +75,21 @@ static const char *const inspect_after = "cast_cleanup";
 
 int apx_inspect_write(const ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   if (o->explain && apx_explain_emit(g, o, d)) return -1;
-  if (o->emit_onnx && apx_emit_onnx(g, o->emit_onnx, d)) return -1;
+  if (o->emit_onnx) {
+    ApxEmitOnnxInfo info;
+    if (apx_emit_onnx_file(g, o->emit_onnx, &info, d)) return -1;
+    if (!o->quiet) {
+      char raised[64] = "";
+      if (info.opset != info.model_opset)
+        snprintf(raised, sizeof raised, " (raised from %lld for bfloat16)", (long long)info.model_opset);
+      fprintf(stderr, "wrote %s: %d nodes (%d Casts inserted), %d initializers, ai.onnx opset %lld%s, %zu bytes",
+              o->emit_onnx, info.nodes, info.casts_inserted, info.initializers, (long long)info.opset, raised,
+              info.bytes);
+      if (info.widened)
+        fprintf(stderr, "; %d bf16 node(s) written as fp32 compute (no bfloat16 form; see --explain)", info.widened);
+      fputc('\n', stderr);
+    }
+  }
   return 0;
 }
 
@@ -139,6 +154,8 @@ int apx_compile_file_inspected(ApxGraph *g, const ApxOptions *o, ApxInspectFn in
     with_policy.policy = &policy;
   }
   if (rc == 0) rc = apx_onnx_load_file(g, o->model_path, o, d);
+  /* inputs bound to data (apexrun infer): constants before folding (bind_inputs.h) */
+  if (rc == 0 && o->n_bind > 0) rc = apx_bind_inputs(g, o->bind, o->n_bind, d);
   if (rc == 0 && o->verify_each_pass) rc = apx_graph_verify(g, d);
   if (rc == 0) rc = apx_compile_graph_inspected(g, &with_policy, inspect, d);
   apx_policy_free(&policy);

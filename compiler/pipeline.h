@@ -22,7 +22,8 @@
 extern "C" {
 #endif
 
-/* Loads o->model_path into g (apx_graph_init is done here) and runs the pipeline.
+/* Loads o->model_path into g (apx_graph_init is done here), applies o->bind (graph inputs
+ * bound to data, compiler/bind_inputs.h) and runs the pipeline.
  * Returns 0 or -1 (error in d). The caller frees g with apx_graph_free in both cases. */
 int apx_compile_file(ApxGraph *g, const ApxOptions *o, ApxDiag *d);
 /* Runs the pipeline on an already loaded graph. */

@@ -72,6 +72,9 @@ typedef struct ApxOptions {
   int32_t n_dims;
   const char *dim_names[APX_MAX_DIMS_BOUND];
   int64_t dim_values[APX_MAX_DIMS_BOUND];
+  struct ApxInputBinding *bind; /* graph inputs bound to data before the passes
+                                   (compiler/bind_inputs.h; apexrun infer); n_bind of them */
+  int32_t n_bind;
 
   /* training (DESIGN.md 13) */
   int32_t training;        /* build the training graph (apexc default 1; infer 0) */
@@ -95,7 +98,7 @@ typedef struct ApxOptions {
   int32_t sync_bn;
 
   /* inspection and debugging (DESIGN.md 4, 7) */
-  int32_t explain;          /* 0 none, 1 text, 2 json */
+  int32_t explain;          /* 0 none, 1 text, 2 json, 3 dot (Graphviz) */
   const char *explain_path; /* NULL: stdout */
   const char *emit_onnx;
   ApxNameList disable_pass, dump_after;

@@ -2,9 +2,12 @@
 #include "passes/fusion.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ir/cost.h"
+#include "ir/text.h"
 
 static const char *why_names[APX_FUSE_WHY_COUNT] = {
     "applied", "dtype", "shape", "consumers", "legality", "backward",
@@ -124,6 +127,21 @@ static void multi_tensor_lines(const ApxGraph *g, FILE *f) {
           n_unscale == 1 ? " in one pass" : "");
 }
 
+/* One applied / rejected record, wrapped to the report width (node lists run long). */
+static void record_line(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void record_line(FILE *f, const char *fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  char *line = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (line) vsnprintf(line, (size_t)n + 1, fmt, ap2);
+  va_end(ap2);
+  va_end(ap);
+  apx_text_wrap(f, "    ", 6, line ? line : "(out of memory)", APX_TEXT_WIDTH);
+  free(line);
+}
+
 void apx_fusion_report_write(const ApxGraph *g, FILE *f) {
   const ApxFusionLog *l = g->fusion;
   fprintf(f, "fusion report: %s\n", g->file);
@@ -143,17 +161,16 @@ void apx_fusion_report_write(const ApxGraph *g, FILE *f) {
   for (int i = 0; i < l->n; i++) {
     const ApxFusionRecord *r = &l->recs[i];
     if (r->why != APX_FUSE_APPLIED) continue;
-    fprintf(f, "    %-16s %-22s [%s] -> %s (%d forward, %d backward nodes replaced)", r->fused_op,
-            r->pattern, r->nodes, r->fused ? r->fused : "?", r->n_fwd, r->n_bwd);
-    if (r->detail) fprintf(f, "; %s", r->detail);
-    fputc('\n', f);
+    record_line(f, "%-16s %-22s [%s] -> %s (%d forward, %d backward nodes replaced)%s%s", r->fused_op,
+                r->pattern, r->nodes, r->fused ? r->fused : "?", r->n_fwd, r->n_bwd,
+                r->detail ? "; " : "", r->detail ? r->detail : "");
   }
   fprintf(f, "  not fused (%d):\n", rejected);
   for (int i = 0; i < l->n; i++) {
     const ApxFusionRecord *r = &l->recs[i];
     if (r->why == APX_FUSE_APPLIED) continue;
-    fprintf(f, "    %-16s %-22s [%s]: %s: %s\n", r->fused_op, r->pattern, r->nodes,
-            apx_fusion_why_name(r->why), r->detail ? r->detail : "");
+    record_line(f, "%-16s %-22s [%s]: %s: %s", r->fused_op, r->pattern, r->nodes,
+                apx_fusion_why_name(r->why), r->detail ? r->detail : "");
   }
   multi_tensor_lines(g, f);
   ApxTraffic now;

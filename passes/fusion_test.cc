@@ -88,8 +88,14 @@ TEST(FusionReport, ListsAppliedAndRejectedCandidatesAndTraffic) {
   ASSERT_EQ(apx_fusion_record(&t.g, &no), 0);
   apx_fusion_log_after(&t.g);
   std::string r = Report(&t.g);
+  std::istringstream lines(r);
+  std::string line, joined;  // records wrap at 120 columns onto lines indented by 6
+  while (std::getline(lines, line)) {
+    EXPECT_LE(line.size(), 120u) << line;
+    joined += (line.rfind("      ", 0) == 0 ? " " + line.substr(6) : "\n" + line);
+  }
   EXPECT_NE(r.find("applied (1)"), std::string::npos) << r;
-  EXPECT_NE(r.find("[fc1, relu1] -> fc1/FusedDense, fc1/FusedDenseGrad (2 forward, 4 backward nodes replaced)"),
+  EXPECT_NE(joined.find("[fc1, relu1] -> fc1/FusedDense, fc1/FusedDenseGrad (2 forward, 4 backward nodes replaced)"),
             std::string::npos) << r;
   EXPECT_NE(r.find("not fused (1)"), std::string::npos) << r;
   EXPECT_NE(r.find("[mm, add]: consumers: intermediate 'mm_out' is also read by 'tanh' (Tanh)"), std::string::npos)

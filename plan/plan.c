@@ -920,6 +920,15 @@ static void dump_i64s(FILE *f, const int64_t *v, int n) {
   fputc(']', f);
 }
 
+/* Names instead of numbers in the dump (the same spellings as apexc's flags). */
+static const char *on_off(int32_t b) { return b ? "on" : "off"; }
+static const char *optimizer_name(int32_t k) {
+  return k == APX_OPTIM_SGD ? "sgd" : k == APX_OPTIM_ADAMW ? "adamw" : k == APX_OPTIM_LAMB ? "lamb" : "unknown";
+}
+static const char *schedule_name(int32_t s) { /* runtime/lr_schedule.h ApxLrSchedule */
+  return s == 0 ? "constant" : s == 1 ? "cosine" : s == 2 ? "linear" : "unknown";
+}
+
 /* Every field by name (attrs.def), " {alpha=1.5 beta=1 ...}"; nothing for ops without. */
 static void dump_attrs(FILE *f, ApxOp op, const void *a) {
   char buf[1024];
@@ -938,19 +947,19 @@ void apx_plan_dump(const ApxPlan *p, FILE *f) {
   fprintf(f, "model: %s (%" PRIu64 " bytes, crc32c %08x)\n", p->model_name, p->model_bytes,
           p->model_crc32c);
   const ApxPlanOptions *o = &p->opts;
-  fprintf(f, "options: O%d half=%s cast_model_type=%s keep_batchnorm_fp32=%d master_weights=%d "
-          "training=%d\n", o->opt_level, apx_dtype_short(o->half), apx_dtype_short(o->cast_model_type),
-          o->keep_batchnorm_fp32, o->master_weights, o->training);
+  fprintf(f, "options: O%d half=%s cast_model_type=%s keep_batchnorm_fp32=%s master_weights=%s "
+          "training=%s\n", o->opt_level, apx_dtype_short(o->half), apx_dtype_short(o->cast_model_type),
+          on_off(o->keep_batchnorm_fp32), on_off(o->master_weights), on_off(o->training));
   fprintf(f, "loss scale: %s %g (min %g, max %g, window %d, hysteresis %d)\n",
           o->loss_scale_mode ? "dynamic" : "static", o->loss_scale, o->min_loss_scale,
           o->max_loss_scale, o->scale_window, o->hysteresis);
-  fprintf(f, "optimizer: kind %d lr=%g momentum=%g betas=%g,%g eps=%g weight_decay=%g "
-          "nesterov=%d clip=%g accumulate=%d warmup=%d schedule=%d total_steps=%" PRId64
-          " seed=%" PRIu64 "\n", o->optimizer, o->lr, o->momentum, o->beta1, o->beta2, o->eps,
-          o->weight_decay, o->nesterov, o->clip_grad_norm, o->accumulate, o->warmup_steps,
-          o->schedule, o->total_steps, o->seed);
-  fprintf(f, "buckets: %g MiB (first %g MiB), allreduce_fp32=%d, predivide=%g, sync_bn=%d\n",
-          o->bucket_mb, o->first_bucket_mb, o->allreduce_fp32, o->grad_predivide, o->sync_bn);
+  fprintf(f, "optimizer: %s lr=%g momentum=%g betas=%g,%g eps=%g weight_decay=%g "
+          "nesterov=%s clip_grad_norm=%g accumulate=%d warmup_steps=%d lr_schedule=%s total_steps=%" PRId64
+          " seed=%" PRIu64 "\n", optimizer_name(o->optimizer), o->lr, o->momentum, o->beta1, o->beta2, o->eps,
+          o->weight_decay, on_off(o->nesterov), o->clip_grad_norm, o->accumulate, o->warmup_steps,
+          schedule_name(o->schedule), o->total_steps, o->seed);
+  fprintf(f, "buckets: %g MiB (first %g MiB), allreduce_fp32=%s, predivide=%g, sync_bn=%s\n",
+          o->bucket_mb, o->first_bucket_mb, on_off(o->allreduce_fp32), o->grad_predivide, on_off(o->sync_bn));
   fmt_bytes(b1, sizeof b1, p->mem.arena_bytes);
   fmt_bytes(b2, sizeof b2, p->mem.peak_live_bytes);
   fmt_bytes(b3, sizeof b3, p->mem.no_reuse_bytes);

@@ -4,14 +4,17 @@
  *           [--half=fp16|bf16] [--dim NAME=V] [--allow-old-opset] [--threads N]
  *           [--device cpu]
  *   apexrun PLAN.apx --data DIR --steps N [--device cpu] [--threads N] [--seed S]
- *           [--no-shuffle] [--log F.jsonl] [--checkpoint-dir D [--checkpoint-every N]]
+ *           [--no-shuffle] [--log F.jsonl] [--tensorboard DIR] [--checkpoint-dir D [--checkpoint-every N]]
  *           [--resume[=auto]] [--export-onnx F] [--quiet] [--progress]
  *
  * Training (runtime/train.h): --data DIR holds one NAME.npy per data input; the run goes
  * until N optimizer steps are done (a resumed run continues to the same N).
  * infer reads D/input_K.pb (ONNX TensorProto, K = 0.. in the order of the model's data
- * inputs), runs the forward section and writes O/output_K.pb for each graph output. A model
- * that is not a plan file is compiled on the fly as apexc would (training off).
+ * inputs) or D/NAME.npy (one per data input), runs the forward section and writes the same
+ * format into O (output_K.pb, or NAME.npy per graph output; runtime/infer_io.h), then one
+ * summary line. A model that is not a plan file is compiled on the fly as apexc would
+ * (training off), its inputs that must be compile-time constants (Reshape's shape, Slice's
+ * starts ...) bound from D before folding (compiler/bind_inputs.h).
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input; errors are one line. */
 #include <errno.h>
 #include <stdarg.h>
@@ -33,6 +36,7 @@
 #include "runtime/dataset.h"
 #include "runtime/exec.h"
 #include "ir/fileio.h"
+#include "runtime/infer_io.h"
 #include "plan/plan.h"
 #include "runtime/train.h"
 #include "runtime/backend_registry.h"
@@ -59,6 +63,9 @@ static const char *usage_text =
     "  --no-shuffle          batches in file order: batch k = samples [kB, (k+1)B), wrapping\n"
     "  --log F.jsonl         one JSON object per step: step, loss, loss_scale, skipped,\n"
     "                        overflow_at, grad_norm, lr, ms\n"
+    "  --tensorboard DIR     TensorBoard event files in DIR (one per run): scalars loss,\n"
+    "                        loss_scale, lr, grad_norm, ms_per_step, skipped_steps per step\n"
+    "                        (tensorboard --logdir DIR)\n"
     "  --checkpoint-dir D    write D/ckpt-STEP.apxckpt (atomic, checksummed) at the end ...\n"
     "  --checkpoint-every N  ... and every N steps\n"
     "  --resume              continue from the newest checkpoint in D, bit for bit (same\n"
@@ -95,10 +102,16 @@ static const char *usage_text =
     "  --no-overlap          each bucket's allreduce blocks inside its kernel instead of\n"
     "                        overlapping the following kernels (same result, bit for bit)\n"
     "\n"
-    "infer: runs the model's forward pass on ONNX test-data tensors.\n"
-    "  --input-dir D         reads D/input_0.pb, input_1.pb, ... (one per data input, in order)\n"
-    "  --output-dir O        writes O/output_0.pb, ... (one per graph output; O is created; an\n"
-    "                        output file that is the model or an input file is refused)\n"
+    "infer: runs the model's forward pass on ONNX test data or .npy files; one summary line.\n"
+    "  --input-dir D         reads D/input_0.pb, input_1.pb, ... (ONNX TensorProto, one per data\n"
+    "                        input, in order) or D/NAME.npy (one per data input, by name);\n"
+    "                        inputs that must be compile-time constants (Reshape shape, Slice\n"
+    "                        starts/ends/axes/steps, Squeeze/Unsqueeze axes, Split split, Expand\n"
+    "                        shape, ReduceSum/Mean axes, Dropout ratio) are bound from D when\n"
+    "                        MODEL is ONNX\n"
+    "  --output-dir O        writes the format read: O/output_0.pb, ... or O/NAME.npy per graph\n"
+    "                        output (other characters than [A-Za-z0-9._-] in NAME as '_'); O is\n"
+    "                        created; an output file that is the model or an input file is refused\n"
     "  -O0|-O1|-O2|-O3       opt level when MODEL is ONNX (compiled on the fly; default -O1)\n"
     "  --half=fp16|bf16      half type when MODEL is ONNX (default fp16)\n"
     "  --dim NAME=V          bind a symbolic dimension when MODEL is ONNX (repeatable)\n"
@@ -221,11 +234,6 @@ static int probe_plan(const char *path, const char *what, ApxDiag *d) {
   return d->code ? -1 : rc;
 }
 
-static int file_exists(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0;
-}
-
 static int cmp_double(const void *x, const void *y) {
   double a = *(const double *)x, b = *(const double *)y;
   return (a > b) - (a < b);
@@ -254,6 +262,24 @@ static int time_forward(ApxExec *ex, long n, ApxDiag *d) {
   return 0;
 }
 
+/* The one line infer prints on success. */
+static void infer_summary(const InferArgs *a, const ApxInferData *in, const ApxPlan *plan, double ms) {
+  int bound = 0;
+  for (int k = 0; k < in->n; k++) bound += in->b[k].constant;
+  printf("apexrun infer: %s: %d input%s from %s (%s", a->model, in->n, in->n == 1 ? "" : "s", a->input_dir,
+         apx_infer_format_name(in->format));
+  if (bound) {
+    printf("; %d bound as compile-time constant%s:", bound, bound == 1 ? "" : "s");
+    for (int k = 0, first = 1; k < in->n; k++)
+      if (in->b[k].constant) {
+        printf("%s %s", first ? "" : ",", in->b[k].name);
+        first = 0;
+      }
+  }
+  printf("), %d output%s to %s (%s), forward %.3f ms\n", plan->n_outputs, plan->n_outputs == 1 ? "" : "s",
+         a->output_dir, in->format == APX_INFER_NPY ? "NAME.npy" : "output_K.pb", ms);
+}
+
 static int cmd_infer(int argc, char **argv) {
   InferArgs a;
   int rc = parse_infer(argc, argv, &a);
@@ -263,7 +289,7 @@ static int cmd_infer(int argc, char **argv) {
   }
   ApxDiag d;
   apx_diag_init(&d);
-  int model_is_plan = probe_plan(a.model, "model", &d);
+  int model_is_plan = probe_plan(a.model, "model", &d); /* a bounded open: FIFOs etc. refused */
   if (model_is_plan < 0) {
     apx_arena_free(&a.strings);
     return fail(&d);
@@ -274,116 +300,56 @@ static int cmd_infer(int argc, char **argv) {
   apx_plan_init(&plan);
   ApxExec ex;
   memset(&ex, 0, sizeof ex);
-  ApxArena arena;
-  apx_arena_init(&arena);
+  ApxInferData in; /* the input folder, pb or npy (runtime/infer_io.h) */
   rc = 0;
+  if (apx_infer_data_read(a.input_dir, &in, &d)) {
+    /* a model that is itself out of scope says so first (its inputs' types explain the data) */
+    if (!model_is_plan) {
+      ApxDiag dm;
+      apx_diag_init(&dm);
+      dm.quiet = 1;
+      ApxGraph probe;
+      apx_graph_init(&probe, a.model);
+      if (apx_onnx_load_file(&probe, a.model, &a.o, &dm)) d = dm;
+      apx_graph_free(&probe);
+    }
+    goto done;
+  }
 
   if (model_is_plan) {
     if (apx_plan_read(&plan, a.model, &d)) goto done;
   } else {
     have_graph = 1;
+    a.o.bind = in.b; /* inputs that must be compile-time constants are bound before folding */
+    a.o.n_bind = in.n;
     if (apx_compile_file(&g, &a.o, &d)) goto done;
     if (apx_plan_from_graph(&g, &a.o, &plan, &d)) goto done;
     plan.path = a.model; /* errors of the compiled plan name the model file */
   }
-
-  /* the output folder before running: created if missing, a non-folder refused */
-  struct stat ost;
-  if (stat(a.output_dir, &ost) == 0) {
-    if (!S_ISDIR(ost.st_mode)) {
-      apx_diag_error(&d, APX_EXIT_BAD_INPUT, "%s: not a folder (--output-dir)", a.output_dir);
-      goto done;
-    }
-  } else if (mkdir(a.output_dir, 0755) && errno != EEXIST) {
-    apx_diag_error(&d, APX_EXIT_BAD_INPUT, "%s: cannot create the output folder: %s", a.output_dir,
-                   strerror(errno));
-    goto done;
-  }
-
+  if (apx_infer_output_dir(a.output_dir, &d)) goto done; /* before running */
   /* no output file over the model or an input file (by inode, or canonical path) */
-  for (int32_t o = 0; o < plan.n_outputs; o++) {
-    char *op = apx_arena_printf(&arena, "%s/output_%d.pb", a.output_dir, o);
-    if (!op) {
-      apx_diag_error(&d, APX_EXIT_RUNTIME, "apexrun: out of memory");
-      goto done;
-    }
-    const char *clash = apx_same_file(op, a.model) ? a.model : NULL;
-    for (int32_t i = 0; !clash && i < plan.n_inputs; i++) {
-      char *ip = apx_arena_printf(&arena, "%s/input_%d.pb", a.input_dir, i);
-      if (ip && apx_same_file(op, ip)) clash = ip;
-    }
-    if (clash) {
-      apx_diag_error(&d, APX_EXIT_BAD_INPUT, "%s: refusing to overwrite the %s %s (--output-dir must not "
-                     "hold the model or the input files under the names it writes)", op,
-                     clash == a.model ? "model" : "input", clash);
-      goto done;
-    }
-  }
+  if (apx_infer_check_outputs(&plan, a.output_dir, in.format, a.model, &in, &d)) goto done;
 
   ApxExecConfig cfg;
   apx_exec_config_init(&cfg);
   cfg.device = a.device;
   cfg.n_threads = a.threads;
   if (apx_exec_init(&ex, &plan, &cfg, &d)) goto done;
-
-  /* inputs: exactly input_0.pb .. input_{n-1}.pb */
-  for (int32_t i = 0;; i++) {
-    char *path = apx_arena_printf(&arena, "%s/input_%d.pb", a.input_dir, i);
-    if (!path) {
-      apx_diag_error(&d, APX_EXIT_RUNTIME, "apexrun: out of memory");
-      goto done;
-    }
-    if (i >= plan.n_inputs) {
-      if (file_exists(path))
-        apx_diag_error(&d, APX_EXIT_BAD_INPUT, "%s: the model has %d data input%s, this is one more",
-                       path, plan.n_inputs, plan.n_inputs == 1 ? "" : "s");
-      if (d.code) goto done;
-      break;
-    }
-    ApxTensorConst tc;
-    const char *name = NULL;
-    if (apx_onnx_read_tensor_file(path, &arena, &tc, &name, &d)) goto done;
-    ApxTensor t = {tc.data, tc.dtype, tc.rank, {0}};
-    memcpy(t.dims, tc.dims, sizeof t.dims);
-    ApxDiag di;
-    apx_diag_init(&di);
-    if (apx_exec_set_input(&ex, i, &t, &di)) {
-      /* name the input file rather than the plan: that is what was wrong */
-      const char *what = strstr(di.msg, ": ");
-      apx_diag_error(&d, di.code, "%s%s", path, what ? what : di.msg);
-      goto done;
-    }
-    /* class labels and indices out of range are bad input (exit 2) as in training, not a
-     * kernel failure (dataset.h) */
-    ApxNpy view = {tc.dtype, tc.rank, {0}, 1, (void *)tc.data, 0, 0, 0, 0};
-    memcpy(view.dims, tc.dims, sizeof view.dims);
-    for (int k = 0; k < tc.rank; k++) view.numel *= tc.dims[k];
-    if (tc.rank >= 1 && apx_dataset_check_indices(&plan, i, &view, path, &d)) goto done;
-  }
-
+  if (apx_infer_set_inputs(&ex, &plan, &in, &d)) goto done;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   if (apx_exec_run(&ex, APX_SEC_FORWARD, &d)) goto done;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
   if (a.repeat > 0 && time_forward(&ex, a.repeat, &d)) goto done;
-
-  for (int32_t i = 0; i < plan.n_outputs; i++) {
-    const ApxPlanBuffer *b = &plan.bufs[plan.outputs[i]];
-    void *host = apx_arena_alloc_raw(&arena, (size_t)b->bytes + 1);
-    char *path = apx_arena_printf(&arena, "%s/output_%d.pb", a.output_dir, i);
-    if (!host || !path) {
-      apx_diag_error(&d, APX_EXIT_RUNTIME, "apexrun: out of memory");
-      goto done;
-    }
-    if (apx_exec_read(&ex, plan.outputs[i], host, (size_t)b->bytes, &d)) goto done;
-    ApxTensor t = {host, b->dtype, b->rank, {0}};
-    memcpy(t.dims, b->dims, sizeof t.dims);
-    if (apx_onnx_write_tensor_file(path, b->name, &t, &d)) goto done;
-  }
+  if (apx_infer_write_outputs(&ex, &plan, a.output_dir, in.format, &d)) goto done;
+  infer_summary(&a, &in, &plan, (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
 
 done:
   if (d.code) rc = fail(&d);
   apx_exec_free(&ex);
   apx_plan_free(&plan);
   if (have_graph) apx_graph_free(&g);
-  apx_arena_free(&arena);
+  apx_infer_data_free(&in);
   apx_arena_free(&a.strings);
   return rc;
 }
@@ -435,6 +401,9 @@ static int cmd_train(int argc, char **argv) {
     } else if ((v = flag_value(argc, argv, &i, "--log"))) {
       if (!*v) return usage_error("%s needs a file", "--log");
       c.log_path = v;
+    } else if ((v = flag_value(argc, argv, &i, "--tensorboard"))) {
+      if (!*v) return usage_error("%s needs a folder", "--tensorboard");
+      c.tensorboard_dir = v;
     } else if ((v = flag_value(argc, argv, &i, "--checkpoint-dir"))) {
       if (!*v) return usage_error("%s needs a folder", "--checkpoint-dir");
       c.ckpt_dir = v;

@@ -16,6 +16,7 @@
 #include "runtime/export_onnx.h"
 #include "ir/fileio.h"
 #include "runtime/stop.h"
+#include "runtime/tensorboard.h"
 
 void apx_train_config_init(ApxTrainConfig *c) {
   memset(c, 0, sizeof *c);
@@ -421,6 +422,15 @@ static int log_write(Log *l, const char *buf, size_t n, ApxDiag *d) {
   return 0;
 }
 
+/* --tensorboard: the scalars of a step, the values of its --log row (runtime/tensorboard.h).
+ * One loss and one scaler per plan (several losses are not supported yet). */
+static int tb_write_step(ApxTbWriter *tb, const ApxStepRecord *r, int64_t skipped_so_far, ApxDiag *d) {
+  const ApxTbScalar s[] = {{"loss", r->loss},           {"loss_scale", r->loss_scale},
+                           {"lr", r->lr},               {"grad_norm", r->grad_norm},
+                           {"ms_per_step", r->ms},      {"skipped_steps", (double)skipped_so_far}};
+  return apx_tb_write_scalars(tb, r->step, s, (int)(sizeof s / sizeof s[0]), d);
+}
+
 /* On resume: keep the log's records of steps <= step (a killed run may have logged more).
  * A log that cannot be opened is bad usage (exit code 2), found before training; a write that
  * fails (a full disk, /dev/full) is a runtime failure (exit code 1) naming the file. */
@@ -537,6 +547,7 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   memset(&t, 0, sizeof t);
   Log log = {-1, NULL, 0};
   char *resumed_path = NULL;
+  ApxTbWriter *tb = NULL; /* --tensorboard */
   int rc = 0, pending = 0; /* pending: a progress line without its newline */
   int stopped = 0;         /* the signal every rank agreed to stop on (stop.h), 0 */
   /* --export-onnx: a destination that cannot be written fails now, not after the training */
@@ -587,6 +598,7 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   if (lead && cfg.ckpt_dir && t.step < cfg.steps && apx_checkpoint_dir_check(cfg.ckpt_dir, &d))
     goto done;
   if (cfg.log_path && lead && open_log(&log, cfg.log_path, t.step, resumed, &d)) goto done;
+  if (cfg.tensorboard_dir && lead && apx_tb_init(&tb, cfg.tensorboard_dir, &d)) goto done;
   /* every rank starts from identical weights (same plan, same checkpoint) */
   if (apx_dp_check_replicas(&t.dp, &t.ex, t.step, t.scaler.scale, 1, &d)) goto done;
 
@@ -611,6 +623,7 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
       line[n] = '\n';
       if (log_write(&log, line, (size_t)n + 1, &d)) goto done;
     }
+    if (tb && tb_write_step(tb, &r, skipped, &d)) goto done;
     /* on a terminal at most ~20 lines a second (fast models take well under a ms a step) */
     if (progress && (now_ms() - last_print >= 50 || t.step == cfg.steps || r.skipped)) {
       fprintf(out, "\rstep %" PRId64 "/%" PRId64 "  loss %10.6f  scale %-9g %8.1f ms", r.step,
@@ -732,6 +745,7 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
 done:
   if (pending) fputc('\n', out);
   log_close(&log, &d);
+  apx_tb_close(tb);
   if (d.code) {
     fprintf(stderr, "%s\n", d.msg);
     rc = d.code;

@@ -67,6 +67,7 @@ typedef struct ApxTrainConfig {
   ApxSampleOrder order;
   int32_t rank, world;       /* 0 / 1 */
   const char *log_path;      /* JSON lines, NULL: none */
+  const char *tensorboard_dir; /* TensorBoard event files (tensorboard.h), NULL: none */
   const char *ckpt_dir;
   int64_t ckpt_every;        /* 0: only at the end (when ckpt_dir is set) */
   int32_t resume;            /* ApxResume */

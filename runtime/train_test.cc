@@ -320,7 +320,7 @@ std::vector<std::string> losses(const std::string &log) {
 // Writes the Dropout test model (runtime/testdata/make_dropout_model.py) into dir and compiles
 // it at O0 (with compile seed `seed`, 0 = none) to dir/model.apx; returns the plan path.
 std::string CompileDropoutPlan(const std::string &dir, int seed = 0) {
-  Result g = sh("python3 runtime/testdata/make_dropout_model.py " + dir);
+  Result g = sh("scripts/py runtime/testdata/make_dropout_model.py " + dir);
   EXPECT_EQ(g.code, 0) << g.out;
   ApxOptions o;
   apx_options_init(&o);
@@ -528,7 +528,7 @@ TEST(Train, DataFolderIsValidated) {
   auto folder = [&](const std::string &name, const std::string &py) {
     std::string d = base + "/" + name;
     mkdir(d.c_str(), 0755);
-    Result g = sh("python3 -c \"import numpy as np; d='" + d + "'; " + py + "\"");
+    Result g = sh("scripts/py -c \"import numpy as np; d='" + d + "'; " + py + "\"");
     EXPECT_EQ(g.code, 0) << g.out;
     return d;
   };
@@ -836,7 +836,7 @@ TEST(Train, IndexValuesOutOfRangeAreBadInput) {
   auto folder = [&](const std::string &name, const std::string &edit) {
     std::string d = base + "/" + name;
     mkdir(d.c_str(), 0755);
-    Result g = sh("python3 -c \"import numpy as np; d='" + d + "'; "
+    Result g = sh("scripts/py -c \"import numpy as np; d='" + d + "'; "
                   "t=np.load('examples/transformer/data/tokens.npy'); l=np.load('examples/transformer/data/labels.npy'); " +
                   edit + "; np.save(d+'/tokens.npy', t); np.save(d+'/labels.npy', l)\"");
     EXPECT_EQ(g.code, 0) << g.out;

@@ -10,10 +10,21 @@ steps=${2:-200}
 [ -d "examples/$example" ] || { echo "quickstart: no example '$example' (mlp, cnn, transformer)" >&2; exit 2; }
 bash scripts/setup.sh
 read -r -a BAZEL <<< "${BAZEL:-bazel}"
-"${BAZEL[@]}" build --noshow_progress //:apexc //:apexrun 2>&1 | grep -v '^INFO\|^Loading\|^Analyzing' || true
-bin=$("${BAZEL[@]}" info bazel-bin 2>/dev/null)
 out=${TMPDIR:-/tmp}/apexc-quickstart
 mkdir -p "$out"
+# a failed build stops here with the build's own error (and its exit code)
+echo "== bazel build //:apexc //:apexrun"
+rc=0
+"${BAZEL[@]}" build --noshow_progress //:apexc //:apexrun >"$out/build.log" 2>&1 || rc=$?
+grep -v '^INFO: \|^Loading\|^Analyzing\|^Target \|^  bazel-bin/' "$out/build.log" >&2 || true
+if [ "$rc" -ne 0 ]; then
+  echo "quickstart: the build failed (exit $rc; whole log: $out/build.log)" >&2
+  exit "$rc"
+fi
+bin=$("${BAZEL[@]}" info bazel-bin 2>/dev/null)
+for b in compiler/apexc runtime/apexrun; do
+  [ -x "$bin/$b" ] || { echo "quickstart: the build reported success but $bin/$b is missing" >&2; exit 1; }
+done
 lr=()
 [ "$example" = cnn ] && lr=(--lr 0.01)
 echo "== apexc examples/$example/model.onnx -O2 -o $out/$example.apx"

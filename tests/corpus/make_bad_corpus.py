@@ -6,7 +6,7 @@ exit code 2, and no crash. MANIFEST.tsv lists: file, stage (load: rejected by th
 infer: loads, rejected by shape inference), and a substring the message must contain.
 compiler/onnx_load_test.cc checks every stage=load row; the fuzzer seeds from these files.
 
-Usage: python3 tests/corpus/make_bad_corpus.py   (needs the onnx PyPI package)
+Usage: scripts/py tests/corpus/make_bad_corpus.py   (needs the onnx PyPI package)
 """
 import os
 import random

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the data-parallel test models: the example MLP and CNN with a symbolic batch.
 
-    python3 tests/dp/make_models.py        (from the repository root)
+    scripts/py tests/dp/make_models.py        (from the repository root)
 
 tests/dp/mlp_n.onnx and tests/dp/cnn_n.onnx are examples/mlp/model.onnx and
 examples/cnn/model.onnx with the first dimension of every batch-dependent graph input and

@@ -7,7 +7,7 @@ every attribute type, value_info and symbolic dims (N is bound by the target), a
 data in w.bin (the 64-byte file the fuzz target provides). scripts/fuzz_loader.sh copies
 them into its working corpus.
 
-Usage: python3 tests/fuzz/make_seeds.py   (needs the onnx and numpy PyPI packages)
+Usage: scripts/py tests/fuzz/make_seeds.py   (needs the onnx and numpy PyPI packages)
 """
 import os
 

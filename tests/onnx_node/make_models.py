@@ -6,7 +6,7 @@ Each model NAME.onnx comes with NAME.shapes: '# dim NAME=V' lines (the --dim bin
 with the dtype and shape that onnxruntime actually produces for every node output when the
 model runs on random data with those bindings (every value is made a graph output of a copy
 of the model for the run). model_shape_test.cc checks apexc's inference against them.
-Run from the repository root: python3 tests/onnx_node/make_models.py
+Run from the repository root: scripts/py tests/onnx_node/make_models.py
 """
 import os
 

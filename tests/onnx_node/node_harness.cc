@@ -127,19 +127,12 @@ std::string dims_str(int32_t rank, const int64_t *dims) {
   return s + "]";
 }
 
-ApxDType data_dtype(ApxDType file, ApxDType declared) {
-  return (file == APX_DT_U16 && declared == APX_DT_BF16) ? APX_DT_BF16 : file;
-}
+ApxDType data_dtype(ApxDType file, ApxDType declared) { return apx_bind_data_dtype(file, declared); }
 
 std::set<int> static_fed_inputs(const ApxGraph *g) {
   std::set<int> s;
-  for (int i = 0; i < g->n_nodes; i++) {
-    const ApxNode *n = &g->nodes[i];
-    const ApxOpInfo *info = apx_op_info(n->op);
-    bool fold = (info->flags & APX_OPF_FOLD) && n->op != APX_OP_Shape;
-    for (int k = 0; k < n->n_in; k++)
-      if (n->in[k] >= 0 && (fold || (k < 32 && (info->static_inputs >> k) & 1))) s.insert(n->in[k]);
-  }
+  for (int k = 0; k < g->n_inputs; k++)
+    if (apx_input_must_be_constant(g, g->inputs[k])) s.insert(g->inputs[k]);
   return s;
 }
 
@@ -161,27 +154,30 @@ bool read_tensor(const std::string &path, ApxArena *arena, ApxTensorConst *t, st
 
 bool bind_inputs(ApxGraph *g, const std::string &data_dir, std::vector<ApxTensorConst> *data,
                  std::string *err) {
-  std::set<int> stat = static_fed_inputs(g);
-  std::vector<int> keep;
+  // the product's rule (compiler/bind_inputs.h), with input_K.pb bound by index
+  std::vector<ApxInputBinding> b(g->n_inputs);
+  std::vector<std::string> paths(g->n_inputs);
   for (int k = 0; k < g->n_inputs; k++) {
-    int v = g->inputs[k];
-    ApxTensorConst t;
-    if (!read_tensor(data_dir + "/input_" + std::to_string(k) + ".pb", &g->arena, &t, err)) return false;
-    ApxValue *val = &g->vals[v];
-    val->dtype = data_dtype(t.dtype, val->dtype);
-    t.dtype = val->dtype;
-    val->dim_params = nullptr;
-    apx_value_set_shape(val, t.rank, t.dims);
-    if (stat.count(v)) {
-      val->kind = APX_VAL_CONST;
-      val->data = t.data;
-    } else {
-      keep.push_back(v);
-      data->push_back(t);
-    }
+    paths[k] = data_dir + "/input_" + std::to_string(k) + ".pb";
+    b[k] = ApxInputBinding{};
+    b[k].index = k;
+    b[k].file = paths[k].c_str();
+    if (!read_tensor(paths[k], &g->arena, &b[k].t, err)) return false;
   }
-  for (size_t i = 0; i < keep.size(); i++) g->inputs[i] = keep[i];
-  g->n_inputs = (int32_t)keep.size();
+  ApxDiag d;
+  apx_diag_init(&d);
+  d.quiet = 1;
+  if (apx_bind_inputs(g, b.data(), (int)b.size(), &d)) {
+    *err = std::string("bind inputs: ") + d.msg;
+    return false;
+  }
+  for (int i = 0; i < g->n_inputs; i++)
+    for (const ApxInputBinding &x : b)
+      if (!x.constant && !strcmp(x.name, g->vals[g->inputs[i]].name)) {
+        ApxTensorConst t = x.t;
+        t.dtype = g->vals[g->inputs[i]].dtype;  // uint16 test data of a bf16 input
+        data->push_back(t);
+      }
   return true;
 }
 

@@ -5,15 +5,16 @@
 // like `apexrun infer` and feeding its plan.
 //
 // Harness rule for inputs (used by node_shape_test, node_conformance_test,
-// kernels/cpu:onnx_node_test and kernels/cuda:onnx_node_cuda_test): each
-// APX_VAL_INPUT K (index among the non-initializer graph inputs) takes dtype and shape from
-// <data set>/input_K.pb. An input that feeds a static-input slot (ops.def STATIC_INPUTS:
-// Reshape's shape, Slice's starts ...) or any input of a compile-time op other than Shape
-// (Range, Equal, ConstantOfShape) becomes an APX_VAL_CONST with that data, as an exporter's
-// constant would be; the other inputs stay runtime data inputs, in order (Shape must fold
-// from the static shape alone). ONNX 1.12's test data stores bfloat16 tensors as uint16 bit
-// patterns: a uint16 tensor feeding (or expected from) a bfloat16 value is taken as
-// bfloat16 with the same bits.
+// kernels/cpu:onnx_node_test and kernels/cuda:onnx_node_cuda_test): the product's rule,
+// compiler/bind_inputs.h, as `apexrun infer` applies it: each APX_VAL_INPUT K (index among
+// the non-initializer graph inputs) is bound to <data set>/input_K.pb. An input that feeds
+// a static-input slot (ops.def STATIC_INPUTS: Reshape's shape, Slice's starts ...) or any
+// input of a compile-time op other than Shape (Range, Equal, ConstantOfShape) becomes an
+// APX_VAL_CONST with that data, as an exporter's constant would be; the other inputs stay
+// runtime data inputs, in order, their dtype and shape checked against (and unknown dims
+// taken from) the data (Shape must fold from the static shape alone). ONNX 1.12's test
+// data stores bfloat16 tensors as uint16 bit patterns: a uint16 tensor feeding (or
+// expected from) a bfloat16 value is taken as bfloat16 with the same bits.
 #ifndef APX_TESTS_ONNX_NODE_NODE_HARNESS_H
 #define APX_TESTS_ONNX_NODE_NODE_HARNESS_H
 
@@ -24,6 +25,7 @@
 #include <vector>
 
 extern "C" {
+#include "compiler/bind_inputs.h"
 #include "ir/arena.h"
 #include "ir/ir.h"
 #include "ir/options.h"

@@ -8,5 +8,5 @@ if [ ! -d "$NODE_DIR" ]; then
   echo "missing $NODE_DIR (Debian package libonnx-testdata)" >&2
   exit 1
 fi
-exec python3 tests/ort/run_emit_checks.py tests/ort/emit_onnx_tool examples "$NODE_DIR" \
+exec scripts/py tests/ort/run_emit_checks.py tests/ort/emit_onnx_tool examples "$NODE_DIR" \
   --ops-def kernels/ops.def

@@ -6,9 +6,10 @@
  *                  --inference, --allow-old-opset ...]
  *   emit_onnx_tool --list-passes      prints the pipeline's pass names, one per line
  *
- * If the pipeline itself writes o->emit_onnx (once the CLI wires --emit-onnx in at the
- * right point, after cast insertion and before fusion), that file is kept; otherwise the
- * tool emits after apx_compile_file. Exit codes as apexc: 0, 1 runtime, 2 bad input. */
+ * The model is written by the pipeline's inspection function (apx_inspect_write, after
+ * cast insertion and before fusion), as apexc does; only when the pipeline wrote nothing
+ * (a disabled inspection point) does the tool emit after the whole compile. Exit codes as
+ * apexc: 0, 1 runtime, 2 bad input. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -43,7 +44,8 @@ int main(int argc, char **argv) {
   apx_diag_init(&d);
   d.quiet = 1;
   ApxGraph g;
-  int rc = apx_compile_file(&g, &o, &d);
+  /* as apexc: the model is written at the pipeline's inspection point (before fusion) */
+  int rc = apx_compile_file_inspected(&g, &o, apx_inspect_write, &d);
   if (rc == 0 && access(o.emit_onnx, F_OK) != 0) rc = apx_emit_onnx(&g, o.emit_onnx, &d);
   if (rc) fprintf(stderr, "%s\n", d.msg);
   int code = rc ? d.code : 0;

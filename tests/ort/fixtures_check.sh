@@ -2,4 +2,4 @@
 # The committed onnxruntime fixtures still match the examples (sh_test).
 set -euo pipefail
 export PYTHONDONTWRITEBYTECODE=1
-exec python3 tests/ort/record_fixtures.py --check --examples examples --out tests/fixtures/ort
+exec scripts/py tests/ort/record_fixtures.py --check --examples examples --out tests/fixtures/ort

@@ -76,7 +76,16 @@ def make_half_model(model, half_type):
     del g.node[:]
     g.node.extend(nodes)
     del g.value_info[:]
+    # bfloat16 Conv and pooling exist only from opset 22 (as apexc --emit-onnx raises it)
+    if half_type == TensorProto.BFLOAT16 and {n.op_type for n in g.node} & BF16_AT_22:
+        for o in m.opset_import:
+            if o.domain in ("", "ai.onnx"):
+                o.version = max(o.version, 22)
+        m.ir_version = max(m.ir_version, 10)
     return m
+
+
+BF16_AT_22 = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool"}
 
 
 def scrambled(model):

@@ -3,4 +3,4 @@
 # must pass correct half-precision models and fail broken ones.
 set -euo pipefail
 export PYTHONDONTWRITEBYTECODE=1
-exec python3 tests/ort/selftest.py examples
+exec scripts/py tests/ort/selftest.py examples

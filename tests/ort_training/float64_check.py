@@ -12,7 +12,7 @@ MODEL is mlp, cnn or transformer. For every trainable parameter (or --params), u
 below 1e-9 relative for these gradients). Printed per parameter: relative L2 error over those
 elements of the onnxruntime fixture (tests/fixtures/ort_training/MODEL/grad_K.pb) and, with
 --apexc DIR, of apexc's gradients dumped by reference_test (APX_REF_DUMP=DIR writes
-DIR/MODEL/grad_K.pb). Needs only onnx and numpy (the system python3).
+DIR/MODEL/grad_K.pb). Needs only onnx and numpy (scripts/py: the project venv).
 """
 import argparse
 import os
