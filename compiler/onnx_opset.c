@@ -21,6 +21,7 @@ static const struct {
     {APX_OP_Conv, -1, 22},               {APX_OP_MaxPool, -1, 22},      {APX_OP_AveragePool, -1, 22},
     {APX_OP_GlobalAveragePool, -1, 22},  {APX_OP_NegativeLogLikelihoodLoss, -1, 22},
     {APX_OP_Dropout, 1, 22},             {APX_OP_Range, -1, 0},
+    {APX_OP_HardSigmoid, -1, 22},
 };
 
 /* Opsets at which a node written in the older form becomes invalid, and when that applies. */

@@ -336,10 +336,10 @@ TEST(Plan, RoundTripsEveryField) {
                            "lower bound", "loss: loss"})
     EXPECT_NE(dump.find(want), std::string::npos) << want << "\n" << dump;
   // names, not enum numbers (issue 13): optimizer kind, lr schedule, switches
-  for (const char *want : {"optimizer: adamw ", "lr_schedule=cosine", "master_weights=on",
+  for (const char *want : {"optimizer: adamw ", "kind=adamw", "lr_schedule=cosine", "master_weights=on",
                            "nesterov=on", "training=on", "allreduce_fp32=on"})
     EXPECT_NE(dump.find(want), std::string::npos) << want << "\n" << dump;
-  for (const char *gone : {"kind 1", "kind=", "schedule=0", "training=1"})
+  for (const char *gone : {"kind 1", "kind=1", "schedule=0", "training=1"})
     EXPECT_EQ(dump.find(gone), std::string::npos) << gone << "\n" << dump;
   apx_plan_free(&r);
 }

@@ -37,7 +37,7 @@ fi
 # cuobjdump (register counts of the built CUDA objects: //kernels/cuda:objects_test); the
 # toolkit here comes without it
 if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v cuobjdump >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/cuobjdump ] &&
-   ! python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["purelib"] + "/nvidia/cu13/bin/cuobjdump"))' 2>/dev/null; then
-  echo "setup: installing cuobjdump (nvidia-cuda-cuobjdump)" >&2
-  python3 -m pip install -q --disable-pip-version-check "nvidia-cuda-cuobjdump>=13.2,<14" >/dev/null
+   ! "$venv/bin/python" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["purelib"] + "/nvidia/cu13/bin/cuobjdump"))' 2>/dev/null; then
+  echo "setup: installing cuobjdump (nvidia-cuda-cuobjdump) into $venv" >&2
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "nvidia-cuda-cuobjdump>=13.2,<14" >/dev/null
 fi

@@ -45,8 +45,8 @@ std::string Shell(const std::string &cmd, int *code) {
 
 bool Exists(const std::string &path) { return !path.empty() && access(path.c_str(), X_OK) == 0; }
 
-// cuobjdump: $CUOBJDUMP, PATH, the toolkit, or the nvidia-cuda-cuobjdump Python package
-// (scripts/setup.sh installs it).
+// cuobjdump: $CUOBJDUMP, PATH, the toolkit, or the nvidia-cuda-cuobjdump Python package in
+// the project venv (scripts/setup.sh installs it there).
 std::string Cuobjdump() {
   const char *env = getenv("CUOBJDUMP");
   if (env && Exists(env)) return env;
@@ -55,7 +55,8 @@ std::string Cuobjdump() {
   while (!w.empty() && (w.back() == '\n' || w.back() == ' ')) w.pop_back();
   if (code == 0 && Exists(w)) return w;
   if (Exists("/usr/local/cuda/bin/cuobjdump")) return "/usr/local/cuda/bin/cuobjdump";
-  std::string site = Shell("python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'", &code);
+  // the project venv's site-packages (scripts/py: the one Python of the tests)
+  std::string site = Shell("scripts/py -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])' 2>/dev/null", &code);
   while (!site.empty() && site.back() == '\n') site.pop_back();
   for (const char *sub : {"/nvidia/cu13/bin/cuobjdump", "/nvidia/cuda_cuobjdump/bin/cuobjdump"})
     if (Exists(site + sub)) return site + sub;
