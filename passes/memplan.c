@@ -22,7 +22,16 @@ typedef struct Plan {
   int32_t n;
   ApxPlaceIndex ix;  /* the placed classes with size > 0 (memplan_index.h) */
   int oom;           /* the index ran out of memory */
+  int64_t budget;    /* gaps one placement order may walk (ix.work), -1: unbounded */
+  int over_budget;   /* the current order went past it: abandoned */
 } Plan;
+
+/* Placement orders after the first are abandoned once they walk more than 4 gaps per class
+ * on graphs of 4096 classes or more: a deterministic bound (counted, not timed) that keeps
+ * every order near-linear. Below that size every order runs in full, so plans are the same
+ * as the scan-based planner's; above it the first order (greedy by size) always completes. */
+#define BUDGET_MIN_CLASSES 4096
+#define BUDGET_GAPS_PER_CLASS 4
 
 static int64_t align_up(int64_t x) { return (x + APX_MEMPLAN_ALIGN - 1) & ~(int64_t)(APX_MEMPLAN_ALIGN - 1); }
 
@@ -95,11 +104,13 @@ static void place(Plan *pl, int32_t i, Fit fit) {
   }
   c->offset = apx_place_index_find(&pl->ix, c->start, c->end, c->size, fit);
   if (apx_place_index_add(&pl->ix, i, c->start, c->end, c->offset, c->size)) pl->oom = 1;
+  if (pl->budget >= 0 && pl->ix.work > pl->budget) pl->over_budget = 1;
 }
 
 static void unplace_all(Plan *pl) {
   for (int32_t i = 0; i < pl->n; i++) pl->cls[i].offset = -1;
   apx_place_index_clear(&pl->ix);
+  pl->over_budget = 0;
 }
 
 static int64_t arena_size(const Plan *pl) {
@@ -128,7 +139,7 @@ static int by_key_desc(const void *x, const void *y) {
 static void place_sorted(Plan *pl, int32_t *idx, int32_t m, const Key *key, Fit fit) {
   g_sort_key = key;
   qsort(idx, (size_t)m, sizeof *idx, by_key_desc);
-  for (int32_t i = 0; i < m; i++) place(pl, idx[i], fit);
+  for (int32_t i = 0; i < m && !pl->over_budget; i++) place(pl, idx[i], fit);
 }
 
 static void place_all(Plan *pl, int32_t *idx, const Key *key, Fit fit) {
@@ -181,7 +192,7 @@ static void greedy_by_breadth(Plan *pl, int32_t n_steps, const int64_t *live, in
   g_sort_key = key;
   g_sort_turn = turn;
   qsort(idx, (size_t)pl->n, sizeof *idx, by_turn_then_key);
-  for (int32_t i = 0; i < pl->n; i++) place(pl, idx[i], FIT_BEST);
+  for (int32_t i = 0; i < pl->n && !pl->over_budget; i++) place(pl, idx[i], FIT_BEST);
 }
 
 static uint64_t xorshift(uint64_t *s) {
@@ -202,16 +213,18 @@ static int64_t pack_arena(Plan *pl, int32_t n_steps, const int64_t *live, int64_
   int64_t best = -1;
 #define KEEP()                                                              \
   do {                                                                      \
-    int64_t sz_ = arena_size(pl);                                           \
-    if (best < 0 || sz_ < best) {                                           \
+    int64_t sz_ = pl->over_budget ? -1 : arena_size(pl);                    \
+    if (sz_ >= 0 && (best < 0 || sz_ < best)) {                             \
       best = sz_;                                                           \
       for (int32_t i_ = 0; i_ < pl->n; i_++) best_off[i_] = pl->cls[i_].offset; \
     }                                                                       \
     if (best <= lower) return best;                                         \
   } while (0)
   for (int32_t i = 0; i < pl->n; i++) key[i] = (Key){(double)pl->cls[i].size, pl->cls[i].end - pl->cls[i].start};
+  pl->budget = -1; /* the first order always completes */
   place_all(pl, idx, key, FIT_BEST);
   KEEP();
+  if (pl->n >= BUDGET_MIN_CLASSES) pl->budget = (int64_t)BUDGET_GAPS_PER_CLASS * pl->n;
   greedy_by_breadth(pl, n_steps, live, idx, steps, work, key);
   KEEP();
   place_all(pl, idx, key, FIT_FIRST);
@@ -247,7 +260,7 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   int32_t n_steps = g->n_order + 1; /* step n_order: after the run (outputs are read) */
   int32_t *def = malloc(((size_t)nv + 1) * sizeof *def);
   int32_t *last = malloc(((size_t)nv + 1) * sizeof *last);
-  Plan pl = {calloc((size_t)nv + 1, sizeof(Class)), 0, {0}, 0};
+  Plan pl = {calloc((size_t)nv + 1, sizeof(Class)), 0, {0}, 0, -1, 0};
   int64_t *live = calloc((size_t)n_steps + 1, sizeof *live);
   int32_t *idx = malloc(((size_t)nv + (size_t)n_steps + 1) * sizeof *idx);
   int32_t *steps = malloc(((size_t)n_steps + 1) * sizeof *steps);

@@ -13,6 +13,7 @@ struct ApxPlaceOwn {
   int32_t l, r;
   /* subtree aggregates (in offset order the buffers are disjoint: first a, last b) */
   int64_t first_a, last_b, sum;
+  int64_t max_gap;      /* largest free range between two consecutive buffers inside */
   int32_t min_start, max_start, min_end, max_end;
 };
 
@@ -20,6 +21,7 @@ struct ApxPlaceRun {
   int64_t lo, hi;       /* merged run [lo, hi): runs of one set never touch */
   uint32_t prio;
   int32_t l, r;
+  int64_t first_lo, last_hi, max_gap; /* subtree: first start, last end, largest gap inside */
 };
 
 static uint32_t mix(uint32_t v) { /* deterministic treap priorities */
@@ -36,11 +38,16 @@ static int32_t max32(int32_t a, int32_t b) { return a > b ? a : b; }
 
 /* ---- own sets: buffers of one step node, by offset ------------------------------------ */
 
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
 static void own_pull(ApxPlaceOwn *N, int32_t t) {
   ApxPlaceOwn *n = &N[t];
   n->first_a = n->a;
   n->last_b = n->b;
   n->sum = n->b - n->a;
+  n->max_gap = 0;
+  if (n->l >= 0) n->max_gap = max64(N[n->l].max_gap, n->a - N[n->l].last_b);
+  if (n->r >= 0) n->max_gap = max64(n->max_gap, max64(N[n->r].max_gap, N[n->r].first_a - n->b));
   n->min_start = n->max_start = n->start;
   n->min_end = n->max_end = n->end;
   if (n->l >= 0) {
@@ -163,6 +170,15 @@ static int64_t own_next_start(const ApxPlaceOwn *N, int32_t t, int64_t f, const 
 
 /* ---- sub sets: merged byte runs of a subtree ------------------------------------------ */
 
+static void run_pull(ApxPlaceRun *R, int32_t t) {
+  ApxPlaceRun *n = &R[t];
+  n->first_lo = n->l >= 0 ? R[n->l].first_lo : n->lo;
+  n->last_hi = n->r >= 0 ? R[n->r].last_hi : n->hi;
+  n->max_gap = 0;
+  if (n->l >= 0) n->max_gap = max64(R[n->l].max_gap, n->lo - R[n->l].last_hi);
+  if (n->r >= 0) n->max_gap = max64(n->max_gap, max64(R[n->r].max_gap, R[n->r].first_lo - n->hi));
+}
+
 static void run_split(ApxPlaceRun *R, int32_t t, int64_t k, int32_t *L, int32_t *Rt) {
   if (t < 0) {
     *L = *Rt = -1;
@@ -175,6 +191,7 @@ static void run_split(ApxPlaceRun *R, int32_t t, int64_t k, int32_t *L, int32_t 
     run_split(R, R[t].l, k, L, &R[t].l);
     *Rt = t;
   }
+  run_pull(R, t);
 }
 
 static int32_t run_merge(ApxPlaceRun *R, int32_t a, int32_t b) {
@@ -182,9 +199,11 @@ static int32_t run_merge(ApxPlaceRun *R, int32_t a, int32_t b) {
   if (b < 0) return a;
   if (R[a].prio > R[b].prio) {
     R[a].r = run_merge(R, R[a].r, b);
+    run_pull(R, a);
     return a;
   }
   R[b].l = run_merge(R, a, R[b].l);
+  run_pull(R, b);
   return b;
 }
 
@@ -245,6 +264,7 @@ static int run_insert(ApxPlaceIndex *x, int32_t *root, int64_t a, int64_t b) {
   R[nn].lo = a;
   R[nn].hi = b;
   R[nn].l = R[nn].r = -1;
+  run_pull(R, nn);
   *root = run_merge(R, run_merge(R, L, nn), Rt);
   return 0;
 }
@@ -275,6 +295,33 @@ static int64_t run_next_start(const ApxPlaceRun *R, int32_t t, int64_t f) {
   return best;
 }
 
+/* ---- fits: the lowest offset >= y with `size` free bytes above it in one set --------------- */
+
+/* In the ordered disjoint intervals of a subtree (ApxPlaceOwn a/b or ApxPlaceRun lo/hi), the
+ * end of the first interval starting at or after p whose following free range (up to the
+ * next interval, `next` after the subtree, NONE_OFF: none) holds size bytes; -1 if none.
+ * Subtrees whose gaps are all smaller are skipped whole (max_gap). */
+#define GAP_AFTER(NAME, T, LO, HI)                                                            \
+  static int64_t NAME(const T *N, int32_t t, int64_t p, int64_t size, int64_t next) {          \
+    while (t >= 0) {                                                                          \
+      const T *n = &N[t];                                                                     \
+      int64_t first = n->first_##LO, last = n->last_##HI;                                     \
+      if (last <= p) return -1; /* every interval starts below p */                           \
+      if (first >= p && n->max_gap < size && next != NONE_OFF && next - last < size) return -1; \
+      int64_t r = NAME(N, n->l, p, size, n->LO);                                              \
+      if (r >= 0) return r;                                                                   \
+      if (n->LO >= p) {                                                                       \
+        int64_t nx = n->r >= 0 ? N[n->r].first_##LO : next;                                   \
+        if (nx == NONE_OFF || nx - n->HI >= size) return n->HI;                               \
+      }                                                                                       \
+      t = n->r;                                                                               \
+    }                                                                                         \
+    return -1;                                                                                \
+  }
+GAP_AFTER(own_gap_after, ApxPlaceOwn, a, b)
+GAP_AFTER(run_gap_after, ApxPlaceRun, lo, hi)
+#undef GAP_AFTER
+
 /* ---- the index -------------------------------------------------------------------------- */
 
 int apx_place_index_init(ApxPlaceIndex *x, int32_t n_steps, int32_t n_items) {
@@ -295,7 +342,9 @@ int apx_place_index_init(ApxPlaceIndex *x, int32_t n_steps, int32_t n_items) {
   x->items = malloc(((size_t)x->n_items + 1) * sizeof *x->items);
   x->cap_sets = 256; /* 4 per tree level covers any query (tree depth < 64) */
   x->sets = malloc((size_t)x->cap_sets * sizeof *x->sets);
-  if (!x->lo || !x->hi || !x->left || !x->right || !x->parent || !x->own || !x->sub ||
+  x->free_lo = malloc((size_t)x->cap_sets * sizeof *x->free_lo);
+  x->free_hi = malloc((size_t)x->cap_sets * sizeof *x->free_hi);
+  if (!x->free_lo || !x->free_hi || !x->lo || !x->hi || !x->left || !x->right || !x->parent || !x->own || !x->sub ||
       !x->stack || !x->items || !x->sets)
     return -1;
   for (int32_t i = 0; i < x->n_items; i++) x->items[i].prio = mix((uint32_t)i + 0x9e3779b9u);
@@ -342,6 +391,8 @@ void apx_place_index_free(ApxPlaceIndex *x) {
   free(x->items);
   free(x->runs);
   free(x->sets);
+  free(x->free_lo);
+  free(x->free_hi);
   memset(x, 0, sizeof *x);
   x->root = -1;
 }
@@ -350,6 +401,7 @@ void apx_place_index_clear(ApxPlaceIndex *x) {
   for (int32_t c = 0; c < x->n_steps; c++) x->own[c] = x->sub[c] = -1;
   x->n_runs = 0;
   x->free_run = -1;
+  x->work = 0;
 }
 
 int apx_place_index_add(ApxPlaceIndex *x, int32_t item, int32_t start, int32_t end,
@@ -403,16 +455,46 @@ static int64_t set_next_start(const ApxPlaceIndex *x, const ApxPlaceSet *s, int6
                 : own_next_start(x->items, x->own[s->node], f, s);
 }
 
+/* Lowest f >= y such that [f, f + size) is free in set i, with the free range [f, hi) it
+ * starts (hi: the set's next occupied offset) kept in free_lo/free_hi[i]: the cursor only
+ * moves up, so the set is asked again only once the cursor leaves that range. Sub sets and
+ * own sets whose every buffer counts skip gaps that are too small through max_gap; own sets
+ * that count only the buffers reaching into the query interval step from gap to gap. */
+static int64_t set_fit(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size) {
+  if (x->free_lo[i] <= y && y < x->free_hi[i] && x->free_hi[i] - y >= size) return y;
+  const ApxPlaceSet *s = &x->sets[i];
+  for (;; x->work++) {
+    int64_t f = set_next_free(x, s, y), a = set_next_start(x, s, f);
+    if (a - f >= size || a == NONE_OFF) {
+      x->free_lo[i] = f;
+      x->free_hi[i] = a;
+      return f;
+    }
+    if (s->sub || s->side == 0) { /* the last interval is always followed by free space */
+      f = s->sub ? run_gap_after(x->runs, x->sub[s->node], a, size, NONE_OFF)
+                 : own_gap_after(x->items, x->own[s->node], a, size, NONE_OFF);
+      x->free_lo[i] = f;
+      x->free_hi[i] = set_next_start(x, s, f);
+      return f;
+    }
+    y = a;
+  }
+}
+
 int64_t apx_place_index_find(ApxPlaceIndex *x, int32_t start, int32_t end, int64_t size, ApxFit fit) {
   collect_sets(x, start, end);
   int32_t k = x->n_sets;
   if (k == 0) return 0;
+  for (int32_t i = 0; i < k; i++) x->free_lo[i] = x->free_hi[i] = -1; /* nothing known yet */
   int64_t cur = 0, best = -1, best_gap = INT64_MAX;
   for (;;) {
-    /* f: lowest offset >= cur that no set covers (round robin until k sets agree) */
+    /* f: the lowest offset >= cur with size bytes free above it in every set (each set jumps
+     * to its own next fit, round robin until k sets agree); gaps of the union that are too
+     * small are never visited one by one. f starts a gap of the union: cur is 0 or the end of
+     * the previous gap, so the byte below f is taken or f == cur. */
     int64_t f = cur;
     for (int32_t i = 0, agree = 0; agree < k; i = i + 1 == k ? 0 : i + 1) {
-      int64_t y = set_next_free(x, &x->sets[i], f);
+      int64_t y = set_fit(x, i, f, size);
       if (y != f) {
         f = y;
         agree = 1;
@@ -420,14 +502,13 @@ int64_t apx_place_index_find(ApxPlaceIndex *x, int32_t start, int32_t end, int64
         agree++;
       }
     }
-    int64_t a = NONE_OFF; /* the gap [f, a) */
-    for (int32_t i = 0; i < k; i++) {
-      int64_t v = set_next_start(x, &x->sets[i], f);
-      if (v < a) a = v;
-    }
-    if (a == NONE_OFF) return best >= 0 ? best : f; /* f is the top */
+    int64_t a = NONE_OFF; /* the gap [f, a), at least size bytes: every set is free over */
+    for (int32_t i = 0; i < k; i++) /* [f, free_hi) */
+      if (x->free_hi[i] < a) a = x->free_hi[i];
+    if (a == NONE_OFF) return best >= 0 ? best : f; /* free above f in every set: the top */
     int64_t gap = a - f;
-    if (gap >= size && gap < best_gap) {
+    x->work++;
+    if (gap < best_gap) {
       best = f;
       best_gap = gap;
       if (fit == APX_FIT_FIRST || gap == size) return best; /* nothing later beats it */

@@ -23,11 +23,14 @@
  * A query interval meets O(log steps) subtrees that it contains (their sub sets count
  * whole) and O(log steps) nodes that it cuts (their own buffers count when they reach into
  * the interval: a one-sided test on start or end). The gaps of the union of those sets are
- * walked from offset 0: the next free offset (each set jumps over the run of its buffers
- * that covers the cursor, O(log n) per set, repeated until every set agrees) and the next
- * occupied offset (the minimum over the sets). The cost is O((gaps + 1) log steps log n)
- * per query instead of O(buffers placed); real training graphs have few gaps (the dense
- * packings the planner produces).
+ * walked from offset 0: the next offset with `size` free bytes in every set (each set jumps
+ * to its own next fit, O(log n) per set through subtree gap maxima, round robin until all
+ * agree), then the end of that gap (the minimum of the sets' next occupied offsets). A query
+ * costs O((fitting gaps + 1) log steps log n) instead of O(buffers placed): first fit stops at
+ * the first fitting gap, best fit walks every gap that fits (it stops early at an exact fit).
+ * Packings with many holes larger than the buffers placed into them (greedy by breadth on
+ * long training chains) make best fit walk many gaps; `work` counts them so the planner can
+ * bound a placement order's cost (passes/memplan.c).
  *
  * Not thread-safe; one index per planning run. init/free pair; clear empties it for the
  * next placement order. */
@@ -59,8 +62,10 @@ typedef struct ApxPlaceIndex {
   ApxPlaceRun *runs;                        /* run pool */
   int32_t n_runs, cap_runs, free_run;       /* free_run: free list through .l, -1 */
   ApxPlaceSet *sets;                        /* the current query's sets */
+  int64_t *free_lo, *free_hi;               /* [cap_sets] per set: a range known free */
   int32_t n_sets, cap_sets;
   int32_t *stack;                           /* query / tree building work stack */
+  int64_t work;                             /* gaps walked and gap steps since the last clear */
 } ApxPlaceIndex;
 
 /* An index for buffer ids [0, n_items) over steps [0, n_steps). Returns 0, -1 when out of
