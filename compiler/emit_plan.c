@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "compiler/pass_timer.h"
 #include "passes/precision_rules.h"
 #include "passes/memplan.h"
 #include "plan/model_blob.h"
@@ -260,8 +261,13 @@ oom:
 int apx_emit_plan_file(const ApxGraph *g, const ApxOptions *o, const char *path, ApxDiag *d) {
   ApxPlan plan;
   apx_plan_init(&plan);
+  ApxStageClock clock; /* --time-passes: building the plan, then writing the file */
+  apx_stage_begin(&clock, o);
   int rc = apx_plan_from_graph(g, o, &plan, d);
+  if (!rc) apx_stage_end(&clock, "emit_plan");
+  apx_stage_begin(&clock, o);
   if (!rc) rc = apx_plan_write(&plan, path, d);
+  if (!rc) apx_stage_end(&clock, "write_plan");
   apx_plan_free(&plan);
   return rc;
 }

@@ -7,6 +7,7 @@
 #include "compiler/emit_onnx.h"
 #include "compiler/explain.h"
 #include "compiler/onnx_load.h"
+#include "compiler/pass_timer.h"
 #include "passes/autodiff.h"
 #include "passes/bucketing.h"
 #include "passes/cast_cleanup.h"
@@ -92,9 +93,12 @@ int apx_compile_graph(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   if (list_matches(&o->dump_after, "load")) apx_graph_dump(g, stderr);
   for (int p = 0; passes[p].name; p++) {
     if (apx_name_list_has(&o->disable_pass, passes[p].name)) continue;
+    ApxStageClock clock; /* --time-passes: the pass and the re-sort it caused */
+    apx_stage_begin(&clock, o);
     int rc = passes[p].fn(g, o, d);
     if (rc < 0) return -1;
     if (rc > 0 && apx_graph_toposort(g, d)) return -1;
+    apx_stage_end(&clock, passes[p].name);
     if (o->verify_each_pass && apx_graph_verify(g, d)) {
       char msg[sizeof d->msg];
       memcpy(msg, d->msg, sizeof msg);
@@ -112,7 +116,10 @@ int apx_compile_graph(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
 
 int apx_compile_file(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   apx_graph_init(g, o->model_path);
+  ApxStageClock clock;
+  apx_stage_begin(&clock, o);
   if (apx_onnx_load_file(g, o->model_path, o, d)) return -1;
+  apx_stage_end(&clock, "load");
   if (o->verify_each_pass && apx_graph_verify(g, d)) return -1;
   return apx_compile_graph(g, o, d);
 }
