@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "compiler/pass_timer.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "passes/precision_rules.h"
 #include "passes/memplan.h"
 #include "plan/model_blob.h"
@@ -77,6 +78,45 @@ static int embed_model(ApxPlan *plan, const char *path) {
   return apx_plan_add_blob(plan, APX_PLAN_BLOB_MODEL, blob, blob_len);
 }
 
+/* 1 when apx_cpu_convert(src: n elements of st -> dt) gives exactly the bytes at want. */
+static int converts_to(const void *src, ApxDType st, const void *want, ApxDType dt, int64_t n) {
+  enum { CHUNK = 1 << 15 };
+  uint8_t tmp[CHUNK * 8];
+  size_t ss = apx_dtype_size(st), ds = apx_dtype_size(dt);
+  if (!ss || !ds || ds > 8) return 0;
+  for (int64_t off = 0; off < n; off += CHUNK) {
+    int64_t m = n - off < CHUNK ? n - off : CHUNK;
+    if (apx_cpu_convert((const uint8_t *)src + (size_t)off * ss, st, tmp, dt, m) != APX_STATUS_OK ||
+        memcmp(tmp, (const uint8_t *)want + (size_t)off * ds, (size_t)m * ds))
+      return 0;
+  }
+  return 1;
+}
+
+/* Format 2 (plan.h init_from): a half parameter whose fp32 master holds exactly its bytes once
+ * converted is not stored: the runtime makes it from the master at load. Checked here with
+ * the runtime's conversion, so a parameter that would come out different keeps its bytes. */
+static void derive_half_params(const ApxGraph *g, ApxPlan *plan, const int32_t *buf_of) {
+  for (int v = 0; v < g->n_vals; v++) {
+    const ApxValue *mv = &g->vals[v];
+    int p = mv->origin;
+    if (!(mv->flags & APX_VALF_MASTER) || p < 0 || p >= g->n_vals || buf_of[v] < 0 || buf_of[p] < 0)
+      continue;
+    ApxPlanBuffer *b = &plan->bufs[buf_of[p]];
+    const ApxPlanBuffer *m = &plan->bufs[buf_of[v]];
+    if (b->kind != APX_VAL_PARAM || !b->data || !m->data || b->init_from >= 0 ||
+        b->alias_of >= 0 || m->alias_of >= 0 || b->region != APX_MEM_PERSISTENT ||
+        m->region != APX_MEM_PERSISTENT || !apx_plan_derivable(m->dtype, b->dtype))
+      continue;
+    int64_t n = b->bytes / (int64_t)apx_dtype_size(b->dtype);
+    if (n != m->bytes / (int64_t)apx_dtype_size(m->dtype) ||
+        !converts_to(m->data, m->dtype, b->data, b->dtype, n))
+      continue;
+    b->data = NULL;
+    b->init_from = buf_of[v];
+  }
+}
+
 static const char *base_name(const char *p) {
   const char *s = p ? strrchr(p, '/') : NULL;
   return s ? s + 1 : (p ? p : "");
@@ -127,6 +167,8 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
     if (val->mem_alias < 0 && val->mem_region == APX_MEM_PERSISTENT && val->data && b->bytes > 0)
       b->data = val->data;
   }
+
+  derive_half_params(g, plan, buf_of);
 
   /* kernels, in schedule order */
   int32_t *kernel_of = apx_arena_alloc(A, ((size_t)g->n_nodes + 1) * sizeof *kernel_of);
@@ -242,7 +284,7 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
   }
   plan->loss = g->loss >= 0 && g->loss < g->n_vals ? buf_of[g->loss] : -1;
 
-  if (o->training && embed_model(plan, model)) goto oom;
+  if (o->training && (apx_plan_index(plan) || embed_model(plan, model))) goto oom;
   apx_plan_layout_data(plan);
   const char *saved = plan->path;
   plan->path = g->file;

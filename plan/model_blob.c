@@ -10,9 +10,8 @@ int32_t apx_model_blob_source(const ApxPlan *p, const char *name) {
   if (id < 0) return -1;
   const ApxPlanBuffer *b = &p->bufs[id];
   if (b->kind == APX_VAL_PARAM || b->kind == APX_VAL_STATE) {
-    for (int32_t i = 0; i < p->n_bufs; i++)
-      if ((p->bufs[i].flags & APX_VALF_MASTER) && p->bufs[i].origin == id) return i;
-    return id;
+    int32_t m = apx_plan_master_of(p, id);
+    return m >= 0 ? m : id;
   }
   if (b->kind == APX_VAL_CONST && b->data && b->data_len) return id;
   return -1;
