@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "compiler/pass_timer.h"
@@ -26,55 +28,46 @@ static void options_to_plan(const ApxOptions *o, ApxPlanOptions *po) {
 #undef TRI_ON
 }
 
-/* Size and CRC32C of the model file; 0 and 0 when it cannot be read. */
-static void model_identity(const char *path, uint64_t *bytes, uint32_t *crc) {
-  *bytes = 0;
-  *crc = 0;
-  if (!path) return;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+/* The model file mapped read-only (NULL, 0 when it cannot be read or is not a regular
+ * file): its size and CRC32C identify it in the plan, and training plans embed it. */
+typedef struct ModelFile {
+  const uint8_t *map;
+  size_t len;
+} ModelFile;
+
+static void model_map(const char *path, ModelFile *mf) {
+  mf->map = NULL;
+  mf->len = 0;
+  int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
   if (fd < 0) return;
-  size_t cap = (size_t)4 << 20;
-  uint8_t *buf = malloc(cap);
-  uint32_t c = 0;
-  uint64_t n = 0;
-  ssize_t k = 0;
-  while (buf && (k = read(fd, buf, cap)) != 0) {
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      n = 0;
-      c = 0;
-      break;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+      (uint64_t)st.st_size <= ((uint64_t)1 << 40)) {
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m != MAP_FAILED) {
+      madvise(m, (size_t)st.st_size, MADV_SEQUENTIAL);
+      mf->map = m;
+      mf->len = (size_t)st.st_size;
     }
-    c = apx_crc32c(c, buf, (size_t)k);
-    n += (uint64_t)k;
   }
-  free(buf);
   close(fd);
-  *bytes = n;
-  *crc = c;
+}
+
+static void model_unmap(ModelFile *mf) {
+  if (mf->map) munmap((void *)mf->map, mf->len);
+  mf->map = NULL;
 }
 
 /* Training plans carry the source model (blob APX_PLAN_BLOB_MODEL) so that
  * `apexrun --export-onnx` can write it back with the trained weights; initializers the plan
- * holds are stripped from it (plan/model_blob.h). An unreadable or changed file embeds
- * nothing (export then says so). Needs the plan's buffers. */
-static int embed_model(ApxPlan *plan, const char *path) {
-  if (!path || plan->model_bytes == 0 || plan->model_bytes > ((uint64_t)1 << 40)) return 0;
-  uint8_t *buf = apx_arena_alloc_raw(&plan->arena, (size_t)plan->model_bytes);
-  int fd = buf ? open(path, O_RDONLY | O_CLOEXEC) : -1;
-  if (fd < 0) return buf ? 0 : -1;
-  uint64_t got = 0;
-  while (got < plan->model_bytes) {
-    ssize_t k = read(fd, buf + got, (size_t)(plan->model_bytes - got));
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) break;
-    got += (uint64_t)k;
-  }
-  close(fd);
-  if (got != plan->model_bytes || apx_crc32c(0, buf, (size_t)got) != plan->model_crc32c) return 0;
+ * holds are stripped from it (plan/model_blob.h). An unreadable file embeds nothing (export
+ * then says so). Needs the plan's buffers; the blob is in the plan's arena. */
+static int embed_model(ApxPlan *plan, const ModelFile *mf) {
+  if (!mf->map) return 0;
   const void *blob;
   size_t blob_len;
-  if (apx_model_blob_strip(plan, buf, (size_t)got, &plan->arena, &blob, &blob_len)) return -1;
+  if (apx_model_blob_strip(plan, mf->map, mf->len, &plan->arena, &blob, &blob_len)) return -1;
+  if (blob == mf->map && !(blob = apx_arena_memdup(&plan->arena, mf->map, mf->len))) return -1;
   return apx_plan_add_blob(plan, APX_PLAN_BLOB_MODEL, blob, blob_len);
 }
 
@@ -135,7 +128,11 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
   options_to_plan(o, &plan->opts);
   const char *model = o->model_path ? o->model_path : g->file;
   plan->model_name = apx_arena_strdup(A, base_name(model));
-  model_identity(model, &plan->model_bytes, &plan->model_crc32c);
+  ModelFile mf;
+  model_map(model, &mf);
+  plan->model_bytes = mf.len;
+  plan->model_crc32c = mf.map ? apx_crc32c(0, mf.map, mf.len) : 0;
+  int rc = -1;
   plan->mem.arena_bytes = g->arena_bytes;
   plan->mem.peak_live_bytes = g->peak_live_bytes;
   plan->mem.no_reuse_bytes = g->no_reuse_bytes;
@@ -160,8 +157,10 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
     b->region = (ApxMemRegion)val->mem_region;
     b->offset = val->mem_offset;
     b->bytes = apx_value_bytes(val);
-    if (b->offset < 0 || b->bytes < 0)
-      return apx_value_error(d, g, v, "internal error: runtime tensor without a memory place");
+    if (b->offset < 0 || b->bytes < 0) {
+      rc = apx_value_error(d, g, v, "internal error: runtime tensor without a memory place");
+      goto out;
+    }
     b->alias_of = val->mem_alias >= 0 ? buf_of[val->mem_alias] : -1;
     b->origin = val->origin >= 0 ? buf_of[val->origin] : -1;
     if (val->mem_alias < 0 && val->mem_region == APX_MEM_PERSISTENT && val->data && b->bytes > 0)
@@ -186,22 +185,30 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
     int id = g->order[t];
     const ApxNode *n = &g->nodes[id];
     uint32_t fl = apx_op_info(n->op)->flags;
-    if (fl & APX_OPF_FOLD)
-      return apx_node_error(d, g, id, "not supported yet: compile-time op left unfolded "
-                                      "(its inputs are not constants)");
-    if (fl & (APX_OPF_TIER2 | APX_OPF_LISTED))
-      return apx_node_error(d, g, id, "not supported yet: op has no kernel");
+    if (fl & APX_OPF_FOLD) {
+      rc = apx_node_error(d, g, id, "not supported yet: compile-time op left unfolded "
+                                    "(its inputs are not constants)");
+      goto out;
+    }
+    if (fl & (APX_OPF_TIER2 | APX_OPF_LISTED)) {
+      rc = apx_node_error(d, g, id, "not supported yet: op has no kernel");
+      goto out;
+    }
     int32_t *in = ids, *out = ids + max_args + 1;
     for (int k = 0; k < n->n_in; k++) {
       int v = n->in[k];
       in[k] = v >= 0 && apx_memplan_input_is_runtime(n, k) ? buf_of[v] : -1;
-      if (v >= 0 && apx_memplan_input_is_runtime(n, k) && in[k] < 0)
-        return apx_node_error(d, g, id, "internal error: input %d has no buffer", k);
+      if (v >= 0 && apx_memplan_input_is_runtime(n, k) && in[k] < 0) {
+        rc = apx_node_error(d, g, id, "internal error: input %d has no buffer", k);
+        goto out;
+      }
     }
     for (int k = 0; k < n->n_out; k++) {
       out[k] = n->out[k] >= 0 ? buf_of[n->out[k]] : -1;
-      if (n->out[k] >= 0 && out[k] < 0)
-        return apx_node_error(d, g, id, "internal error: output %d has no buffer", k);
+      if (n->out[k] >= 0 && out[k] < 0) {
+        rc = apx_node_error(d, g, id, "internal error: output %d has no buffer", k);
+        goto out;
+      }
     }
     if (apx_plan_set_kernel(plan, t, n->op, n->name, n->section, n->typed, n->n_in, in,
                             n->n_out, out))
@@ -270,25 +277,30 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
   if (!plan->inputs || !plan->outputs) goto oom;
   for (int i = 0; i < g->n_inputs; i++) {
     int v = g->inputs[i];
-    if (v < 0 || v >= g->n_vals || buf_of[v] < 0)
-      return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: internal error: graph input %d has no buffer",
-                            g->file, i);
+    if (v < 0 || v >= g->n_vals || buf_of[v] < 0) {
+      rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: internal error: graph input %d has no buffer",
+                          g->file, i);
+      goto out;
+    }
     plan->inputs[plan->n_inputs++] = buf_of[v];
   }
   for (int i = 0; i < g->n_outputs; i++) {
     int v = g->outputs[i];
-    if (v < 0 || v >= g->n_vals || buf_of[v] < 0)
-      return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: internal error: graph output %d has no buffer",
-                            g->file, i);
+    if (v < 0 || v >= g->n_vals || buf_of[v] < 0) {
+      rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: internal error: graph output %d has no buffer",
+                          g->file, i);
+      goto out;
+    }
     plan->outputs[plan->n_outputs++] = buf_of[v];
   }
   plan->loss = g->loss >= 0 && g->loss < g->n_vals ? buf_of[g->loss] : -1;
 
-  if (o->training && (apx_plan_index(plan) || embed_model(plan, model))) goto oom;
+  if (o->training && (apx_plan_index(plan) || embed_model(plan, &mf))) goto oom;
+  model_unmap(&mf);
   apx_plan_layout_data(plan);
   const char *saved = plan->path;
   plan->path = g->file;
-  int rc = apx_plan_validate(plan, d);
+  rc = apx_plan_validate(plan, d);
   plan->path = saved;
   if (rc) {
     /* an invalid plan from a valid graph is our bug, not the user's input */
@@ -297,7 +309,10 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
   }
   return 0;
 oom:
-  return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory building the plan", g->file);
+  rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory building the plan", g->file);
+out:
+  model_unmap(&mf);
+  return rc;
 }
 
 int apx_emit_plan_file(const ApxGraph *g, const ApxOptions *o, const char *path, ApxDiag *d) {

@@ -2,6 +2,7 @@
 #include "ir/arena.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,35 @@ char *apx_arena_strndup(ApxArena *a, const char *s, size_t n) {
 
 char *apx_arena_strdup(ApxArena *a, const char *s) {
   return s ? apx_arena_strndup(a, s, strlen(s)) : NULL;
+}
+
+static ApxArenaBlock *block_of(void *p) {
+  return (ApxArenaBlock *)(void *)((unsigned char *)p - offsetof(ApxArenaBlock, data));
+}
+
+void *apx_arena_block_alloc(size_t n) {
+  if (n > SIZE_MAX - sizeof(ApxArenaBlock)) return NULL;
+  ApxArenaBlock *b = malloc(sizeof(ApxArenaBlock) + n);
+  if (!b) return NULL;
+  b->used = b->cap = n;
+  b->next = NULL;
+  return b->data;
+}
+
+void apx_arena_block_free(void *p) {
+  if (p) free(block_of(p));
+}
+
+void apx_arena_adopt(ApxArena *a, void *p) {
+  ApxArenaBlock *big = block_of(p), *b = a->head;
+  a->bytes += sizeof(ApxArenaBlock) + big->cap;
+  if (b) { /* behind the current block, like a large request, so the bump block stays in front */
+    big->next = b->next;
+    b->next = big;
+  } else {
+    big->next = NULL;
+    a->head = big;
+  }
 }
 
 void *apx_arena_memdup(ApxArena *a, const void *src, size_t n) {
