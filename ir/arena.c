@@ -122,11 +122,13 @@ void *apx_arena_memdup(ApxArena *a, const void *src, size_t n) {
 }
 
 char *apx_arena_printf(ApxArena *a, const char *fmt, ...) {
+  char small[256]; /* most names fit: one formatting pass instead of measuring first */
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
+  int n = vsnprintf(small, sizeof small, fmt, ap);
   va_end(ap);
   if (n < 0) return NULL;
+  if ((size_t)n < sizeof small) return apx_arena_strndup(a, small, (size_t)n);
   char *p = apx_arena_alloc_raw(a, (size_t)n + 1);
   if (!p) return NULL;
   va_start(ap, fmt);
