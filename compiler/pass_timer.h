@@ -11,7 +11,9 @@
  * "peak" is the process's resident-set high-water mark during the stage (Linux VmHWM, reset
  * before each stage by writing 5 to /proc/self/clear_refs; where that is refused, the peak
  * since the process started), "+" that peak minus the resident set when the stage began:
- * the most memory the stage added. The total's time runs from the first stage's start to
+ * the most memory the stage added. The reset is the kernel's own counter, so an outside
+ * measurement of the same run (time -v, wait4) sees only the peak since the last stage
+ * began: take the whole run's peak from the total line, or from a run without the flag. The total's time runs from the first stage's start to
  * the last stage's end, its peak is the largest of the stages' (and the process's, getrusage).
  *
  * Single-threaded, process-wide state (apexc compiles one model per process). Stages are

@@ -436,10 +436,12 @@ static void collect_sets(ApxPlaceIndex *x, int32_t s, int32_t e) {
       x->sets[x->n_sets++] = (ApxPlaceSet){c, 1, 0, 0};
       continue;
     }
-    if (x->own[c] >= 0)
-      x->sets[x->n_sets++] = c < s ? (ApxPlaceSet){c, 0, 1, s}
-                             : c > e ? (ApxPlaceSet){c, 0, 2, e}
-                                     : (ApxPlaceSet){c, 0, 0, 0};
+    if (x->own[c] >= 0) { /* its buffers, unless none of them reaches into [s, e] */
+      ApxPlaceSet set = c < s ? (ApxPlaceSet){c, 0, 1, s}
+                        : c > e ? (ApxPlaceSet){c, 0, 2, e}
+                                : (ApxPlaceSet){c, 0, 0, 0};
+      if (own_any(&x->items[x->own[c]], &set)) x->sets[x->n_sets++] = set;
+    }
     if (x->left[c] >= 0 && s < c) st[sp++] = x->left[c];
     if (x->right[c] >= 0 && e > c) st[sp++] = x->right[c];
   }

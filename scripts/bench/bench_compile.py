@@ -18,7 +18,7 @@ and peak RSS from wait4), then one onnxruntime InferenceSession(forward model) b
 process (ORT_ENABLE_ALL, CPU provider; the timing covers the constructor only), interleaved so
 both see the same machine load. Printed: medians over the runs, plan bytes, apexc/ort ratio
 (below 1: apexc faster; apexc builds forward + backward + optimizer and writes a plan, ort
-builds a forward session), the growth exponent b of time = a * nodes^b fitted by least squares
+builds a forward session; "-": above --ort-max-nodes, not measured), the growth exponent b of time = a * nodes^b fitted by least squares
 over the chain sizes (wall and CPU), the GPT-2 plan against its parameter payload (each
 parameter once at the precision it keeps: fp32 masters), and `--time-passes` of one compile
 of the 100k chain (or the largest chain run).
@@ -39,20 +39,33 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 
 
+GNU_TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
+
+
 def run_apexc(apexc, model, plan, opt, extra=()):
-    """(wall s, cpu s, peak RSS bytes, stderr) of one compile in a fresh process."""
+    """(wall s, cpu s, peak RSS bytes, stderr) of one compile in a fresh process. The peak
+    comes from GNU time's child (a process forked from this one inherits this one's resident
+    set in its maximum, onnxruntime and all), else from wait4 (then an upper bound)."""
     if os.path.exists(plan):
         os.unlink(plan)
+    cmd = [apexc, model, opt, "-q", "-o", plan, *extra]
+    rss_file = plan + ".rss"
+    if GNU_TIME:
+        cmd = [GNU_TIME, "-f", "%M", "-o", rss_file] + cmd
     t0 = time.perf_counter()
-    p = subprocess.Popen([apexc, model, opt, "-q", "-o", plan, *extra],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     err = p.stderr.read().decode()
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         sys.exit(f"apexc {model} failed ({p.returncode}): {err.strip()}")
-    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024, err
+    rss = ru.ru_maxrss * 1024
+    if GNU_TIME:
+        with open(rss_file) as f:
+            rss = int(f.read().split()[-1]) * 1024
+        os.unlink(rss_file)
+    return wall, ru.ru_utime + ru.ru_stime, rss, err
 
 
 def ort_session_s(model):
@@ -101,8 +114,13 @@ def main():
     ap.add_argument("--sizes", default="10000,30000,100000,300000")
     ap.add_argument("--no-gpt2", action="store_true")
     ap.add_argument("--no-ort", action="store_true")
+    ap.add_argument("--ort-max-nodes", type=int, default=30000,
+                    help="skip the peer above this many nodes (onnxruntime's session creation "
+                         "grows faster than linearly on long chains: ~2 s at 10k nodes, ~16 s "
+                         "at 30k on the shared 2-core VM)")
     ap.add_argument("--dir")
     ap.add_argument("--opt", default="-O2")
+    ap.add_argument("--no-time-passes", action="store_true", help="(an apexc without the flag)")
     a = ap.parse_args()
     d = a.dir
     if not d:
@@ -137,14 +155,14 @@ def main():
         for _ in range(a.runs):
             w, c, r, _ = run_apexc(a.apexc, model, plan, a.opt)
             walls.append(w), cpus.append(c), rss.append(r)
-            if not a.no_ort:
+            if not a.no_ort and n <= a.ort_max_nodes:
                 orts.append(ort_session_s(fwd))
         size = os.path.getsize(plan)
         rows[label] = (n, statistics.median(walls), statistics.median(cpus), max(rss), size, plan, model)
-        ort_s = statistics.median(orts) if orts else float("nan")
-        ratio = statistics.median(walls) / ort_s if orts else float("nan")
+        ort_s = f"{statistics.median(orts):>7.3f}" if orts else f"{'-':>7}"
+        ratio = f"{statistics.median(walls) / statistics.median(orts):>9.3f}" if orts else f"{'-':>9}"
         print(f"{label:<11} {n:>7} {statistics.median(walls):>8.3f} {statistics.median(cpus):>7.3f} "
-              f"{max(rss) / 2**20:>9.1f} {size / 1e6:>9.1f} {ort_s:>7.3f} {ratio:>9.2f}", flush=True)
+              f"{max(rss) / 2**20:>9.1f} {size / 1e6:>9.1f} {ort_s} {ratio}", flush=True)
     chains = [(v[0], v[1], v[2]) for k, v in rows.items() if k.startswith("chain")]
     if len(chains) >= 2:
         ns = [c[0] for c in chains]
@@ -155,11 +173,11 @@ def main():
         payload = float_param_bytes(model)
         meta, data = plan_sections(plan)
         print(f"gpt2-124M plan: {size} bytes = {size / payload:.4f} x the parameter payload "
-              f"({payload} bytes, the fp32 masters); data section {data} bytes (the payload, "
-              f"the embedded model without its weights, alignment: {data - payload} bytes), "
+              f"({payload} bytes, the fp32 masters); data section {data} bytes ({data - payload} "
+              f"beyond the payload: the embedded model without its weights, alignment), "
               f"metadata {meta} bytes")
     show = [k for k in rows if k.startswith("chain")]
-    if show:
+    if show and not a.no_time_passes:
         k = "chain-100k" if "chain-100k" in rows else show[-1]
         n, _, _, _, _, plan, model = rows[k]
         _, _, _, err = run_apexc(a.apexc, model, plan, a.opt, ["--time-passes"])
