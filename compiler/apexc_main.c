@@ -10,6 +10,7 @@
 #include "ir/cost.h"
 #include "ir/diag.h"
 #include "compiler/emit_plan.h"
+#include "compiler/pass_timer.h"
 #include "compiler/explain.h"
 #include "passes/fusion.h"
 #include "ir/ir.h"
@@ -143,6 +144,7 @@ static int run(const ApxOptions *opts, const ApxCliArgs *args) {
     rc = apx_emit_plan_file(&g, &o, o.output_path, &d);
     if (rc == 0 && !o.quiet) fprintf(stderr, "wrote %s\n", o.output_path);
   }
+  if (rc == 0) apx_stage_total(); /* --time-passes */
   if (rc) fprintf(stderr, "%s\n", d.msg);
   int code = rc ? d.code : 0;
   apx_graph_free(&g);

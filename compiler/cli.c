@@ -89,6 +89,8 @@ static const char usage_text[] =
     "\n"
     "Debugging:\n"
     "  --disable-pass=NAME  --dump-after=NAME  --verify-each-pass\n"
+    "  --time-passes               wall time and peak memory of load, each pass and the plan\n"
+    "                              writing, one line each on stderr (also with -q)\n"
     "  -q, --quiet                 print errors only (no summary, no warnings)\n"
     "\n"
     "Outputs (-o, --emit-onnx, --explain-out) must not be the input model; contradictory\n"
@@ -605,6 +607,8 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
       if (!s || add_list(&p, "--dump-after", s, &o->dump_after)) return -1;
     } else if (!strcmp(arg, "--verify-each-pass")) {
       o->verify_each_pass = 1;
+    } else if (!strcmp(arg, "--time-passes")) {
+      o->time_passes = 1;
     } else if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
       o->quiet = 1;
     } else {

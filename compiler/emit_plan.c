@@ -5,9 +5,13 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "compiler/pass_timer.h"
 #include "ir/fileio.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "passes/precision_rules.h"
 #include "plan/model_blob.h"
 
@@ -24,61 +28,87 @@ static void options_to_plan(const ApxOptions *o, ApxPlanOptions *po) {
 #undef TRI_ON
 }
 
-/* Size and CRC32C of the model file; 0 and 0 when it cannot be read. A bounded read
- * (ir/fileio.h): only a regular file, only its size at open. */
-static void model_identity(const char *path, uint64_t *bytes, uint32_t *crc) {
-  *bytes = 0;
-  *crc = 0;
-  if (!path) return;
-  uint64_t size;
+/* The model file mapped read-only (NULL, 0 when it cannot be read or is not a regular
+ * file): its size and CRC32C identify it in the plan, and training plans embed it. */
+typedef struct ModelFile {
+  const uint8_t *map;
+  size_t len;
+} ModelFile;
+
+static void model_map(const char *path, ModelFile *mf) {
+  mf->map = NULL;
+  mf->len = 0;
+  /* a bounded open (ir/fileio.h): only a regular file, never blocking on a FIFO */
+  uint64_t size = 0;
   const char *why;
-  int fd = apx_open_regular(path, 0, &size, &why);
+  int fd = path ? apx_open_regular(path, 0, &size, &why) : -1;
   if (fd < 0) return;
-  size_t cap = (size_t)4 << 20;
-  uint8_t *buf = malloc(cap);
-  uint32_t c = 0;
-  uint64_t n = 0;
-  ssize_t k = 0;
-  while (buf && n < size && (k = read(fd, buf, size - n < cap ? (size_t)(size - n) : cap)) != 0) {
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      n = 0;
-      c = 0;
-      break;
+  if (size > 0 && size <= ((uint64_t)1 << 40)) {
+    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m != MAP_FAILED) {
+      madvise(m, (size_t)size, MADV_SEQUENTIAL);
+      mf->map = m;
+      mf->len = (size_t)size;
     }
-    c = apx_crc32c(c, buf, (size_t)k);
-    n += (uint64_t)k;
   }
-  free(buf);
   close(fd);
-  *bytes = n;
-  *crc = c;
+}
+
+static void model_unmap(ModelFile *mf) {
+  if (mf->map) munmap((void *)mf->map, mf->len);
+  mf->map = NULL;
 }
 
 /* Training plans carry the source model (blob APX_PLAN_BLOB_MODEL) so that
  * `apexrun --export-onnx` can write it back with the trained weights; initializers the plan
- * holds are stripped from it (plan/model_blob.h). An unreadable or changed file embeds
- * nothing (export then says so). Needs the plan's buffers. */
-static int embed_model(ApxPlan *plan, const char *path) {
-  if (!path || plan->model_bytes == 0 || plan->model_bytes > ((uint64_t)1 << 40)) return 0;
-  uint8_t *buf = apx_arena_alloc_raw(&plan->arena, (size_t)plan->model_bytes);
-  uint64_t size;
-  const char *why;
-  int fd = buf ? apx_open_regular(path, 0, &size, &why) : -1;
-  if (fd < 0) return buf ? 0 : -1;
-  uint64_t got = 0;
-  while (got < plan->model_bytes) {
-    ssize_t k = read(fd, buf + got, (size_t)(plan->model_bytes - got));
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) break;
-    got += (uint64_t)k;
-  }
-  close(fd);
-  if (got != plan->model_bytes || apx_crc32c(0, buf, (size_t)got) != plan->model_crc32c) return 0;
+ * holds are stripped from it (plan/model_blob.h). An unreadable file embeds nothing (export
+ * then says so). Needs the plan's buffers; the blob is in the plan's arena. */
+static int embed_model(ApxPlan *plan, const ModelFile *mf) {
+  if (!mf->map) return 0;
   const void *blob;
   size_t blob_len;
-  if (apx_model_blob_strip(plan, buf, (size_t)got, &plan->arena, &blob, &blob_len)) return -1;
+  if (apx_model_blob_strip(plan, mf->map, mf->len, &plan->arena, &blob, &blob_len)) return -1;
+  if (blob == mf->map && !(blob = apx_arena_memdup(&plan->arena, mf->map, mf->len))) return -1;
   return apx_plan_add_blob(plan, APX_PLAN_BLOB_MODEL, blob, blob_len);
+}
+
+/* 1 when apx_cpu_convert(src: n elements of st -> dt) gives exactly the bytes at want. */
+static int converts_to(const void *src, ApxDType st, const void *want, ApxDType dt, int64_t n) {
+  enum { CHUNK = 1 << 15 };
+  uint8_t tmp[CHUNK * 8];
+  size_t ss = apx_dtype_size(st), ds = apx_dtype_size(dt);
+  if (!ss || !ds || ds > 8) return 0;
+  for (int64_t off = 0; off < n; off += CHUNK) {
+    int64_t m = n - off < CHUNK ? n - off : CHUNK;
+    if (apx_cpu_convert((const uint8_t *)src + (size_t)off * ss, st, tmp, dt, m) != APX_STATUS_OK ||
+        memcmp(tmp, (const uint8_t *)want + (size_t)off * ds, (size_t)m * ds))
+      return 0;
+  }
+  return 1;
+}
+
+/* Format 2 (plan.h init_from): a half parameter whose fp32 master holds exactly its bytes once
+ * converted is not stored: the runtime makes it from the master at load. Checked here with
+ * the runtime's conversion, so a parameter that would come out different keeps its bytes. */
+static void derive_half_params(const ApxGraph *g, ApxPlan *plan, const int32_t *buf_of) {
+  for (int v = 0; v < g->n_vals; v++) {
+    const ApxValue *mv = &g->vals[v];
+    int p = mv->origin;
+    if (!(mv->flags & APX_VALF_MASTER) || p < 0 || p >= g->n_vals || buf_of[v] < 0 || buf_of[p] < 0)
+      continue;
+    ApxPlanBuffer *b = &plan->bufs[buf_of[p]];
+    const ApxPlanBuffer *m = &plan->bufs[buf_of[v]];
+    if (b->kind != APX_VAL_PARAM || !b->data || !m->data || b->init_from >= 0 ||
+        b->alias_of >= 0 || m->alias_of >= 0 || b->region != APX_MEM_PERSISTENT ||
+        m->region != APX_MEM_PERSISTENT || !apx_plan_derivable(m->dtype, b->dtype))
+      continue;
+    int64_t n = b->bytes / (int64_t)apx_dtype_size(b->dtype);
+    if (n != m->bytes / (int64_t)apx_dtype_size(m->dtype) ||
+        !converts_to(m->data, m->dtype, b->data, b->dtype, n))
+      continue;
+    b->data = NULL;
+    b->init_from = buf_of[v];
+  }
 }
 
 static const char *base_name(const char *p) {
@@ -99,7 +129,11 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
   options_to_plan(o, &plan->opts);
   const char *model = o->model_path ? o->model_path : g->file;
   plan->model_name = apx_arena_strdup(A, base_name(model));
-  model_identity(model, &plan->model_bytes, &plan->model_crc32c);
+  ModelFile mf;
+  model_map(model, &mf);
+  plan->model_bytes = mf.len;
+  plan->model_crc32c = mf.map ? apx_crc32c(0, mf.map, mf.len) : 0;
+  int rc = -1;
   plan->mem.arena_bytes = g->arena_bytes;
   plan->mem.peak_live_bytes = g->peak_live_bytes;
   plan->mem.no_reuse_bytes = g->no_reuse_bytes;
@@ -124,13 +158,17 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
     b->region = (ApxMemRegion)val->mem_region;
     b->offset = val->mem_offset;
     b->bytes = apx_value_bytes(val);
-    if (b->offset < 0 || b->bytes < 0)
-      return apx_value_error(d, g, v, "internal error: runtime tensor without a memory place");
+    if (b->offset < 0 || b->bytes < 0) {
+      rc = apx_value_error(d, g, v, "internal error: runtime tensor without a memory place");
+      goto out;
+    }
     b->alias_of = val->mem_alias >= 0 ? buf_of[val->mem_alias] : -1;
     b->origin = val->origin >= 0 ? buf_of[val->origin] : -1;
     if (val->mem_alias < 0 && val->mem_region == APX_MEM_PERSISTENT && val->data && b->bytes > 0)
       b->data = val->data;
   }
+
+  derive_half_params(g, plan, buf_of);
 
   /* kernels, in schedule order */
   int32_t *kernel_of = apx_arena_alloc(A, ((size_t)g->n_nodes + 1) * sizeof *kernel_of);
@@ -148,22 +186,30 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
     int id = g->order[t];
     const ApxNode *n = &g->nodes[id];
     uint32_t fl = apx_op_info(n->op)->flags;
-    if (fl & APX_OPF_FOLD)
-      return apx_node_error(d, g, id, "not supported yet: compile-time op left unfolded "
-                                      "(its inputs are not constants)");
-    if (fl & (APX_OPF_TIER2 | APX_OPF_LISTED))
-      return apx_node_error(d, g, id, "not supported yet: op has no kernel");
+    if (fl & APX_OPF_FOLD) {
+      rc = apx_node_error(d, g, id, "not supported yet: compile-time op left unfolded "
+                                    "(its inputs are not constants)");
+      goto out;
+    }
+    if (fl & (APX_OPF_TIER2 | APX_OPF_LISTED)) {
+      rc = apx_node_error(d, g, id, "not supported yet: op has no kernel");
+      goto out;
+    }
     int32_t *in = ids, *out = ids + max_args + 1;
     for (int k = 0; k < n->n_in; k++) {
       int v = n->in[k];
       in[k] = v >= 0 && apx_node_input_is_runtime(n, k) ? buf_of[v] : -1;
-      if (v >= 0 && apx_node_input_is_runtime(n, k) && in[k] < 0)
-        return apx_node_error(d, g, id, "internal error: input %d has no buffer", k);
+      if (v >= 0 && apx_node_input_is_runtime(n, k) && in[k] < 0) {
+        rc = apx_node_error(d, g, id, "internal error: input %d has no buffer", k);
+        goto out;
+      }
     }
     for (int k = 0; k < n->n_out; k++) {
       out[k] = n->out[k] >= 0 ? buf_of[n->out[k]] : -1;
-      if (n->out[k] >= 0 && out[k] < 0)
-        return apx_node_error(d, g, id, "internal error: output %d has no buffer", k);
+      if (n->out[k] >= 0 && out[k] < 0) {
+        rc = apx_node_error(d, g, id, "internal error: output %d has no buffer", k);
+        goto out;
+      }
     }
     if (apx_plan_set_kernel(plan, t, n->op, n->name, n->section, n->typed, n->n_in, in,
                             n->n_out, out))
@@ -232,25 +278,30 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
   if (!plan->inputs || !plan->outputs) goto oom;
   for (int i = 0; i < g->n_inputs; i++) {
     int v = g->inputs[i];
-    if (v < 0 || v >= g->n_vals || buf_of[v] < 0)
-      return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: internal error: graph input %d has no buffer",
-                            g->file, i);
+    if (v < 0 || v >= g->n_vals || buf_of[v] < 0) {
+      rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: internal error: graph input %d has no buffer",
+                          g->file, i);
+      goto out;
+    }
     plan->inputs[plan->n_inputs++] = buf_of[v];
   }
   for (int i = 0; i < g->n_outputs; i++) {
     int v = g->outputs[i];
-    if (v < 0 || v >= g->n_vals || buf_of[v] < 0)
-      return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: internal error: graph output %d has no buffer",
-                            g->file, i);
+    if (v < 0 || v >= g->n_vals || buf_of[v] < 0) {
+      rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: internal error: graph output %d has no buffer",
+                          g->file, i);
+      goto out;
+    }
     plan->outputs[plan->n_outputs++] = buf_of[v];
   }
   plan->loss = g->loss >= 0 && g->loss < g->n_vals ? buf_of[g->loss] : -1;
 
-  if (o->training && embed_model(plan, model)) goto oom;
+  if (o->training && (apx_plan_index(plan) || embed_model(plan, &mf))) goto oom;
+  model_unmap(&mf);
   apx_plan_layout_data(plan);
   const char *saved = plan->path;
   plan->path = g->file;
-  int rc = apx_plan_validate(plan, d);
+  rc = apx_plan_validate(plan, d);
   plan->path = saved;
   if (rc) {
     /* an invalid plan from a valid graph is our bug, not the user's input */
@@ -259,14 +310,22 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
   }
   return 0;
 oom:
-  return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory building the plan", g->file);
+  rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory building the plan", g->file);
+out:
+  model_unmap(&mf);
+  return rc;
 }
 
 int apx_emit_plan_file(const ApxGraph *g, const ApxOptions *o, const char *path, ApxDiag *d) {
   ApxPlan plan;
   apx_plan_init(&plan);
+  ApxStageClock clock; /* --time-passes: building the plan, then writing the file */
+  apx_stage_begin(&clock, o);
   int rc = apx_plan_from_graph(g, o, &plan, d);
+  if (!rc) apx_stage_end(&clock, "emit_plan");
+  apx_stage_begin(&clock, o);
   if (!rc) rc = apx_plan_write(&plan, path, d);
+  if (!rc) apx_stage_end(&clock, "write_plan");
   apx_plan_free(&plan);
   return rc;
 }

@@ -4,7 +4,9 @@
  * every runtime value has a region and offset. The plan then holds
  *  - one buffer per runtime value (value-id order), with its region/offset, alias (the
  *    value whose bytes it shares) and origin; PARAM/CONST/STATE values that own their bytes
- *    carry their initial data (persistent buffers without data start at zero);
+ *    carry their initial data (persistent buffers without data start at zero: optimizer
+ *    state), except half parameters whose fp32 master converts to exactly their bytes:
+ *    those are derived from the master at load (plan.h init_from, format 2);
  *  - one kernel per node of g->order, with its typed attributes; static inputs (ops.def
  *    STATIC_INPUTS) and absent optionals are -1;
  *  - a precision decision per node whose compute type is decided (rule code from

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -74,6 +75,50 @@ typedef struct TensorCtx {
   const char *file;     /* first word of messages */
   const char *base_dir; /* external data folder; NULL refuses external data */
 } TensorCtx;
+
+/* protobuf-c allocator: every allocation carries a 16-byte header saying where it came from.
+ * Payloads of PB_BLOCK_MIN bytes or more (initializer raw_data, mostly) are arena blocks
+ * (apx_arena_block_alloc), which decode_tensor hands to the graph's arena as they are instead
+ * of copying them (a 650 MB model was copied three times); pb_free frees the others. It
+ * remembers whether malloc failed (unpack returns NULL both for malformed input and for
+ * out-of-memory; only the first is bad input). */
+typedef struct PbAlloc {
+  int oom;
+} PbAlloc;
+enum { PB_HEADER = 16, PB_MALLOC = 0x4d41, PB_BLOCK = 0x424c, PB_ADOPTED = 0x4144 };
+#define PB_BLOCK_MIN ((size_t)64 << 10)
+
+static void *pb_alloc(void *data, size_t n) {
+  if (n > SIZE_MAX - PB_HEADER) return NULL;
+  int big = n >= PB_BLOCK_MIN;
+  uint32_t *h = big ? apx_arena_block_alloc(n + PB_HEADER) : malloc(n + PB_HEADER);
+  if (!h) {
+    ((PbAlloc *)data)->oom = 1;
+    return NULL;
+  }
+  h[0] = big ? PB_BLOCK : PB_MALLOC;
+  return (uint8_t *)h + PB_HEADER;
+}
+
+static void pb_free(void *data, void *p) {
+  (void)data;
+  if (!p) return;
+  uint32_t *h = (uint32_t *)(void *)((uint8_t *)p - PB_HEADER);
+  if (h[0] == PB_MALLOC)
+    free(h);
+  else if (h[0] == PB_BLOCK)
+    apx_arena_block_free(h);
+  /* PB_ADOPTED: the arena frees it */
+}
+
+/* The unpacked bytes at p (from pb_alloc) for the arena to keep: no copy for a block. */
+static void *take_bytes(ApxArena *a, const void *p, size_t n) {
+  uint32_t *h = (uint32_t *)(void *)((uint8_t *)p - PB_HEADER);
+  if (h[0] != PB_BLOCK) return apx_arena_memdup(a, p, n);
+  h[0] = PB_ADOPTED;
+  apx_arena_adopt(a, h);
+  return (void *)p;
+}
 
 /* TERR(c, "fmt", what, args...): "<file>: <what>: <message>", bad input. */
 #define TERR(c, ...) err_at((c)->d, APX_EXIT_BAD_INPUT, (c)->file, "%s: " __VA_ARGS__)
@@ -261,7 +306,7 @@ static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *w
     if (t->raw_data.len != bytes)
       return TERR(c, "raw_data has %zu bytes, dims %s (%s) need %zu bytes", what,
                   t->raw_data.len, ds, tn, bytes);
-    out->data = apx_arena_memdup(c->arena, t->raw_data.data, bytes);
+    out->data = bytes ? take_bytes(c->arena, t->raw_data.data, bytes) : apx_arena_alloc(c->arena, 1);
     return out->data ? 0 : OOM(c, what);
   }
 
@@ -1114,22 +1159,11 @@ static int load_model(Loader *L, const Onnx__ModelProto *m, size_t len) {
   return 0;
 }
 
-/* protobuf-c allocator that remembers whether malloc failed (unpack returns NULL both for
- * malformed input and for out-of-memory; only the first is bad input). */
-static void *pb_alloc(void *data, size_t n) {
-  void *p = malloc(n);
-  if (!p && n) *(int *)data = 1;
-  return p;
-}
-static void pb_free(void *data, void *p) {
-  (void)data;
-  free(p);
-}
-
-/* buf_owned: malloc'd buffer the loader frees as soon as protobuf-c has copied it (keeps
- * the peak at about twice the model size instead of three times), or NULL. */
+/* buf_owned: malloc'd buffer the loader frees as soon as protobuf-c has copied it, or NULL;
+ * map_len: buf is a mapping of that many bytes, unmapped then (either way the peak is about
+ * the model size plus the unpacked copy, which the graph keeps). */
 static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_owned,
-                       const char *base_dir, const ApxOptions *o, ApxDiag *d) {
+                       size_t map_len, const char *base_dir, const ApxOptions *o, ApxDiag *d) {
   Loader L;
   memset(&L, 0, sizeof L);
   L.g = g;
@@ -1151,10 +1185,11 @@ static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_ow
   static const char plan_magic[8] = {'A', 'P', 'X', 'P', 'L', 'A', 'N', 0};
   if (buf && len >= sizeof plan_magic && memcmp(buf, plan_magic, sizeof plan_magic) == 0) {
     free(buf_owned);
+    if (map_len) munmap((void *)buf, map_len);
     return lerr(&L, "this is an apexc plan, not an ONNX model (run it with apexrun)");
   }
-  int oom = 0;
-  ProtobufCAllocator pa = {pb_alloc, pb_free, &oom};
+  PbAlloc pba = {0};
+  ProtobufCAllocator pa = {pb_alloc, pb_free, &pba};
   Onnx__ModelProto *m = NULL;
   int deep = 0;
   if (len > 0 && buf) {
@@ -1162,10 +1197,11 @@ static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_ow
     if (!deep) m = onnx__model_proto__unpack(&pa, len, buf);
   }
   free(buf_owned);
+  if (map_len) munmap((void *)buf, map_len);
   if (deep)
     return lerr(&L, "not a valid ONNX model (messages nested deeper than %d, %zu bytes)",
                 MAX_NESTING, len);
-  if (!m && oom)
+  if (!m && pba.oom)
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory parsing the model (%zu bytes)",
                           g->file, len);
   if (!m) return lerr(&L, "not a valid ONNX model (protobuf parse failed, %zu bytes)", len);
@@ -1180,7 +1216,7 @@ static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_ow
 
 int apx_onnx_load_memory(ApxGraph *g, const void *buf, size_t len, const char *base_dir,
                          const ApxOptions *o, ApxDiag *d) {
-  return load_buffer(g, buf, len, NULL, base_dir, o, d);
+  return load_buffer(g, buf, len, NULL, 0, base_dir, o, d);
 }
 
 /* ---- files --------------------------------------------------------------------------- */
@@ -1212,15 +1248,28 @@ int apx_onnx_load_file(ApxGraph *g, const char *path, const ApxOptions *o, ApxDi
     if (!f) return err_at(d, APX_EXIT_RUNTIME, path, "out of memory");
     g->file = f;
   }
+  const char *base = dir_of(&g->arena, path);
+  if (!base) return err_at(d, APX_EXIT_RUNTIME, path, "out of memory");
+  /* a regular file is mapped (its pages are the page cache's: not copied); anything else
+   * goes to the bounded reader, which says what is wrong (ir/fileio.h) */
+  uint64_t size = 0;
+  const char *why = NULL;
+  int fd = apx_open_regular(path, 0, &size, &why);
+  if (fd >= 0 && size > 0 && size <= MAX_PROTO_FILE && size <= SIZE_MAX) {
+    size_t len = (size_t)size;
+    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map != MAP_FAILED) {
+      madvise(map, len, MADV_SEQUENTIAL);
+      return load_buffer(g, map, len, NULL, len, base, o, d); /* unmaps it */
+    }
+  } else if (fd >= 0) {
+    close(fd);
+  }
   uint8_t *buf;
   size_t len;
   if (slurp(path, "model", d, &buf, &len)) return -1;
-  const char *base = dir_of(&g->arena, path);
-  if (!base) {
-    free(buf);
-    return err_at(d, APX_EXIT_RUNTIME, path, "out of memory");
-  }
-  return load_buffer(g, buf, len, buf, base, o, d); /* frees buf */
+  return load_buffer(g, buf, len, buf, 0, base, o, d); /* frees buf */
 }
 
 int apx_onnx_read_tensor_file(const char *path, ApxArena *arena, ApxTensorConst *out,
@@ -1230,13 +1279,14 @@ int apx_onnx_read_tensor_file(const char *path, ApxArena *arena, ApxTensorConst 
   uint8_t *buf;
   size_t len;
   if (slurp(path, "tensor file", d, &buf, &len)) return -1;
-  int rc = -1, oom = 0;
-  ProtobufCAllocator pa = {pb_alloc, pb_free, &oom};
+  int rc = -1;
+  PbAlloc pba = {0};
+  ProtobufCAllocator pa = {pb_alloc, pb_free, &pba};
   Onnx__TensorProto *t = NULL;
   if (len > 0 && nesting_ok(&onnx__tensor_proto__descriptor, buf, len, 0))
     t = onnx__tensor_proto__unpack(&pa, len, buf);
   free(buf);
-  if (!t && oom) return err_at(d, APX_EXIT_RUNTIME, path, "out of memory parsing the tensor");
+  if (!t && pba.oom) return err_at(d, APX_EXIT_RUNTIME, path, "out of memory parsing the tensor");
   if (!t)
     return err_at(d, APX_EXIT_BAD_INPUT, path,
                   "not a valid TensorProto file (protobuf parse failed, %zu bytes)", len);

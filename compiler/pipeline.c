@@ -8,6 +8,7 @@
 #include "compiler/emit_onnx.h"
 #include "compiler/explain.h"
 #include "compiler/onnx_load.h"
+#include "compiler/pass_timer.h"
 #include "compiler/policy_file.h"
 #include "passes/autodiff.h"
 #include "passes/bucketing.h"
@@ -119,9 +120,12 @@ int apx_compile_graph_inspected(ApxGraph *g, const ApxOptions *o, ApxInspectFn i
       if (inspect && !strcmp(passes[p].name, inspect_after) && inspect(g, o, d)) return -1;
       continue;
     }
+    ApxStageClock clock; /* --time-passes: the pass and the re-sort it caused */
+    apx_stage_begin(&clock, o);
     int rc = passes[p].fn(g, o, d);
     if (rc < 0) return -1;
     if (rc > 0 && apx_graph_toposort(g, d)) return -1;
+    apx_stage_end(&clock, passes[p].name);
     if (o->verify_each_pass && apx_graph_verify(g, d)) {
       char msg[sizeof d->msg];
       memcpy(msg, d->msg, sizeof msg);
@@ -153,7 +157,10 @@ int apx_compile_file_inspected(ApxGraph *g, const ApxOptions *o, ApxInspectFn in
     rc = apx_policy_load_file(&policy, o->policy_path, d);
     with_policy.policy = &policy;
   }
+  ApxStageClock clock;
+  apx_stage_begin(&clock, o);
   if (rc == 0) rc = apx_onnx_load_file(g, o->model_path, o, d);
+  if (rc == 0) apx_stage_end(&clock, "load");
   /* inputs bound to data (apexrun infer): constants before folding (bind_inputs.h) */
   if (rc == 0 && o->n_bind > 0) rc = apx_bind_inputs(g, o->bind, o->n_bind, d);
   if (rc == 0 && o->verify_each_pass) rc = apx_graph_verify(g, d);

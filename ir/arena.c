@@ -2,6 +2,7 @@
 #include "ir/arena.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,35 @@ char *apx_arena_strdup(ApxArena *a, const char *s) {
   return s ? apx_arena_strndup(a, s, strlen(s)) : NULL;
 }
 
+static ApxArenaBlock *block_of(void *p) {
+  return (ApxArenaBlock *)(void *)((unsigned char *)p - offsetof(ApxArenaBlock, data));
+}
+
+void *apx_arena_block_alloc(size_t n) {
+  if (n > SIZE_MAX - sizeof(ApxArenaBlock)) return NULL;
+  ApxArenaBlock *b = malloc(sizeof(ApxArenaBlock) + n);
+  if (!b) return NULL;
+  b->used = b->cap = n;
+  b->next = NULL;
+  return b->data;
+}
+
+void apx_arena_block_free(void *p) {
+  if (p) free(block_of(p));
+}
+
+void apx_arena_adopt(ApxArena *a, void *p) {
+  ApxArenaBlock *big = block_of(p), *b = a->head;
+  a->bytes += sizeof(ApxArenaBlock) + big->cap;
+  if (b) { /* behind the current block, like a large request, so the bump block stays in front */
+    big->next = b->next;
+    b->next = big;
+  } else {
+    big->next = NULL;
+    a->head = big;
+  }
+}
+
 void *apx_arena_memdup(ApxArena *a, const void *src, size_t n) {
   void *p = apx_arena_alloc_raw(a, n);
   if (p && n) memcpy(p, src, n);
@@ -92,11 +122,13 @@ void *apx_arena_memdup(ApxArena *a, const void *src, size_t n) {
 }
 
 char *apx_arena_printf(ApxArena *a, const char *fmt, ...) {
+  char small[256]; /* most names fit: one formatting pass instead of measuring first */
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
+  int n = vsnprintf(small, sizeof small, fmt, ap);
   va_end(ap);
   if (n < 0) return NULL;
+  if ((size_t)n < sizeof small) return apx_arena_strndup(a, small, (size_t)n);
   char *p = apx_arena_alloc_raw(a, (size_t)n + 1);
   if (!p) return NULL;
   va_start(ap, fmt);

@@ -25,6 +25,12 @@ void *apx_arena_alloc_raw(ApxArena *a, size_t n);
 char *apx_arena_strdup(ApxArena *a, const char *s);
 char *apx_arena_strndup(ApxArena *a, const char *s, size_t n);
 void *apx_arena_memdup(ApxArena *a, const void *p, size_t n);
+/* A block of n bytes (16-byte aligned) owned by no arena yet: freed with
+ * apx_arena_block_free, or handed to an arena with apx_arena_adopt, which then frees it with
+ * the rest (the ONNX loader keeps initializer bytes protobuf-c unpacked this way, uncopied). */
+void *apx_arena_block_alloc(size_t n);
+void apx_arena_block_free(void *p);
+void apx_arena_adopt(ApxArena *a, void *p);
 /* printf into the arena */
 char *apx_arena_printf(ApxArena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

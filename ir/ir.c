@@ -43,41 +43,47 @@ void apx_graph_free(ApxGraph *g) {
 /* ---- name table --------------------------------------------------------------------- */
 
 static uint32_t hash_str(const char *s) {
-  uint32_t h = 2166136261u;
+  uint32_t h = 2166136261u; /* FNV-1a, then a finalizer: names like w1, w2 ... spread out */
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
   return h;
 }
 
+/* Slot k is name_slots[2k] (value id, -1 empty) and name_slots[2k + 1] (its name's hash). */
 static int name_insert(ApxGraph *g, int id) {
   if ((g->n_vals + 1) * 2 > g->name_cap) {
     int32_t nc = g->name_cap ? g->name_cap * 2 : 256;
     while ((g->n_vals + 1) * 2 > nc) nc *= 2;
-    int *slots = malloc((size_t)nc * sizeof *slots);
+    int *slots = malloc((size_t)nc * 2 * sizeof *slots);
     if (!slots) return -1;
-    for (int32_t i = 0; i < nc; i++) slots[i] = -1;
+    for (int32_t i = 0; i < nc; i++) slots[2 * i] = -1;
     for (int32_t i = 0; i < g->name_cap; i++) {
-      int v = g->name_slots[i];
+      int v = g->name_slots[2 * i];
       if (v < 0) continue;
-      uint32_t h = hash_str(g->vals[v].name) & (uint32_t)(nc - 1);
-      while (slots[h] >= 0) h = (h + 1) & (uint32_t)(nc - 1);
-      slots[h] = v;
+      uint32_t hv = (uint32_t)g->name_slots[2 * i + 1], h = hv & (uint32_t)(nc - 1);
+      while (slots[2 * h] >= 0) h = (h + 1) & (uint32_t)(nc - 1);
+      slots[2 * h] = v;
+      slots[2 * h + 1] = (int)hv;
     }
     free(g->name_slots);
     g->name_slots = slots;
     g->name_cap = nc;
   }
-  uint32_t h = hash_str(g->vals[id].name) & (uint32_t)(g->name_cap - 1);
-  while (g->name_slots[h] >= 0) h = (h + 1) & (uint32_t)(g->name_cap - 1);
-  g->name_slots[h] = id;
+  uint32_t hv = hash_str(g->vals[id].name), h = hv & (uint32_t)(g->name_cap - 1);
+  while (g->name_slots[2 * h] >= 0) h = (h + 1) & (uint32_t)(g->name_cap - 1);
+  g->name_slots[2 * h] = id;
+  g->name_slots[2 * h + 1] = (int)hv;
   return 0;
 }
 
 int apx_graph_find_value(const ApxGraph *g, const char *name) {
   if (!name || !g->name_cap) return -1;
-  uint32_t h = hash_str(name) & (uint32_t)(g->name_cap - 1);
-  while (g->name_slots[h] >= 0) {
-    int v = g->name_slots[h];
-    if (strcmp(g->vals[v].name, name) == 0) return v;
+  uint32_t hv = hash_str(name), h = hv & (uint32_t)(g->name_cap - 1);
+  while (g->name_slots[2 * h] >= 0) {
+    int v = g->name_slots[2 * h];
+    if ((uint32_t)g->name_slots[2 * h + 1] == hv && strcmp(g->vals[v].name, name) == 0) return v;
     h = (h + 1) & (uint32_t)(g->name_cap - 1);
   }
   return -1;

@@ -31,7 +31,9 @@ typedef struct ApxValue {
   int32_t rank;            /* -1 until known */
   int64_t dims[APX_MAX_RANK];
   const char **dim_params; /* [rank] symbolic names from ONNX (NULL entries = numeric) or NULL */
-  void *data;              /* host bytes for CONST/PARAM/STATE initial values, else NULL */
+  void *data;              /* host bytes for CONST/PARAM/STATE initial values, else NULL
+                              (a STATE without data starts at zero: optimizer moments,
+                              gradient accumulators) */
   int producer;            /* node id, -1 for inputs and initializers */
   int onnx_index;          /* index in graph.input / graph.initializer / producer outputs */
   uint32_t flags;          /* ApxValueFlags */
@@ -144,7 +146,8 @@ typedef struct ApxGraph {
    * NULL until a fusion pass ran; lives in the arena */
   struct ApxFusionLog *fusion;
 
-  /* name -> value id, open addressing (private to ir.c) */
+  /* name -> value id, open addressing (private to ir.c): name_cap slots of two ints, the
+   * value id (-1 empty) and its name's hash, so probes rarely touch the values */
   int *name_slots;
   int32_t name_cap;
   int32_t name_gen;   /* counter for generated names */

@@ -103,6 +103,7 @@ typedef struct ApxOptions {
   const char *emit_onnx;
   ApxNameList disable_pass, dump_after;
   int32_t verify_each_pass; /* run apx_graph_verify after every pass (tests: on) */
+  int32_t time_passes;      /* --time-passes: each stage's time and peak memory on stderr */
   int32_t quiet;
 } ApxOptions;
 

@@ -22,6 +22,7 @@ typedef struct AD {
   int nv0;       /* values that existed before the pass: the ones that can get gradients */
   int *reach;    /* [nv0] a trainable parameter reaching the value, -1 */
   int *head;     /* [nv0] first Contrib, -1 */
+  int *tail;     /* [nv0] last Contrib (valid when head >= 0) */
   int *count;    /* [nv0] number of Contribs */
   Contrib *pool;
   int n_pool, cap_pool;
@@ -48,13 +49,11 @@ static int add_contrib(AD *a, int v, int grad, int from) {
   e->value = grad;
   e->from = from;
   e->next = -1;
-  if (a->head[v] < 0) {
+  if (a->head[v] < 0)
     a->head[v] = a->n_pool;
-  } else {
-    int t = a->head[v];
-    while (a->pool[t].next >= 0) t = a->pool[t].next;
-    a->pool[t].next = a->n_pool;
-  }
+  else
+    a->pool[a->tail[v]].next = a->n_pool;
+  a->tail[v] = a->n_pool;
   a->n_pool++;
   a->count[v]++;
   a->g->vals[grad].flags |= APX_VALF_GRAD;
@@ -383,8 +382,7 @@ static int make_accumulators(AD *a) {
     const char *an = fresh_name(g, "gradacc/", pv.name);
     int acc = an ? apx_graph_add_value(g, a->d, an, APX_VAL_STATE, dt, pv.rank, pv.dims) : oom(a);
     if (acc < 0) return -1;
-    int64_t bytes = apx_value_bytes(&g->vals[acc]);
-    if (bytes < 0 || !(g->vals[acc].data = apx_arena_alloc(&g->arena, (size_t)bytes))) return oom(a);
+    if (apx_value_bytes(&g->vals[acc]) < 0) return oom(a); /* starts at zero: no data */
     g->vals[acc].flags |= APX_VALF_GRAD;
     g->vals[acc].origin = p;
     const char *sn = fresh_name(g, g->vals[gp].name, "/sum");
@@ -439,9 +437,10 @@ int pass_autodiff(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   a.nv0 = g->n_vals;
   a.reach = malloc(((size_t)a.nv0 + 1) * sizeof(int));
   a.head = malloc(((size_t)a.nv0 + 1) * sizeof(int));
+  a.tail = malloc(((size_t)a.nv0 + 1) * sizeof(int));
   a.count = calloc((size_t)a.nv0 + 1, sizeof(int));
   order = malloc(((size_t)g->n_order + 1) * sizeof(int));
-  if (!a.reach || !a.head || !a.count || !order) {
+  if (!a.reach || !a.head || !a.tail || !a.count || !order) {
     oom(&a);
     goto out;
   }
@@ -460,6 +459,7 @@ int pass_autodiff(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
 out:
   free(a.reach);
   free(a.head);
+  free(a.tail);
   free(a.count);
   free(a.pool);
   free(order);

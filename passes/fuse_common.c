@@ -147,7 +147,7 @@ int fz_begin(FzCtx *c, ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char 
 }
 
 int fz_end(FzCtx *c) {
-  if (c->g) apx_fusion_log_after(c->g);
+  if (c->g) apx_fusion_log_after(c->g, c->changed);
   apx_uses_free(&c->uses);
   free(c->root);
   free(c->bw_start);
@@ -168,6 +168,13 @@ int fz_end(FzCtx *c) {
 
 int fz_run(ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char *pass, FzWant want,
            FzTry try_node) {
+  int any = 0; /* no node the pass looks at: nothing to index (the log still starts here) */
+  for (int k = 0; k < g->n_order && !any; k++) any = want(g, g->order[k]);
+  if (!any && !o->no_fuse) {
+    if (!apx_fusion_log(g)) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);
+    apx_fusion_log_after(g, 0);
+    return APX_PASS_UNCHANGED;
+  }
   FzCtx c;
   int rc = fz_begin(&c, g, o, d, pass);
   if (rc <= 0) {

@@ -42,11 +42,15 @@ ApxFusionLog *apx_fusion_log(ApxGraph *g) {
   return l;
 }
 
-void apx_fusion_log_after(ApxGraph *g) {
+void apx_fusion_log_after(ApxGraph *g, int changed) {
   ApxFusionLog *l = apx_fusion_log(g);
   if (!l) return;
+  if (!changed && l->have_after && l->after_nodes == g->n_nodes && l->after_vals == g->n_vals)
+    return;
   apx_graph_traffic(g, &l->after);
   l->have_after = 1;
+  l->after_nodes = g->n_nodes;
+  l->after_vals = g->n_vals;
 }
 
 static const char *dup(ApxGraph *g, const char *s) { return s ? apx_arena_strdup(&g->arena, s) : NULL; }

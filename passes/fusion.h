@@ -66,13 +66,17 @@ typedef struct ApxFusionLog {
   ApxTraffic after;   /* the graph when the last fusion pass ended (later passes, such as
                          bucketing's Allreduce nodes, are not part of the comparison) */
   int32_t have_after;
+  int32_t after_nodes, after_vals; /* the graph's size when `after` was taken */
 } ApxFusionLog;
 
 /* The graph's log, created (and the traffic before fusion recorded) on first use; NULL
  * when out of memory. Every fusion pass calls it first, --no-fuse or not. */
 ApxFusionLog *apx_fusion_log(ApxGraph *g);
-/* Records the traffic after fusion (every fusion pass calls it when it ends). */
-void apx_fusion_log_after(ApxGraph *g);
+/* Records the traffic after fusion (every fusion pass calls it when it ends). changed = 0:
+ * the pass left the graph as it was, so a traffic already recorded for a graph of the same
+ * size stands (fusion passes run one after another: the last one to change the graph set
+ * it) and is not computed again. */
+void apx_fusion_log_after(ApxGraph *g, int changed);
 /* Appends a copy of r (strings copied into the arena). Returns 0 or -1 (out of memory). */
 int apx_fusion_record(ApxGraph *g, const ApxFusionRecord *r);
 

@@ -86,7 +86,7 @@ TEST(FusionReport, ListsAppliedAndRejectedCandidatesAndTraffic) {
                         "intermediate 'mm_out' is also read by 'tanh' (Tanh)", 0, 0};
   ASSERT_EQ(apx_fusion_record(&t.g, &ok), 0);
   ASSERT_EQ(apx_fusion_record(&t.g, &no), 0);
-  apx_fusion_log_after(&t.g);
+  apx_fusion_log_after(&t.g, 1);
   std::string r = Report(&t.g);
   std::istringstream lines(r);
   std::string line, joined;  // records wrap at 120 columns onto lines indented by 6

@@ -1,6 +1,8 @@
 /* memplan.c - liveness over the schedule, aliasing, arena packing (memplan.h). */
 #include "passes/memplan.h"
 
+#include "passes/memplan_index.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -18,9 +20,18 @@ typedef struct Class {
 typedef struct Plan {
   Class *cls;
   int32_t n;
-  int32_t *placed;   /* assigned classes with size > 0, sorted by offset */
-  int32_t n_placed;
+  ApxPlaceIndex ix;  /* the placed classes with size > 0 (memplan_index.h) */
+  int oom;           /* the index ran out of memory */
+  int64_t budget;    /* gaps one placement order may walk (ix.work), -1: unbounded */
+  int over_budget;   /* the current order went past it: abandoned */
 } Plan;
+
+/* Placement orders after the first are abandoned once they walk more than 4 gaps per class
+ * on graphs of 4096 classes or more: a deterministic bound (counted, not timed) that keeps
+ * every order near-linear. Below that size every order runs in full, so plans are the same
+ * as the scan-based planner's; above it the first order (greedy by size) always completes. */
+#define BUDGET_MIN_CLASSES 4096
+#define BUDGET_GAPS_PER_CLASS 4
 
 static int64_t align_up(int64_t x) { return (x + APX_MEMPLAN_ALIGN - 1) & ~(int64_t)(APX_MEMPLAN_ALIGN - 1); }
 
@@ -55,74 +66,45 @@ static void inplace_pair(const ApxNode *n, int i, int *in_slot, int *out_slot, i
   *view = (apx_op_info(n->op)->flags & APX_OPF_SHAPEONLY) != 0;
 }
 
-static int root_of(const ApxGraph *g, int v);
-
 /* For multi-tensor in-place (UnscaleCheck, Allreduce): the input's class must not feed another slot of
  * the same node, which would then read overwritten bytes. Elementwise INPLACE ops read
- * element i of every input before writing element i, so for them this never matters. */
-static int in_used_elsewhere(const ApxNode *n, int in_slot, int r, const ApxGraph *g) {
+ * element i of every input before writing element i, so for them this never matters.
+ * uses[r]: how many input slots of the node read class r (counted once per node). */
+static int in_used_elsewhere(const ApxNode *n, int r, const int32_t *uses) {
   if (!(apx_op_info(n->op)->flags & APX_OPF_MULTITENSOR)) return 0;
-  for (int k = 0; k < n->n_in; k++)
-    if (k != in_slot && n->in[k] >= 0 && root_of(g, n->in[k]) == r) return 1;
-  return 0;
+  return uses[r] > 1;
 }
 
 static int is_persistent_kind(ApxValueKind k) {
   return k == APX_VAL_PARAM || k == APX_VAL_CONST || k == APX_VAL_STATE;
 }
 
-static int root_of(const ApxGraph *g, int v) {
-  while (g->vals[v].mem_alias >= 0) v = g->vals[v].mem_alias;
-  return v;
-}
+/* The class owning v's bytes: root[] follows mem_alias (kept in step as aliases are made). */
+static int root_of(const int32_t *root, int v) { return root[v]; }
 
-typedef enum Fit { FIT_BEST, FIT_FIRST } Fit;
+typedef ApxFit Fit;
+#define FIT_BEST APX_FIT_BEST
+#define FIT_FIRST APX_FIT_FIRST
 
-/* Offset for c among the placed classes (pl->placed, sorted by offset) whose intervals
- * overlap c's: the smallest gap that holds it (best fit) or the lowest (first fit); above
- * them all when no gap does. O(placed) per call, no sorting. */
-static int64_t find_offset(const Plan *pl, const Class *c, Fit fit) {
-  int64_t cursor = 0, best = -1, best_gap = INT64_MAX;
-  for (int32_t k = 0; k < pl->n_placed; k++) {
-    const Class *o = &pl->cls[pl->placed[k]];
-    if (o->end < c->start || c->end < o->start) continue;
-    if (o->offset > cursor) {
-      int64_t gap = o->offset - cursor;
-      if (gap >= c->size && gap < best_gap) {
-        best_gap = gap;
-        best = cursor;
-        if (fit == FIT_FIRST) break;
-      }
-    }
-    if (o->offset + o->size > cursor) cursor = o->offset + o->size;
-  }
-  return best >= 0 ? best : cursor;
-}
-
-/* Gives class i its offset and keeps pl->placed sorted by offset. */
+/* Gives class i its offset among the placed classes whose intervals overlap its own: the
+ * smallest gap that holds it (best fit) or the lowest (first fit); above them all when no
+ * gap does (memplan_index.h: the same answer as a walk over every placed class in offset
+ * order, in O(log) per gap). */
 static void place(Plan *pl, int32_t i, Fit fit) {
   Class *c = &pl->cls[i];
   if (c->size == 0) {
     c->offset = 0;
     return;
   }
-  c->offset = find_offset(pl, c, fit);
-  int32_t lo = 0, hi = pl->n_placed;
-  while (lo < hi) {
-    int32_t mid = (lo + hi) / 2;
-    if (pl->cls[pl->placed[mid]].offset <= c->offset)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  memmove(pl->placed + lo + 1, pl->placed + lo, (size_t)(pl->n_placed - lo) * sizeof *pl->placed);
-  pl->placed[lo] = i;
-  pl->n_placed++;
+  c->offset = apx_place_index_find(&pl->ix, c->start, c->end, c->size, fit);
+  if (apx_place_index_add(&pl->ix, i, c->start, c->end, c->offset, c->size)) pl->oom = 1;
+  if (pl->budget >= 0 && pl->ix.work > pl->budget) pl->over_budget = 1;
 }
 
 static void unplace_all(Plan *pl) {
   for (int32_t i = 0; i < pl->n; i++) pl->cls[i].offset = -1;
-  pl->n_placed = 0;
+  apx_place_index_clear(&pl->ix);
+  pl->over_budget = 0;
 }
 
 static int64_t arena_size(const Plan *pl) {
@@ -151,7 +133,7 @@ static int by_key_desc(const void *x, const void *y) {
 static void place_sorted(Plan *pl, int32_t *idx, int32_t m, const Key *key, Fit fit) {
   g_sort_key = key;
   qsort(idx, (size_t)m, sizeof *idx, by_key_desc);
-  for (int32_t i = 0; i < m; i++) place(pl, idx[i], fit);
+  for (int32_t i = 0; i < m && !pl->over_budget; i++) place(pl, idx[i], fit);
 }
 
 static void place_all(Plan *pl, int32_t *idx, const Key *key, Fit fit) {
@@ -168,24 +150,43 @@ static int by_live_desc(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static const int32_t *g_sort_turn;
+
+static int by_turn_then_key(const void *x, const void *y) {
+  int32_t i = *(const int32_t *)x, j = *(const int32_t *)y;
+  if (g_sort_turn[i] != g_sort_turn[j]) return g_sort_turn[i] < g_sort_turn[j] ? -1 : 1;
+  return by_key_desc(x, y);
+}
+
 /* TFLite's GreedyByBreadth: steps with the most live bytes first; at each, its unassigned
- * classes in key order (largest first), each at the best-fitting gap. */
+ * classes in key order (largest first), each at the best-fitting gap. A class is placed at
+ * the first step in that order that it is live at (its "turn": the minimum step rank over
+ * its interval, a range-minimum over a segment tree), so one sort by (turn, key) gives
+ * the whole order. work: 2 * n_steps + n ints. */
 static void greedy_by_breadth(Plan *pl, int32_t n_steps, const int64_t *live, int32_t *idx,
-                              int32_t *steps, const Key *key) {
+                              int32_t *steps, int32_t *work, const Key *key) {
   unplace_all(pl);
   for (int32_t t = 0; t < n_steps; t++) steps[t] = t;
   g_sort_live = live;
   qsort(steps, (size_t)n_steps, sizeof *steps, by_live_desc);
-  for (int32_t s = 0; s < n_steps; s++) {
-    int32_t t = steps[s], m = 0;
-    for (int32_t i = 0; i < pl->n; i++)
-      if (pl->cls[i].offset < 0 && pl->cls[i].start <= t && t <= pl->cls[i].end) idx[m++] = i;
-    place_sorted(pl, idx, m, key, FIT_BEST);
+  int32_t *tree = work, *turn = work + 2 * (size_t)n_steps; /* tree[n + t]: rank of step t */
+  for (int32_t r = 0; r < n_steps; r++) tree[n_steps + steps[r]] = r;
+  for (int32_t k = n_steps - 1; k >= 1; k--)
+    tree[k] = tree[2 * k] < tree[2 * k + 1] ? tree[2 * k] : tree[2 * k + 1];
+  for (int32_t i = 0; i < pl->n; i++) {
+    int32_t best = INT32_MAX;
+    for (int32_t lo = pl->cls[i].start + n_steps, hi = pl->cls[i].end + n_steps + 1; lo < hi;
+         lo >>= 1, hi >>= 1) {
+      if (lo & 1) best = tree[lo] < best ? tree[lo] : best, lo++;
+      if (hi & 1) --hi, best = tree[hi] < best ? tree[hi] : best;
+    }
+    turn[i] = best; /* INT32_MAX: live at no step (none expected): placed last */
+    idx[i] = i;
   }
-  int32_t m = 0; /* classes live at no step (none expected) */
-  for (int32_t i = 0; i < pl->n; i++)
-    if (pl->cls[i].offset < 0) idx[m++] = i;
-  place_sorted(pl, idx, m, key, FIT_BEST);
+  g_sort_key = key;
+  g_sort_turn = turn;
+  qsort(idx, (size_t)pl->n, sizeof *idx, by_turn_then_key);
+  for (int32_t i = 0; i < pl->n && !pl->over_budget; i++) place(pl, idx[i], FIT_BEST);
 }
 
 static uint64_t xorshift(uint64_t *s) {
@@ -202,21 +203,23 @@ static uint64_t xorshift(uint64_t *s) {
  *   (each size scaled by a factor in [e^-0.5, e^0.5]), as many as the graph size allows.
  * Deterministic: the random orders come from a fixed seed. Returns the arena size. */
 static int64_t pack_arena(Plan *pl, int32_t n_steps, const int64_t *live, int64_t lower,
-                          int32_t *idx, int32_t *steps, Key *key, int64_t *best_off) {
+                          int32_t *idx, int32_t *steps, int32_t *work, Key *key, int64_t *best_off) {
   int64_t best = -1;
 #define KEEP()                                                              \
   do {                                                                      \
-    int64_t sz_ = arena_size(pl);                                           \
-    if (best < 0 || sz_ < best) {                                           \
+    int64_t sz_ = pl->over_budget ? -1 : arena_size(pl);                    \
+    if (sz_ >= 0 && (best < 0 || sz_ < best)) {                             \
       best = sz_;                                                           \
       for (int32_t i_ = 0; i_ < pl->n; i_++) best_off[i_] = pl->cls[i_].offset; \
     }                                                                       \
     if (best <= lower) return best;                                         \
   } while (0)
   for (int32_t i = 0; i < pl->n; i++) key[i] = (Key){(double)pl->cls[i].size, pl->cls[i].end - pl->cls[i].start};
+  pl->budget = -1; /* the first order always completes */
   place_all(pl, idx, key, FIT_BEST);
   KEEP();
-  greedy_by_breadth(pl, n_steps, live, idx, steps, key);
+  if (pl->n >= BUDGET_MIN_CLASSES) pl->budget = (int64_t)BUDGET_GAPS_PER_CLASS * pl->n;
+  greedy_by_breadth(pl, n_steps, live, idx, steps, work, key);
   KEEP();
   place_all(pl, idx, key, FIT_FIRST);
   KEEP();
@@ -227,7 +230,8 @@ static int64_t pack_arena(Plan *pl, int32_t n_steps, const int64_t *live, int64_
   for (int32_t i = 0; i < pl->n; i++) key[i] = (Key){-(double)pl->cls[i].start, (double)pl->cls[i].size};
   place_all(pl, idx, key, FIT_BEST);
   KEEP();
-  /* each trial costs about n^2: keep the total near 2e8 steps */
+  /* the trial count is the one the quadratic planner could afford (each trial cost about
+   * n^2 of its steps; total near 2e8): kept so that plans stay the same */
   double n2 = (double)pl->n * (double)pl->n + 1.0;
   int trials = (int)(2e8 / n2);
   if (trials > 64) trials = 64;
@@ -250,14 +254,18 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   int32_t n_steps = g->n_order + 1; /* step n_order: after the run (outputs are read) */
   int32_t *def = malloc(((size_t)nv + 1) * sizeof *def);
   int32_t *last = malloc(((size_t)nv + 1) * sizeof *last);
-  Plan pl = {calloc((size_t)nv + 1, sizeof(Class)), 0, malloc(((size_t)nv + 1) * sizeof(int32_t)), 0};
+  Plan pl = {calloc((size_t)nv + 1, sizeof(Class)), 0, {0}, 0, -1, 0};
   int64_t *live = calloc((size_t)n_steps + 1, sizeof *live);
   int32_t *idx = malloc(((size_t)nv + (size_t)n_steps + 1) * sizeof *idx);
   int32_t *steps = malloc(((size_t)n_steps + 1) * sizeof *steps);
+  int32_t *work = malloc((2 * (size_t)n_steps + (size_t)nv + 1) * sizeof *work);
+  int32_t *root = malloc(((size_t)nv + 1) * sizeof *root);
   int64_t *best_off = malloc(((size_t)nv + 1) * sizeof *best_off);
   Key *key = malloc(((size_t)nv + 1) * sizeof *key);
   int rc = 0;
-  if (!def || !last || !pl.cls || !live || !idx || !steps || !pl.placed || !best_off || !key) {
+  int ix_rc = apx_place_index_init(&pl.ix, n_steps, nv);
+  if (!def || !last || !pl.cls || !live || !idx || !steps || !work || !root || ix_rc || !best_off ||
+      !key) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
     goto out;
   }
@@ -270,6 +278,7 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
     val->mem_region = APX_MEM_NONE;
     val->mem_offset = -1;
     val->mem_alias = -1;
+    root[v] = v;
   }
 #define USE(v, t)                                        \
   do {                                                   \
@@ -308,9 +317,15 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   /* 2. aliases, in schedule order: SHAPEONLY views and in-place outputs join their input's
    * class. cls_end[root] tracks the class's last use so far. */
   int32_t *cls_end = last; /* last[] of a root becomes its class's end */
+  int32_t *uses = work; /* [nv] input slots of the current multi-tensor node per class */
+  memset(uses, 0, (size_t)nv * sizeof *uses);
   for (int32_t t = 0; t < g->n_order; t++) {
     const ApxNode *n = &g->nodes[g->order[t]];
     int pairs = inplace_pairs(n);
+    int multi = pairs > 0 && (apx_op_info(n->op)->flags & APX_OPF_MULTITENSOR);
+    if (multi) /* the node's inputs keep their classes while its outputs are aliased */
+      for (int k = 0; k < n->n_in; k++)
+        if (n->in[k] >= 0 && n->in[k] < nv) uses[root[n->in[k]]]++;
     for (int i = 0; i < pairs; i++) {
       int in_slot, out_slot, view;
       inplace_pair(n, i, &in_slot, &out_slot, &view);
@@ -320,16 +335,20 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
       ApxValue *vi = &g->vals[in], *vo = &g->vals[out];
       if (vo->kind != APX_VAL_ACTIVATION) continue;
       if (apx_value_bytes(vo) != apx_value_bytes(vi)) continue;
-      int r = root_of(g, in);
+      int r = root_of(root, in);
       if (!view) {
         if (g->vals[r].kind != APX_VAL_ACTIVATION) continue; /* persistent or data input */
         if (vo->dtype != vi->dtype || apx_value_numel(vo) != apx_value_numel(vi)) continue;
         if (cls_end[r] != t) continue; /* class still needed later */
-        if (in_used_elsewhere(n, in_slot, r, g)) continue;
+        if (in_used_elsewhere(n, r, uses)) continue;
       }
       vo->mem_alias = in;
+      root[out] = r;
       if (last[out] > cls_end[r]) cls_end[r] = last[out];
     }
+    if (multi)
+      for (int k = 0; k < n->n_in; k++)
+        if (n->in[k] >= 0 && n->in[k] < nv) uses[root[n->in[k]]] = 0;
   }
 
   /* 3. classes: persistent roots laid out in value order, arena roots packed */
@@ -356,7 +375,7 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   }
   for (int v = 0; v < nv; v++) { /* count every non-view arena value for no_reuse */
     if (def[v] == NOT_RUNTIME) continue;
-    int r = root_of(g, v);
+    int r = root_of(root, v);
     if (is_persistent_kind(g->vals[r].kind)) continue;
     int view = g->vals[v].mem_alias >= 0 && g->vals[v].producer >= 0 &&
                (apx_op_info(g->nodes[g->vals[v].producer].op)->flags & APX_OPF_SHAPEONLY);
@@ -371,14 +390,18 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
     if (t) live[t] += live[t - 1];
     if (live[t] > peak) peak = live[t];
   }
-  int64_t best = pl.n ? pack_arena(&pl, n_steps, live, peak, idx, steps, key, best_off) : 0;
+  int64_t best = pl.n ? pack_arena(&pl, n_steps, live, peak, idx, steps, work, key, best_off) : 0;
+  if (pl.oom) {
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
+    goto out;
+  }
   for (int32_t i = 0; i < pl.n; i++) g->vals[pl.cls[i].root].mem_offset = best_off[i];
 
   /* 4. aliases take their root's place */
   for (int v = 0; v < nv; v++) {
     ApxValue *val = &g->vals[v];
     if (def[v] == NOT_RUNTIME || val->mem_alias < 0) continue;
-    const ApxValue *r = &g->vals[root_of(g, v)];
+    const ApxValue *r = &g->vals[root_of(root, v)];
     val->mem_region = r->mem_region;
     val->mem_offset = r->mem_offset;
   }
@@ -394,7 +417,9 @@ out:
   free(live);
   free(idx);
   free(steps);
-  free(pl.placed);
+  free(work);
+  free(root);
+  apx_place_index_free(&pl.ix);
   free(best_off);
   free(key);
   return rc;

@@ -20,6 +20,10 @@
  *  - classes are packed in the arena by several greedy orders (TFLite's greedy by size and
  *    by breadth, by size x lifetime, by start; best and first fit) plus deterministic
  *    randomized size orders, keeping the smallest arena (stopping at the lower bound).
+ *    Each placement asks passes/memplan_index.h (O(log) per gap walked, not O(placed)). On
+ *    graphs of 4096 classes or more, an order after the first that walks more than 4 gaps
+ *    per class is abandoned (a counted, deterministic bound: every order stays near-linear);
+ *    the first (greedy by size, best fit) always completes.
  *    Offsets and sizes are multiples of APX_MEMPLAN_ALIGN.
  * Summary in g: arena_bytes, peak_live_bytes (lower bound: the most bytes of classes live
  * at one schedule step, sizes rounded to the alignment), no_reuse_bytes (every arena value

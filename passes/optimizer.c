@@ -26,14 +26,16 @@ static const char *free_name(ApxGraph *g, const char *name) {
   return apx_graph_find_value(g, name) < 0 ? name : apx_graph_unique_name(g, name);
 }
 
-/* A STATE value with zeroed data (or `init` bytes), named name (made unique if taken). */
+/* A STATE value starting at zero (no data: the runtime zeroes the persistent region) or
+ * at `init` bytes, named name (made unique if taken). */
 static int state_value(ApxGraph *g, ApxDiag *d, const char *name, ApxDType dt, int32_t rank,
                        const int64_t *dims, const void *init, int origin) {
   if (!name) return oom(g, d);
   int v = apx_graph_add_value(g, d, free_name(g, name), APX_VAL_STATE, dt, rank, dims);
   if (v < 0) return -1;
   int64_t bytes = apx_value_bytes(&g->vals[v]);
-  if (bytes < 0 || !(g->vals[v].data = apx_arena_alloc(&g->arena, (size_t)bytes))) return oom(g, d);
+  if (bytes < 0) return oom(g, d);
+  if (init && !(g->vals[v].data = apx_arena_alloc_raw(&g->arena, (size_t)bytes + 1))) return oom(g, d);
   if (init) memcpy(g->vals[v].data, init, (size_t)bytes);
   g->vals[v].origin = origin;
   return v;

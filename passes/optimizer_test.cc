@@ -120,8 +120,7 @@ TEST(Optimizer, AdamWInputsFollowTheDocumentedOrder) {
       EXPECT_EQ(sv.kind, APX_VAL_STATE);
       EXPECT_EQ(sv.dtype, APX_DT_F32);
       EXPECT_EQ(apx_value_numel(&sv), apx_value_numel(&n.g.vals[p]));
-      ASSERT_NE(sv.data, nullptr);
-      for (int64_t k = 0; k < apx_value_numel(&sv); k++) EXPECT_EQ(((const float *)sv.data)[k], 0.0f);
+      EXPECT_EQ(sv.data, nullptr);  // starts at zero: no bytes in the IR or the plan
     }
   }
 }

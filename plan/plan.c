@@ -63,7 +63,7 @@ ApxPlanBuffer *apx_plan_alloc_buffers(ApxPlan *p, int32_t n) {
   if (!b) return NULL;
   for (int32_t i = 0; i < n; i++) {
     b[i].name = "";
-    b[i].alias_of = b[i].origin = -1;
+    b[i].alias_of = b[i].origin = b[i].init_from = -1;
   }
   p->bufs = b;
   p->n_bufs = n;
@@ -139,9 +139,66 @@ const ApxPlanBlob *apx_plan_find_blob(const ApxPlan *p, const char *name) {
   return NULL;
 }
 
+/* ---- lookup index ---------------------------------------------------------------------- */
+
+static uint32_t name_hash(const char *s) { /* FNV-1a */
+  uint32_t h = 2166136261u;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+  return h;
+}
+
+static int index_valid(const ApxPlan *p) {
+  return p->name_slots && p->index_bufs == p->bufs && p->index_n == p->n_bufs;
+}
+
+int apx_plan_index(ApxPlan *p) {
+  p->index_bufs = NULL;
+  p->index_n = 0;
+  uint32_t cap = 16;
+  while (cap < 2u * (uint32_t)(p->n_bufs > 0 ? p->n_bufs : 0) && cap < (1u << 31)) cap <<= 1;
+  int32_t *slots = apx_arena_alloc(&p->arena, (size_t)cap * sizeof *slots);
+  int32_t *master = apx_arena_alloc(&p->arena, ((size_t)p->n_bufs + 1) * sizeof *master);
+  if (!slots || !master) return -1;
+  for (uint32_t s = 0; s < cap; s++) slots[s] = -1;
+  for (int32_t i = 0; i < p->n_bufs; i++) master[i] = -1;
+  for (int32_t i = 0; i < p->n_bufs; i++) {
+    const char *nm = p->bufs[i].name ? p->bufs[i].name : "";
+    uint32_t s = name_hash(nm) & (cap - 1);
+    int dup = 0;
+    for (; slots[s] >= 0; s = (s + 1) & (cap - 1))
+      if (!strcmp(p->bufs[slots[s]].name ? p->bufs[slots[s]].name : "", nm)) {
+        dup = 1; /* the first buffer of a name wins, as a scan finds it */
+        break;
+      }
+    if (!dup) slots[s] = i;
+    int32_t o = p->bufs[i].origin;
+    if ((p->bufs[i].flags & APX_VALF_MASTER) && o >= 0 && o < p->n_bufs && master[o] < 0) master[o] = i;
+  }
+  p->name_slots = slots;
+  p->name_cap = cap;
+  p->master_of = master;
+  p->index_bufs = p->bufs;
+  p->index_n = p->n_bufs;
+  return 0;
+}
+
 int32_t apx_plan_find_buffer(const ApxPlan *p, const char *name) {
+  if (index_valid(p)) {
+    for (uint32_t s = name_hash(name) & (p->name_cap - 1); p->name_slots[s] >= 0;
+         s = (s + 1) & (p->name_cap - 1))
+      if (!strcmp(p->bufs[p->name_slots[s]].name, name)) return p->name_slots[s];
+    return -1;
+  }
   for (int32_t i = 0; i < p->n_bufs; i++)
     if (strcmp(p->bufs[i].name, name) == 0) return i;
+  return -1;
+}
+
+int32_t apx_plan_master_of(const ApxPlan *p, int32_t id) {
+  if (id < 0 || id >= p->n_bufs) return -1;
+  if (index_valid(p)) return p->master_of[id];
+  for (int32_t i = 0; i < p->n_bufs; i++)
+    if ((p->bufs[i].flags & APX_VALF_MASTER) && p->bufs[i].origin == id) return i;
   return -1;
 }
 
@@ -176,7 +233,9 @@ const char *apx_plan_section_name(ApxSection s) {
 
 /* ---- validation ----------------------------------------------------------------------- */
 
-#define MAX_KERNEL_ARGS 65536
+/* A kernel's argument count fits an int32 with room to spare; OptimizerStep alone takes several
+ * slots per parameter (a 20k-parameter model needs more than 65536). */
+#define MAX_KERNEL_ARGS (INT32_MAX / 4)
 
 static int bad(ApxDiag *d, const ApxPlan *p, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -235,6 +294,21 @@ static int check_buffer(const ApxPlan *p, int32_t i, ApxDiag *d) {
   }
   if (b->origin < -1 || b->origin >= p->n_bufs)
     return bad(d, p, "buffer %d ('%s'): origin %d out of range", i, b->name, b->origin);
+  if (b->init_from != -1) { /* format 2: initial bytes converted from another buffer's */
+    if (b->init_from < 0 || b->init_from >= p->n_bufs || b->init_from == i)
+      return bad(d, p, "buffer %d ('%s'): derived from buffer %d (out of range)", i, b->name,
+                 b->init_from);
+    const ApxPlanBuffer *s = &p->bufs[b->init_from];
+    if (b->region != APX_MEM_PERSISTENT || b->data_len || b->alias_of != -1)
+      return bad(d, p, "buffer %d ('%s'): derived but not an unaliased persistent buffer "
+                 "without data", i, b->name);
+    if (s->init_from != -1 || !s->data_len || s->data_len != (uint64_t)s->bytes ||
+        !apx_plan_derivable(s->dtype, b->dtype) ||
+        s->bytes / (int64_t)apx_dtype_size(s->dtype) != b->bytes / (int64_t)apx_dtype_size(b->dtype))
+      return bad(d, p, "buffer %d ('%s'): cannot be derived from buffer %d ('%s': needs its own "
+                 "data, a float type converting to %s and the same element count)", i, b->name,
+                 b->init_from, s->name, apx_dtype_short(b->dtype));
+  }
   if (b->data_len) {
     if (b->region != APX_MEM_PERSISTENT)
       return bad(d, p, "buffer %d ('%s'): initial data outside the persistent region", i, b->name);
@@ -279,9 +353,14 @@ static int check_kernel(ApxPlan *p, int32_t k, int *last_sec, ApxDiag *d) {
   return 0;
 }
 
+int apx_plan_derivable(ApxDType from, ApxDType to) {
+  return from == APX_DT_F32 && (to == APX_DT_F16 || to == APX_DT_BF16);
+}
+
 int apx_plan_validate(ApxPlan *p, ApxDiag *d) {
-  if (p->format_version != APX_PLAN_FORMAT_VERSION)
-    return bad(d, p, "format version %u, expected %u", p->format_version, APX_PLAN_FORMAT_VERSION);
+  if (p->format_version < APX_PLAN_FORMAT_VERSION_MIN || p->format_version > APX_PLAN_FORMAT_VERSION)
+    return bad(d, p, "format version %u, expected %u..%u", p->format_version,
+               APX_PLAN_FORMAT_VERSION_MIN, APX_PLAN_FORMAT_VERSION);
   if (p->attrs_abi != APX_ATTRS_ABI)
     return bad(d, p, "attribute ABI %u, this apexrun has %u (recompile the model)", p->attrs_abi,
                (unsigned)APX_ATTRS_ABI);
@@ -347,6 +426,7 @@ int apx_plan_validate(ApxPlan *p, ApxDiag *d) {
     if (bk->dtype != APX_DT_UNDEFINED && !dtype_ok(bk->dtype))
       return bad(d, p, "bucket %d: bad dtype %d", i, (int)bk->dtype);
   }
+  if (!index_valid(p)) apx_plan_index(p); /* out of memory: lookups scan instead */
   return 0;
 }
 
@@ -470,6 +550,20 @@ static Apexc__Plan *to_message(const ApxPlan *p, ApxArena *tmp) {
     bls[i].data_len = p->blobs[i].data_len;
     m->blobs[i] = &bls[i];
   }
+  size_t n_derived = 0;
+  for (int32_t i = 0; i < p->n_bufs; i++) n_derived += p->bufs[i].init_from >= 0;
+  m->n_derived = n_derived;
+  m->derived = apx_arena_alloc(tmp, (n_derived + 1) * sizeof(Apexc__Derived *));
+  Apexc__Derived *dvs = apx_arena_alloc(tmp, (n_derived + 1) * sizeof(Apexc__Derived));
+  if (!m->derived || !dvs) return NULL;
+  for (int32_t i = 0, k = 0; i < p->n_bufs; i++) {
+    if (p->bufs[i].init_from < 0) continue;
+    apexc__derived__init(&dvs[k]);
+    dvs[k].buffer = i;
+    dvs[k].from = p->bufs[i].init_from;
+    m->derived[k] = &dvs[k];
+    k++;
+  }
   m->n_inputs = (size_t)p->n_inputs;
   m->inputs = p->inputs;
   m->n_outputs = (size_t)p->n_outputs;
@@ -591,6 +685,16 @@ static int from_message(ApxPlan *p, const Apexc__Plan *m, ApxDiag *d) {
     p->blobs[i].data_len = m->blobs[i]->data_len;
     p->blobs[i].data = NULL;
     if (!p->blobs[i].name) goto oom;
+  }
+  if (m->n_derived && m->format_version < 2) return bad(d, p, "derived buffers in a format 1 plan");
+  for (size_t i = 0; i < m->n_derived; i++) {
+    const Apexc__Derived *x = m->derived[i];
+    if (x->buffer < 0 || x->buffer >= p->n_bufs || x->from < 0 || x->from >= p->n_bufs)
+      return bad(d, p, "derived entry %zu refers to buffers %d and %d of %d", i, x->buffer,
+                 x->from, p->n_bufs);
+    if (p->bufs[x->buffer].init_from != -1)
+      return bad(d, p, "buffer %d ('%s') is derived twice", x->buffer, p->bufs[x->buffer].name);
+    p->bufs[x->buffer].init_from = x->from;
   }
   p->n_inputs = (int32_t)m->n_inputs;
   p->inputs = dup_ids(p, m->inputs, m->n_inputs);
@@ -845,11 +949,11 @@ int apx_plan_read(ApxPlan *p, const char *path, ApxDiag *d) {
     if (b[i]) h.flags |= 0x80000000u;
   if (memcmp(b, k_magic, 8))
     hrc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not an apexc plan (bad magic)", path);
-  else if (h.version != APX_PLAN_FORMAT_VERSION)
+  else if (h.version < APX_PLAN_FORMAT_VERSION_MIN || h.version > APX_PLAN_FORMAT_VERSION)
     hrc = apx_diag_error(d, APX_EXIT_BAD_INPUT,
-                         "%s: plan format version %u, this apexrun reads version %u "
+                         "%s: plan format version %u, this apexrun reads versions %u to %u "
                          "(recompile the model with this apexc)",
-                         path, h.version, APX_PLAN_FORMAT_VERSION);
+                         path, h.version, APX_PLAN_FORMAT_VERSION_MIN, APX_PLAN_FORMAT_VERSION);
   else if (h.flags)
     hrc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: corrupt plan header (unknown flags)", path);
   else if (h.meta_offset != APX_PLAN_HEADER_BYTES || h.meta_len > size ||
@@ -990,6 +1094,7 @@ void apx_plan_dump(const ApxPlan *p, FILE *f) {
     fprintf(f, " %s@%" PRId64 " %s", apx_plan_region_name(b->region), b->offset, b1);
     if (b->alias_of >= 0) fprintf(f, " alias-of #%d", b->alias_of);
     if (b->origin >= 0) fprintf(f, " origin #%d", b->origin);
+    if (b->init_from >= 0) fprintf(f, " derived-from #%d", b->init_from);
     if (b->data_len) fprintf(f, " data@%" PRIu64, b->data_offset);
     if (b->flags & APX_VALF_GRAPH_OUTPUT) fputs(" output", f);
     if (b->flags & APX_VALF_LOSS) fputs(" loss", f);

@@ -25,7 +25,10 @@
  * the attrs ABI) and rejects anything else with a one-line error (exit code 2).
  *
  * In memory the plan is plain arrays in plan->arena; buffer initial bytes are pointers
- * (into the mapped file after apx_plan_read, into the graph after apx_plan_from_graph). */
+ * (into the mapped file after apx_plan_read, into the graph after apx_plan_from_graph).
+ * A persistent buffer starts as its data, as the conversion of its init_from buffer's data
+ * (format 2: half parameters from their fp32 masters), or as zeros (no data: optimizer
+ * state, gradient accumulators). */
 #ifndef APX_PLAN_H
 #define APX_PLAN_H
 
@@ -43,7 +46,12 @@
 extern "C" {
 #endif
 
-#define APX_PLAN_FORMAT_VERSION 1u
+/* Format 2 (this writer): half copies of parameters are derived at load from their fp32
+ * masters (ApxPlanBuffer.init_from, plan.proto Derived) and zero-initialized state carries no
+ * data. Format 1 plans (every initial byte stored) still load: they are format 2 plans
+ * without derived buffers. */
+#define APX_PLAN_FORMAT_VERSION 2u
+#define APX_PLAN_FORMAT_VERSION_MIN 1u /* the oldest format apx_plan_read accepts */
 #define APX_PLAN_HEADER_BYTES 64u
 #define APX_PLAN_ALIGN 64u
 #define APX_PLAN_PRODUCER "apexc 0.1"
@@ -100,6 +108,10 @@ typedef struct ApxPlanBuffer {
   int32_t alias_of;        /* buffer sharing its bytes, -1 */
   int32_t origin;          /* buffer it derives from, -1 */
   const void *data;        /* host pointer to the initial bytes (data_len of them), or NULL */
+  int32_t init_from;       /* -1, or the buffer whose initial bytes, converted to this dtype,
+                              are this one's initial bytes (made at load, see
+                              apx_plan_derivable);
+                              such a buffer has no data of its own (format 2) */
 } ApxPlanBuffer;
 
 typedef struct ApxPlanKernel {
@@ -171,6 +183,16 @@ typedef struct ApxPlan {
    * order forward, backward, optimizer; set by apx_plan_validate) */
   int32_t sec_begin[3], sec_end[3];
 
+  /* lookup index (apx_plan_index; apx_plan_validate builds it): buffer ids by name in an
+   * open-addressing table of name_cap slots (-1 empty) and each buffer's fp32 master, so
+   * lookups stay O(1) on plans with 100k buffers. Used only while index_bufs == bufs and
+   * index_n == n_bufs; otherwise the lookups scan. */
+  int32_t *name_slots;
+  uint32_t name_cap;
+  int32_t *master_of;      /* [n_bufs] the MASTER buffer whose origin is i, -1 */
+  const ApxPlanBuffer *index_bufs;
+  int32_t index_n;
+
   const char *path;        /* file it was read from, for messages ("<plan>" otherwise) */
   void *map;               /* mapped file (apx_plan_read), else NULL */
   size_t map_len;
@@ -210,11 +232,23 @@ int apx_plan_write(ApxPlan *p, const char *path, ApxDiag *d);
  * more than apx_plan_free. Returns 0 or -1 (exit code 2 for a bad file, 1 for I/O). */
 int apx_plan_read(ApxPlan *p, const char *path, ApxDiag *d);
 
+/* Derived buffers (init_from >= 0): the initial bytes are apx_cpu_convert(data of init_from,
+ * its dtype -> this dtype) (kernels/cpu: round to nearest even, every NaN to one quiet
+ * pattern per sign as kernels/half.h), the one conversion the compiler checks against before
+ * it leaves a buffer's bytes out and the runtime applies at load (runtime/exec.c). 1 when
+ * dtype `from` may be derived into dtype `to` (fp32 -> fp16, fp32 -> bf16). */
+int apx_plan_derivable(ApxDType from, ApxDType to);
+
 /* Readable dump (apexc --dump-plan). */
 void apx_plan_dump(const ApxPlan *p, FILE *f);
 
-/* Buffer id by name, -1 if none. Linear scan. */
+/* Builds (or rebuilds) the lookup index of p's buffers. Returns 0, -1 when out of memory
+ * (lookups then scan). */
+int apx_plan_index(ApxPlan *p);
+/* Buffer id by name (the first of that name), -1 if none: O(1) with the index, else a scan. */
 int32_t apx_plan_find_buffer(const ApxPlan *p, const char *name);
+/* The buffer flagged APX_VALF_MASTER whose origin is id (its fp32 master), -1 if none. */
+int32_t apx_plan_master_of(const ApxPlan *p, int32_t id);
 const char *apx_plan_region_name(ApxMemRegion r);
 const char *apx_plan_kind_name(ApxValueKind k);
 const char *apx_plan_section_name(ApxSection s);

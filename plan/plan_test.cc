@@ -399,7 +399,7 @@ TEST(Plan, WrongFormatVersionIsRejectedByName) {
   spit(bad_path, f);
   ApxDiag d = try_read(bad_path);
   EXPECT_EQ(d.code, APX_EXIT_BAD_INPUT);
-  EXPECT_NE(std::string(d.msg).find("format version 2"), std::string::npos) << d.msg;
+  EXPECT_NE(std::string(d.msg).find("format version " + std::to_string(v)), std::string::npos) << d.msg;
 }
 
 TEST(Plan, NotAPlanIsRejected) {
@@ -498,4 +498,68 @@ TEST(Plan, BlobsRoundTripAfterTheBuffers) {
   s.p.blobs[0].data_offset = s.p.data_bytes;
   EXPECT_EQ(apx_plan_validate(&s.p, &d), -1);
   EXPECT_NE(std::string(d.msg).find("blob 0 ('model.onnx')"), std::string::npos) << d.msg;
+}
+
+// Format 2: a buffer derived at load from another's bytes (a half parameter from its fp32
+// master) round-trips with no data of its own; broken derivations are refused; format 1 plans
+// (no derived buffers) are still read.
+TEST(Plan, DerivedBuffersRoundTripAndAreChecked) {
+  Sample s;
+  ApxPlanBuffer &w = s.p.bufs[1];  // W becomes the bf16 copy of W_master
+  w.dtype = APX_DT_BF16;
+  w.bytes = 24;
+  w.data = nullptr;
+  w.init_from = 7;
+  apx_plan_layout_data(&s.p);
+  ApxDiag d;
+  apx_diag_init(&d);
+  std::string path = tmpdir() + "/derived.apx";
+  ASSERT_EQ(apx_plan_write(&s.p, path.c_str(), &d), 0) << d.msg;
+  ApxPlan r;
+  apx_plan_init(&r);
+  ASSERT_EQ(apx_plan_read(&r, path.c_str(), &d), 0) << d.msg;
+  EXPECT_EQ(r.bufs[1].init_from, 7);
+  EXPECT_EQ(r.bufs[1].data_len, 0u);
+  EXPECT_EQ(r.bufs[1].data, nullptr);
+  for (int i = 0; i < r.n_bufs; i++) {
+    EXPECT_EQ(r.bufs[i].init_from, i == 1 ? 7 : -1) << i;
+  }
+  char *dump = nullptr;
+  size_t dump_len = 0;
+  FILE *f = open_memstream(&dump, &dump_len);
+  apx_plan_dump(&r, f);
+  fclose(f);
+  EXPECT_NE(std::string(dump).find("derived-from #7"), std::string::npos) << dump;
+  free(dump);
+  apx_plan_free(&r);
+
+  struct Case {
+    const char *what;
+    std::function<void(Apexc__Plan *)> mutate;
+  } cases[] = {
+      {"derived entry 0 refers to buffers", [](Apexc__Plan *m) { m->derived[0]->from = 99; }},
+      {"cannot be derived from buffer 5", [](Apexc__Plan *m) { m->derived[0]->from = 5; }},  // no data
+      {"derived but not an unaliased persistent buffer", [](Apexc__Plan *m) { m->derived[0]->buffer = 2; }},
+      {"cannot be derived", [](Apexc__Plan *m) { m->buffers[1]->dtype = APX_DT_F64; m->buffers[1]->bytes = 96; }},
+      {"derived buffers in a format 1 plan", [](Apexc__Plan *m) { m->format_version = 1; }},
+  };
+  int i = 0;
+  for (const Case &c : cases) {
+    std::string bad = rewrite_meta(path, ("derived" + std::to_string(i++) + ".apx").c_str(), c.mutate);
+    ApxDiag e = try_read(bad);
+    EXPECT_EQ(e.code, APX_EXIT_BAD_INPUT) << c.what;
+    EXPECT_NE(std::string(e.msg).find(c.what), std::string::npos) << c.what << ": " << e.msg;
+  }
+
+  Sample old;  // what the format 1 writer wrote: every initial byte stored
+  old.p.format_version = 1;
+  std::string v1 = tmpdir() + "/format1.apx";
+  ASSERT_EQ(apx_plan_write(&old.p, v1.c_str(), &d), 0) << d.msg;
+  ApxPlan r1;
+  apx_plan_init(&r1);
+  ASSERT_EQ(apx_plan_read(&r1, v1.c_str(), &d), 0) << d.msg;
+  EXPECT_EQ(r1.format_version, 1u);
+  EXPECT_EQ(r1.bufs[1].init_from, -1);
+  EXPECT_EQ(r1.bufs[1].data_len, 48u);
+  apx_plan_free(&r1);
 }

@@ -197,7 +197,7 @@ TEST(Apexrun, HelpAndVersion) {
   EXPECT_NE(h.out.find("apexrun infer MODEL.onnx|PLAN.apx"), std::string::npos) << h.out;
   Result v = apexrun("--version");
   EXPECT_EQ(v.code, 0);
-  EXPECT_NE(v.out.find("plan format 1"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("plan format 2"), std::string::npos) << v.out;
   // like --help, in any position and for both commands
   for (const char *args : {"model.apx --version", "infer model.onnx --version", "model.apx -h"}) {
     Result r = apexrun(args);

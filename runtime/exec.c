@@ -26,6 +26,31 @@ static void shape_str(const ApxTensor *t, char *buf, size_t cap) {
   if (k < cap) snprintf(buf + k, cap - k, "]");
 }
 
+/* Format 2 derived buffers (plan.h init_from): the source's bytes converted on the host in
+ * chunks, each uploaded and waited for before its staging is reused. */
+static ApxStatus upload_derived(ApxExec *ex, const ApxPlanBuffer *b, const ApxPlanBuffer *src,
+                                uint8_t **stage, size_t *cap) {
+  ApxBackend *be = ex->be;
+  size_t ss = apx_dtype_size(src->dtype), ds = apx_dtype_size(b->dtype);
+  int64_t n = b->bytes / (int64_t)ds, chunk = ((int64_t)16 << 20) / (int64_t)ds;
+  if (!*stage) {
+    *cap = (size_t)(n < chunk ? n : chunk) * ds + 1;
+    if (!(*stage = malloc(*cap))) return APX_STATUS_OOM;
+  }
+  chunk = (int64_t)(*cap / ds);
+  ApxStatus st = APX_STATUS_OK;
+  for (int64_t off = 0; off < n && st == APX_STATUS_OK; off += chunk) {
+    int64_t m = n - off < chunk ? n - off : chunk;
+    st = apx_cpu_convert((const uint8_t *)src->data + (size_t)off * ss, src->dtype, *stage,
+                         b->dtype, m);
+    if (st == APX_STATUS_OK)
+      st = be->iface.copy_h2d(be, ex->q, (uint8_t *)ex->persistent.base + b->offset + (size_t)off * ds,
+                              *stage, (size_t)m * ds);
+    if (st == APX_STATUS_OK) st = be->iface.queue_sync(be, ex->q);
+  }
+  return st;
+}
+
 int apx_exec_reset_persistent(ApxExec *ex, ApxDiag *d) {
   const ApxPlan *p = ex->plan;
   ApxBackend *be = ex->be;
@@ -38,6 +63,12 @@ int apx_exec_reset_persistent(ApxExec *ex, ApxDiag *d) {
   }
   ex->n_syncs++;
   if (st == APX_STATUS_OK) st = be->iface.queue_sync(be, ex->q);
+  uint8_t *stage = NULL;
+  size_t cap = 0;
+  for (int32_t i = 0; i < p->n_bufs && st == APX_STATUS_OK; i++)
+    if (p->bufs[i].init_from >= 0 && p->bufs[p->bufs[i].init_from].data)
+      st = upload_derived(ex, &p->bufs[i], &p->bufs[p->bufs[i].init_from], &stage, &cap);
+  free(stage);
   return st == APX_STATUS_OK ? 0 : be_error(ex, d, st, "uploading initial data");
 }
 

@@ -656,6 +656,71 @@ TEST(Train, ExportedOnnxHoldsTheTrainedFp32Masters) {
   apx_plan_free(&p);
 }
 
+// Format 2 plans hold each fp16 parameter once (its fp32 master; the half copy is made at
+// load) and no optimizer-state zeros. A format 1 plan of the same model (every initial byte
+// stored, as the previous apexc wrote it) still loads, and both train to the same bits.
+TEST(Train, Format1PlansStillLoadAndTrainTheSame) {
+  ApxOptions o;
+  apx_options_init(&o);
+  std::string src = "examples/mlp/model.onnx";
+  o.model_path = src.c_str();
+  o.opt_level = APX_O2;
+  o.quiet = 1;
+  ApxGraph g;
+  ApxPlan p;
+  ApxDiag d;
+  std::string err;
+  ASSERT_TRUE(apx_testing::CompileToPlan(o, &g, &p, &d, &err)) << err;
+  int derived = 0;
+  int64_t half_bytes = 0;
+  for (int32_t i = 0; i < p.n_bufs; i++) {
+    const ApxPlanBuffer *b = &p.bufs[i];
+    if (b->kind == APX_VAL_STATE && !(b->flags & APX_VALF_MASTER)) {
+      EXPECT_TRUE(b->data == nullptr || b->bytes <= 8) << b->name << ": state stored in the plan";
+    }
+    if (b->init_from < 0) continue;
+    derived++;
+    half_bytes += (b->bytes + 63) / 64 * 64;
+    EXPECT_EQ(b->data, nullptr);
+    EXPECT_EQ(b->dtype, APX_DT_F16);
+    EXPECT_TRUE(p.bufs[b->init_from].flags & APX_VALF_MASTER) << b->name;
+  }
+  EXPECT_EQ(derived, 6);  // 3 weights, 3 biases
+  std::string v2 = tmp() + "/format2.apx", v1 = tmp() + "/format1.apx";
+  ASSERT_EQ(apx_plan_write(&p, v2.c_str(), &d), 0) << d.msg;
+  // the format 1 writing of the same plan: half copies stored, no derived buffers
+  p.format_version = 1;
+  for (int32_t i = 0; i < p.n_bufs; i++) {
+    ApxPlanBuffer *b = &p.bufs[i];
+    if (b->init_from < 0) continue;
+    int v = apx_graph_find_value(&g, b->name);
+    ASSERT_GE(v, 0) << b->name;
+    b->data = g.vals[v].data;  // the half bytes the compiler made
+    b->init_from = -1;
+  }
+  apx_plan_layout_data(&p);
+  ASSERT_EQ(apx_plan_write(&p, v1.c_str(), &d), 0) << d.msg;
+  apx_plan_free(&p);
+  apx_graph_free(&g);
+  EXPECT_EQ((int64_t)slurp(v1).size() - (int64_t)slurp(v2).size(), half_bytes);
+  ApxPlan r;
+  apx_plan_init(&r);
+  ASSERT_EQ(apx_plan_read(&r, v1.c_str(), &d), 0) << d.msg;
+  EXPECT_EQ(r.format_version, 1u);
+  apx_plan_free(&r);
+  std::string logs[2], onnx[2];
+  for (int k = 0; k < 2; k++) {
+    std::string plan = k ? v1 : v2, base = tmp() + "/format" + std::to_string(2 - k);
+    Result run = apexrun(plan + " --data examples/mlp/data --steps 20 --quiet --threads 1 --log " + base +
+                         ".jsonl --export-onnx " + base + ".onnx");
+    ASSERT_EQ(run.code, 0) << run.out;
+    logs[k] = base + ".jsonl";
+    onnx[k] = slurp(base + ".onnx");
+  }
+  EXPECT_EQ(losses(logs[0]), losses(logs[1]));
+  EXPECT_TRUE(onnx[0] == onnx[1]) << "the trained models differ";
+}
+
 TEST(Train, RefusesPlansItCannotTrain) {
   std::string inference = compile("mlp", "infer_only", APX_O1, [](ApxOptions &o) { o.training = 0; });
   Result r = apexrun(inference + " --data examples/mlp/data --steps 3");
