@@ -74,6 +74,15 @@ static int list_matches(const ApxNameList *l, const char *name) {
  * the graph that --explain and --emit-onnx describe. */
 static const char *const inspect_after = "cast_cleanup";
 
+/* The inspection point, timed as its own stage for --time-passes. */
+static int run_inspect(ApxGraph *g, const ApxOptions *o, ApxInspectFn inspect, ApxDiag *d) {
+  ApxStageClock clock;
+  apx_stage_begin(&clock, o);
+  if (inspect(g, o, d)) return -1;
+  apx_stage_end(&clock, "inspect");
+  return 0;
+}
+
 int apx_inspect_write(const ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   if (o->explain && apx_explain_emit(g, o, d)) return -1;
   if (o->emit_onnx) {
@@ -117,7 +126,7 @@ int apx_compile_graph_inspected(ApxGraph *g, const ApxOptions *o, ApxInspectFn i
   if (list_matches(&o->dump_after, "load")) apx_graph_dump(g, stderr);
   for (int p = 0; passes[p].name; p++) {
     if (apx_name_list_has(&o->disable_pass, passes[p].name)) {
-      if (inspect && !strcmp(passes[p].name, inspect_after) && inspect(g, o, d)) return -1;
+      if (inspect && !strcmp(passes[p].name, inspect_after) && run_inspect(g, o, inspect, d)) return -1;
       continue;
     }
     ApxStageClock clock; /* --time-passes: the pass and the re-sort it caused */
@@ -137,7 +146,7 @@ int apx_compile_graph_inspected(ApxGraph *g, const ApxOptions *o, ApxInspectFn i
       fprintf(stderr, "--- after %s ---\n", passes[p].name);
       apx_graph_dump(g, stderr);
     }
-    if (inspect && !strcmp(passes[p].name, inspect_after) && inspect(g, o, d)) return -1;
+    if (inspect && !strcmp(passes[p].name, inspect_after) && run_inspect(g, o, inspect, d)) return -1;
   }
   return 0;
 }
