@@ -511,7 +511,7 @@ typedef struct Unsupported {
  * consumed_inputs, axis rules) and is refused there. */
 static int oldest_unchanged_opset(ApxOp op) {
   switch (op) {
-    case APX_OP_Identity: case APX_OP_Softplus: return 1;
+    case APX_OP_Identity: case APX_OP_Softplus: case APX_OP_Not: return 1;
     case APX_OP_Relu: case APX_OP_LeakyRelu: case APX_OP_Sigmoid: case APX_OP_Tanh:
     case APX_OP_Exp: case APX_OP_Log: case APX_OP_Sqrt: case APX_OP_Neg:
     case APX_OP_HardSigmoid: return 6;

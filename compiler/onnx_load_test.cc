@@ -887,7 +887,7 @@ TEST(OnnxLoad, NodeErrorsNameNodeAndOp) {
   } cases[] = {
       {"Foo", "", "m.onnx: node 'n' (Foo): unknown op 'Foo' (apexc v1 supports"},
       {"Einsum", "", "m.onnx: node 'n' (Einsum): not supported yet: Einsum is a tier-2 op"},
-      {"Less", "", "m.onnx: node 'n' (Less): not supported yet: Less"},
+      {"Reciprocal", "", "m.onnx: node 'n' (Reciprocal): not supported yet: Reciprocal"},
       {"ReluGrad", "", "m.onnx: node 'n' (ReluGrad): not supported yet: ReluGrad"},
       {"Relu", "com.example", "m.onnx: node 'n' (Relu): domain 'com.example' is not supported"},
       {"Loop", "", "m.onnx: node 'n' (Loop): control flow is not supported in v1"},
@@ -1396,10 +1396,10 @@ TEST(OnnxLoad, EveryUnsupportedOpIsReportedAtOnce) {
   m.input("x", {2, 2});
   m.node("Trilu", {"x"}, {"a"}, "mask/trilu");
   m.node("Relu", {"a"}, {"b"}, "relu");
-  m.node("Clip", {"b"}, {"c"}, "clip");
+  m.node("Resize", {"b"}, {"c"}, "resize");
   m.node("Trilu", {"c"}, {"d"}, "");  // unnamed: shown by op and index
   m.node("FusedGemm", {"d"}, {"e"}, "fg")->domain = m.pool.str("com.microsoft");
-  m.node("Softplus", {"e"}, {"f"}, "sp");
+  m.node("Reciprocal", {"e"}, {"f"}, "rc");
   m.node("Trilu", {"f"}, {"y"}, "t3");
   m.output("y");
   auto L = load(m);
@@ -1413,18 +1413,18 @@ TEST(OnnxLoad, EveryUnsupportedOpIsReportedAtOnce) {
                            0), 0u) << lines[0];
   EXPECT_NE(lines[0].find(" ops: see apexc --list-ops) (first of 3 nodes)"), std::string::npos)
       << lines[0];
-  EXPECT_EQ(lines[1], "m.onnx: node 'clip' (Clip): not supported yet: Clip is a tier-2 op (1 node)");
+  EXPECT_EQ(lines[1], "m.onnx: node 'resize' (Resize): not supported yet: Resize is a tier-2 op (1 node)");
   EXPECT_EQ(lines[2], "m.onnx: node 'fg' (FusedGemm): domain 'com.microsoft' is not supported "
                       "(apexc v1 reads ai.onnx ops only) (1 node)");
-  EXPECT_EQ(lines[3], "m.onnx: node 'sp' (Softplus): not supported yet: Softplus (1 node)");
+  EXPECT_EQ(lines[3], "m.onnx: node 'rc' (Reciprocal): not supported yet: Reciprocal (1 node)");
   // one unsupported op type: one line, as before
   Model one;
   one.input("x", {2});
-  one.node("Clip", {"x"}, {"a"}, "c1");
-  one.node("Clip", {"a"}, {"y"}, "c2");
+  one.node("Resize", {"x"}, {"a"}, "r1");
+  one.node("Resize", {"a"}, {"y"}, "r2");
   one.output("y");
   auto L1 = load(one);
-  EXPECT_REJECTS(L1, "m.onnx: node 'c1' (Clip): not supported yet: Clip is a tier-2 op (first of 2 "
+  EXPECT_REJECTS(L1, "m.onnx: node 'r1' (Resize): not supported yet: Resize is a tier-2 op (first of 2 "
                      "nodes)");
   EXPECT_EQ(std::string(L1->d.msg).find('\n'), std::string::npos) << L1->d.msg;
 }

@@ -67,6 +67,7 @@ static inline APX_HD float apx_erf_poly_f32(float xf) {
 #define APX_EW_ERF apx_erf_poly_f32
 #define APX_EW_SQRT sqrtf
 #define APX_EW_LOG logf
+#define APX_EW_LOG1P log1pf
 #include "kernels/ew_math.inc"
 #undef APX_EW_T
 #undef APX_EW_F
@@ -76,6 +77,7 @@ static inline APX_HD float apx_erf_poly_f32(float xf) {
 #undef APX_EW_ERF
 #undef APX_EW_SQRT
 #undef APX_EW_LOG
+#undef APX_EW_LOG1P
 
 #define APX_EW_T double
 #define APX_EW_F(name) name##_f64
@@ -85,6 +87,7 @@ static inline APX_HD float apx_erf_poly_f32(float xf) {
 #define APX_EW_ERF erf
 #define APX_EW_SQRT sqrt
 #define APX_EW_LOG log
+#define APX_EW_LOG1P log1p
 #include "kernels/ew_math.inc"
 #undef APX_EW_T
 #undef APX_EW_F
@@ -94,6 +97,7 @@ static inline APX_HD float apx_erf_poly_f32(float xf) {
 #undef APX_EW_ERF
 #undef APX_EW_SQRT
 #undef APX_EW_LOG
+#undef APX_EW_LOG1P
 
 #ifdef __cplusplus
 }

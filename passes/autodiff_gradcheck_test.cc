@@ -152,6 +152,67 @@ std::vector<Case> Cases() {
   unary("HardSigmoid_AlphaBeta", "HardSigmoid", -1, 2, 0,
         {Attr::Float("alpha", 0.7f), Attr::Float("beta", 0.1f)});
   unary("Identity", "Identity", -1, 1, 0);
+  // v1.1 elementwise ops
+  unary("HardSwish", "HardSwish", -5, 5, 0);  // both flat ends, the curve and the line
+  unary("Softplus", "Softplus", -4, 4, 0);
+  c.push_back({"Clip_ConstBounds", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 3, 4}, -1, 1);
+                 int lo = b.Const("lo", {}, {-0.5}), hi = b.Const("hi", {}, {0.4});
+                 b.WeightedSumLoss(b.Op("Clip", {x, lo, hi}));
+               }});
+  c.push_back({"Clip_TrainableBounds", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 3, 4}, -1, 1);
+                 int lo = b.Data("lo", APX_VAL_PARAM, APX_DT_F64, {}, {-0.45});
+                 int hi = b.Data("hi", APX_VAL_PARAM, APX_DT_F64, {1}, {0.35});
+                 b.WeightedSumLoss(b.Op("Clip", {x, lo, hi}));
+               }});
+  c.push_back({"Clip_MaxOnly", [](GraphBuilder &b) {
+                 int x = b.Param("x", {3, 5}, -1, 1);
+                 int hi = b.Data("hi", APX_VAL_PARAM, APX_DT_F64, {}, {0.25});
+                 b.WeightedSumLoss(b.Op("Clip", {x, -1, hi}));
+               }});
+  c.push_back({"Clip_MinAboveMax", [](GraphBuilder &b) {  // the output is max everywhere
+                 int x = b.Param("x", {2, 3}, -1, 1);
+                 int lo = b.Data("lo", APX_VAL_PARAM, APX_DT_F64, {}, {0.5});
+                 int hi = b.Data("hi", APX_VAL_PARAM, APX_DT_F64, {}, {-0.5});
+                 b.WeightedSumLoss(b.Op("Clip", {x, lo, hi}));
+               }});
+  binary("Max_Broadcast", "Max", {2, 3}, {3});
+  binary("Min_BothBroadcast", "Min", {2, 1, 4}, {3, 1});
+  c.push_back({"Max_ThreeInputs", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 3}), y = b.Param("y", {3}), z = b.Param("z", {2, 1}, 0.2, 0.9);
+                 b.WeightedSumLoss(b.Op("Max", {x, y, z}));
+               }});
+  c.push_back({"Max_Ties", [](GraphBuilder &b) {  // max(x, x) = x: each operand gets dy / 2
+                 int x = b.Param("x", {2, 3});
+                 b.WeightedSumLoss(b.Op("Max", {x, x}));
+               }});
+  c.push_back({"Min_WithConstant", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 3, 2});
+                 b.WeightedSumLoss(b.Op("Min", {x, b.Const("c", {}, {0.1})}));
+               }});
+  c.push_back({"Mod_Fmod_Broadcast", [](GraphBuilder &b) {
+                 int a = b.Param("a", {2, 3}, -3, 3), d = b.Param("d", {3}, 0.7, 1.3);
+                 b.WeightedSumLoss(b.Op("Mod", {a, d}, {Attr::Int("fmod", 1)}));
+               }});
+  // comparison and logic ops only build masks: the gradient flows through Where
+  c.push_back({"Where_LessOrGreaterOrEqual", [](GraphBuilder &b) {
+                 int x = b.Param("x", {3, 4}, -1, 1);
+                 int m = b.Op("Or", {b.Op("Less", {x, b.Const("lo", {}, {-0.3})}),
+                                     b.Op("GreaterOrEqual", {x, b.Const("hi", {}, {0.4})})});
+                 b.WeightedSumLoss(b.Op("Where", {m, x, b.Op("Tanh", {x})}));
+               }});
+  c.push_back({"Where_AndNotGreater_LessOrEqual", [](GraphBuilder &b) {
+                 int x = b.Param("x", {3, 4}, -1, 1);
+                 int m = b.Op("And", {b.Op("LessOrEqual", {x, b.Const("hi", {}, {0.5})}),
+                                      b.Op("Not", {b.Op("Greater", {x, b.Const("lo", {}, {-0.2})})})});
+                 b.WeightedSumLoss(b.Op("Where", {m, b.Op("Sigmoid", {x}), x}));
+               }});
+  c.push_back({"Where_IsNaNOrIsInf", [](GraphBuilder &b) {  // masks out nothing here
+                 int x = b.Param("x", {2, 5});
+                 int m = b.Op("Or", {b.Op("IsNaN", {x}), b.Op("IsInf", {x}, {Attr::Int("detect_negative", 0)})});
+                 b.WeightedSumLoss(b.Op("Where", {m, b.Const("zero", {}, {0.0}), x}));
+               }});
   // softmax family
   unary("Softmax_Axis1", "Softmax", -2, 2, 0, {Attr::Int("axis", 1)});
   unary("Softmax_LastAxis", "Softmax", -2, 2, 0, {Attr::Int("axis", -1)});
@@ -316,6 +377,12 @@ std::vector<Case> Cases() {
                /* tol: L is linear in x, so only the float32 rounding of x +- h (|x| <= 1)
                   counts: per element |n_i - W_i| <= eps_f32 (1 + h) |W_i| / (2 h) */
                2 * 1.1920929e-07 * 16});
+  c.push_back({"CastLikeRoundTrip", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 3});
+                 int y = b.Op("CastLike", {x, b.Const("like32", {1}, {0.0}, APX_DT_F32)});
+                 b.WeightedSumLoss(b.Op("CastLike", {y, b.Const("like64", {}, {0.0})}));
+               },
+               /* h, tol: as CastRoundTrip */ 1.0 / 16, 2 * 1.1920929e-07 * 16});
   // losses
   auto sce = [&](const char *name, const char *reduction, bool weights, bool ignore, std::vector<int64_t> sdims) {
     c.push_back({name, [=](GraphBuilder &b) {
@@ -445,7 +512,11 @@ TEST(GradCheckCoverage, EveryV1OpHasACase) {
   for (const Case &cs : Cases()) {
     GraphBuilder b;
     cs.build(b);
-    for (int i = 0; i < b.g.n_nodes; i++) seen.insert(b.g.nodes[i].op);
+    for (int i = 0; i < b.g.n_nodes; i++) {
+      seen.insert(b.g.nodes[i].op);
+      if (b.g.nodes[i].op_type)  // CastLike is a Cast once canonicalized
+        seen.insert(apx_op_from_name(b.g.nodes[i].op_type));
+    }
   }
   int n_v1 = 0;
   for (int op = 1; op < APX_OP_COUNT; op++) {
@@ -453,7 +524,7 @@ TEST(GradCheckCoverage, EveryV1OpHasACase) {
     n_v1++;
     EXPECT_TRUE(seen.count(op)) << apx_op_name((ApxOp)op) << " has no gradient-check case";
   }
-  EXPECT_EQ(n_v1, 44); // DESIGN.md 3: the 43 v1 forward ops and the v1.1 ops added so far
+  EXPECT_EQ(n_v1, 60); // DESIGN.md 3: the 43 v1 forward ops and the v1.1 ops added so far
 }
 
 }  // namespace

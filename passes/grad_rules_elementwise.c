@@ -135,3 +135,65 @@ GRAD_RULE(Cast) {
   ApxAttrCast a = {.to = (int32_t)gr_val(c, x)->dtype, .saturate = 1};
   return (c->dx[0] = gr_op(c, APX_OP_Cast, &a, 1, &dy)) < 0 ? -1 : 0;
 }
+
+/* ---- v1.1 elementwise ops (contracts: attrs.def, after ApxAttrHardSigmoid) ----------- */
+
+GRAD_RULE(HardSwish) { return unary_grad(c, APX_OP_HardSwishGrad, gr_in(c, 0), 0); }
+GRAD_RULE(Softplus) { return unary_grad(c, APX_OP_SoftplusGrad, gr_in(c, 0), 0); }
+
+GRAD_RULE(Clip) {
+  /* ClipGrad(dy, x, min?, max?) -> dx?, dmin?, dmax? at dy's shape; the bounds' gradients
+   * are summed down to their (scalar) shapes */
+  int dy = c->dy[0], out[3] = {-1, -1, -1};
+  int n_out = 0;
+  for (int k = 0; k < 3; k++) {
+    if (!gr_need(c, k)) continue;
+    ApxValue shape = *gr_val(c, dy); /* a copy: adding values may move the array */
+    if ((out[k] = gr_new_value(c, shape.dtype, shape.rank, shape.dims)) < 0) return -1;
+    n_out = k + 1;
+  }
+  if (!n_out) return 0;
+  int in[4] = {dy, gr_in(c, 0), gr_in(c, 1), gr_in(c, 2)};
+  int n_in = gr_n_in(c) + 1;
+  if (gr_node(c, APX_OP_ClipGrad, NULL, n_in, in, n_out, out) < 0) return -1;
+  for (int k = 0; k < 3; k++)
+    if (out[k] >= 0 && give(c, k, out[k])) return -1;
+  return 0;
+}
+
+/* Min and Max: MinMaxGrad(dy, y, x_0 .. x_{n-1}) -> dx_k at dy's shape (ties share the
+ * gradient; attrs.def), each summed down to x_k's shape. */
+GRAD_RULE(MinMax) {
+  int n = gr_n_in(c), dy = c->dy[0];
+  int *in = apx_arena_alloc(&c->g->arena, (size_t)(n + 2) * sizeof *in);
+  int *out = apx_arena_alloc(&c->g->arena, (size_t)(n + 1) * sizeof *out);
+  if (!in || !out) return apx_diag_error(c->d, APX_EXIT_RUNTIME, "%s: out of memory", c->g->file);
+  in[0] = dy;
+  in[1] = gr_out(c, 0);
+  for (int k = 0; k < n; k++) {
+    in[2 + k] = gr_in(c, k);
+    out[k] = -1;
+    if (!gr_need(c, k)) continue;
+    ApxValue shape = *gr_val(c, dy);
+    if ((out[k] = gr_new_value(c, shape.dtype, shape.rank, shape.dims)) < 0) return -1;
+  }
+  if (gr_node(c, APX_OP_MinMaxGrad, NULL, n + 2, in, n, out) < 0) return -1;
+  for (int k = 0; k < n; k++)
+    if (out[k] >= 0 && give(c, k, out[k])) return -1;
+  return 0;
+}
+
+GRAD_RULE(Mod) {
+  /* c = fmod(a, b) (floats; integers never need a gradient): da = dy,
+   * db = -dy * (a - c) / b (= -dy * trunc(a / b), PyTorch's fmod backward) */
+  int dy = c->dy[0];
+  if (gr_need(c, 0) && give(c, 0, dy)) return -1;
+  if (gr_need(c, 1)) {
+    int q = gr_op2(c, APX_OP_Sub, gr_in(c, 0), gr_out(c, 0));
+    if (q < 0 || (q = gr_op2(c, APX_OP_Div, q, gr_in(c, 1))) < 0) return -1;
+    int t = gr_op2(c, APX_OP_Mul, dy, q);
+    if (t < 0 || (t = gr_sum_to(c, t, gr_in(c, 1))) < 0) return -1;
+    if ((c->dx[1] = gr_op1(c, APX_OP_Neg, t)) < 0) return -1;
+  }
+  return 0;
+}

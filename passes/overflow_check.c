@@ -113,6 +113,15 @@ static Iv in_iv(const Ctx *c, const ApxNode *n, int k) {
   return (k < n->n_in && n->in[k] >= 0) ? c->iv[n->in[k]] : UNBOUNDED;
 }
 
+/* HardSwish x min(max(x + 3, 0), 6) / 6 at a point (its limits at +-inf) */
+static double hardswish_at(double x) {
+  if (x <= -3) return 0;
+  if (x >= 3) return x;
+  return x * (x + 3) / 6;
+}
+
+static double softplus_at(double x) { return x > 30 ? x : log1p(exp(x)); }
+
 /* Output-0 interval of node n from its inputs' intervals. */
 static Iv node_interval(const Ctx *c, int id) {
   const ApxGraph *g = c->g;
@@ -174,6 +183,33 @@ static Iv node_interval(const Ctx *c, int id) {
     case APX_OP_Where: {
       Iv x = in_iv(c, n, 1), y = in_iv(c, n, 2);
       return iv_make(fmin(x.lo, y.lo), fmax(x.hi, y.hi));
+    }
+    /* v1.1 elementwise ops (attrs.def, after ApxAttrHardSigmoid) */
+    case APX_OP_HardSigmoid: return iv_make(0, 1);
+    case APX_OP_HardSwish: { /* decreasing on [-3, -1.5] (minimum -3/8), increasing after */
+      double l = hardswish_at(a.lo), h = hardswish_at(a.hi);
+      return iv_make(a.lo <= -1.5 && a.hi >= -1.5 ? -0.375 : fmin(l, h), fmax(l, h));
+    }
+    case APX_OP_Softplus: return iv_make(softplus_at(a.lo), softplus_at(a.hi));
+    case APX_OP_Clip: { /* min(max(x, lo), hi); an absent bound does not bound */
+      Iv l = n->n_in > 1 && n->in[1] >= 0 ? b : iv_make(-INFINITY, -INFINITY);
+      Iv h = n->n_in > 2 && n->in[2] >= 0 ? in_iv(c, n, 2) : iv_make(INFINITY, INFINITY);
+      return iv_make(fmin(fmax(a.lo, l.lo), h.lo), fmin(fmax(a.hi, l.hi), h.hi));
+    }
+    case APX_OP_Max: case APX_OP_Min: {
+      Iv r = a;
+      for (int k = 1; k < n->n_in; k++) {
+        Iv x = in_iv(c, n, k);
+        r = n->op == APX_OP_Max ? iv_make(fmax(r.lo, x.lo), fmax(r.hi, x.hi))
+                                : iv_make(fmin(r.lo, x.lo), fmin(r.hi, x.hi));
+      }
+      return r;
+    }
+    case APX_OP_Mod: { /* |r| < |b|; fmod: |r| <= |a| with a's sign, else b's sign */
+      int fm = APX_NODE_ATTRS(g, id, ApxAttrMod)->fmod;
+      double m = fm ? fmin(iv_mag(a), iv_mag(b)) : iv_mag(b);
+      Iv s = fm ? a : b;
+      return iv_make(s.lo >= 0 ? 0 : -m, s.hi <= 0 ? 0 : m);
     }
     default: return UNBOUNDED;
   }

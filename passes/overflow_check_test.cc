@@ -201,6 +201,35 @@ TEST(OverflowCheck, ExpWithoutMaxSubtractionKeptFp32) {
   EXPECT_TRUE(has(t.n("exp_big").reason_detail, "Exp of values up to 13")) << t.n("exp_big").reason_detail;
 }
 
+// The v1.1 ops bound their outputs: Clip by its bounds, HardSigmoid to [0, 1], Softplus and
+// HardSwish follow their input, Min / Max their operands.
+TEST(OverflowCheck, ClipAndHardActivationsBoundExp) {
+  PGraph t(APX_O2);
+  int x = t.input("x", {4, 8});
+  int lo = t.constant("lo", {}, {-4.0f}), hi = t.constant("hi", {}, {6.0f});
+  int cl = t.op(APX_OP_Clip, "clip", {x, lo, hi}, {4, 8});
+  int e1 = t.op(APX_OP_Exp, "exp_clipped", {cl}, {4, 8});
+  int big = t.constant("twelve", {}, {12.0f});
+  int cl2 = t.op(APX_OP_Clip, "clip_min_only", {x, big}, {4, 8});  // [12, inf)
+  int e2 = t.op(APX_OP_Exp, "exp_min_only", {cl2}, {4, 8});
+  int hs = t.op(APX_OP_HardSwish, "hardswish", {cl}, {4, 8});      // [-0.375, 6]
+  int e3 = t.op(APX_OP_Exp, "exp_hardswish", {hs}, {4, 8});
+  int sp = t.op(APX_OP_Softplus, "softplus", {hs}, {4, 8});        // [0.52, 6.0025]
+  int mn = t.op(APX_OP_Min, "min", {sp, t.constant("three", {}, {3.0f})}, {4, 8});
+  int e4 = t.op(APX_OP_Exp, "exp_min", {mn}, {4, 8});
+  int mx = t.op(APX_OP_Max, "max", {x, cl}, {4, 8});                // unbounded above
+  int e5 = t.op(APX_OP_Exp, "exp_max", {mx}, {4, 8});
+  for (int v : {e1, e2, e3, e4, e5}) t.output(v);
+  t.preset();
+  t.decide();
+  EXPECT_EQ(t.n("exp_clipped").compute, APX_DT_F16);
+  EXPECT_EQ(t.n("exp_min_only").compute, APX_DT_F32);
+  EXPECT_EQ(t.n("exp_hardswish").compute, APX_DT_F16);
+  EXPECT_EQ(t.n("exp_min").compute, APX_DT_F16);
+  EXPECT_EQ(t.n("exp_max").compute, APX_DT_F32);
+  EXPECT_TRUE(has(t.n("exp_max").reason_detail, "Exp without max subtraction")) << t.n("exp_max").reason_detail;
+}
+
 TEST(OverflowCheck, LargeSumsKeptFp32) {
   PGraph t(APX_O2);
   int x = t.input("x", {100000});

@@ -263,5 +263,14 @@ APX_CPU_KERNEL(apx_cpu_fused_dense);
 APX_CPU_KERNEL(apx_cpu_fused_dense_grad);
 APX_CPU_KERNEL(apx_cpu_fused_softmax);
 APX_CPU_KERNEL(apx_cpu_fused_softmax_grad);
+/* compare.c (raw unless noted) */
+APX_CPU_KERNEL(apx_cpu_compare);     /* Less, LessOrEqual, Greater, GreaterOrEqual */
+APX_CPU_KERNEL(apx_cpu_logic);       /* Not, And, Or */
+APX_CPU_KERNEL(apx_cpu_isclass);     /* IsNaN, IsInf */
+APX_CPU_KERNEL(apx_cpu_minmax);      /* Min, Max */
+APX_CPU_KERNEL(apx_cpu_clip);
+APX_CPU_KERNEL(apx_cpu_mod);
+APX_CPU_KERNEL(apx_cpu_clip_grad);   /* math */
+APX_CPU_KERNEL(apx_cpu_minmax_grad); /* math */
 
 #endif

@@ -56,6 +56,24 @@ static const CpuEntry cpu_table[APX_OP_COUNT] = {
 #undef APX_KIND_OWN
 #undef IO
     [APX_OP_PowGrad] = MATH(apx_cpu_pow_grad, TF),
+    /* v1.1 comparison, logic and selection ops (compare.c): raw kernels in the tensors' own
+     * types (exact in every dtype); bool-output ops check their input types themselves */
+    [APX_OP_Less] = RAW(apx_cpu_compare, TALL),
+    [APX_OP_LessOrEqual] = RAW(apx_cpu_compare, TALL),
+    [APX_OP_Greater] = RAW(apx_cpu_compare, TALL),
+    [APX_OP_GreaterOrEqual] = RAW(apx_cpu_compare, TALL),
+    [APX_OP_Not] = RAW(apx_cpu_logic, TALL),
+    [APX_OP_And] = RAW(apx_cpu_logic, TALL),
+    [APX_OP_Or] = RAW(apx_cpu_logic, TALL),
+    [APX_OP_IsNaN] = RAW(apx_cpu_isclass, TALL),
+    [APX_OP_IsInf] = RAW(apx_cpu_isclass, TALL),
+    [APX_OP_Min] = RAW(apx_cpu_minmax, TF | TI),
+    [APX_OP_Max] = RAW(apx_cpu_minmax, TF | TI),
+    [APX_OP_Clip] = RAW(apx_cpu_clip, TF | TI),
+    [APX_OP_Mod] = RAW(apx_cpu_mod, TF | TI),
+    [APX_OP_ClipGrad] = MATH(apx_cpu_clip_grad, TF),
+    [APX_OP_MinMaxGrad] = MATH(apx_cpu_minmax_grad, TF),
+    [APX_OP_CastLike] = RAW(apx_cpu_cast, TALL), /* a Cast once canonicalized: never in a plan */
     /* normalization, softmax, losses */
     [APX_OP_Softmax] = MATH(apx_cpu_softmax, TF),
     [APX_OP_LogSoftmax] = MATH(apx_cpu_softmax, TF),

@@ -151,6 +151,8 @@ TEST(Grad, UnaryOps) {
       {APX_OP_Gelu, APX_OP_GeluGrad, &gt, false, -3, 3},
       {APX_OP_Erf, APX_OP_ErfGrad, nullptr, false, -2, 2},
       {APX_OP_Sqrt, APX_OP_SqrtGrad, nullptr, true, 0.2, 3},
+      {APX_OP_HardSwish, APX_OP_HardSwishGrad, nullptr, false, -5, 5},  // kinks at +-3
+      {APX_OP_Softplus, APX_OP_SoftplusGrad, nullptr, false, -4, 4},
   };
   for (const U &u : cases) {
     Tensor x = u.lo < 0 ? away_from_zero({3, 7}, 1, 1e-2) : rand(APX_DT_F64, {3, 7}, u.lo, u.hi, 1);
@@ -185,6 +187,64 @@ TEST(Grad, PowWithBroadcast) {
   run_ok(APX_OP_PowGrad, nullptr, {&one, &z, &e}, {&g1, &g2});
   EXPECT_EQ(g1.get(0), 0.0);
   EXPECT_EQ(g2.get(0), 0.0);
+}
+
+// Clip with trainable bounds: ClipGrad's dX, dMin, dMax at dY's shape (the bounds' gradients
+// summed here, as the rule's ReduceSumTo does); inputs kept away from the bounds (kinks).
+TEST(Grad, ClipGradAllThreeOutputs) {
+  Tensor x = rand(APX_DT_F64, {4, 6}, -1, 1, 13);
+  for (int64_t i = 0; i < x.numel(); i++)
+    for (double b : {-0.4, 0.3})
+      if (std::fabs(x.get(i) - b) < 1e-2) x.set(i, b + 2e-2);
+  Tensor lo = make(APX_DT_F64, {}, {-0.4}), hi = make(APX_DT_F64, {}, {0.3});
+  Forward f = [](const std::vector<Tensor> &in) { return run1(APX_OP_Clip, nullptr, {&in[0], &in[1], &in[2]}, {4, 6}); };
+  Backward bw = [](const std::vector<Tensor> &in, const std::vector<Tensor> &R) {
+    std::vector<Tensor> full = {out_like(in[0]), out_like(in[0]), out_like(in[0])};
+    run_ok(APX_OP_ClipGrad, nullptr, {&R[0], &in[0], &in[1], &in[2]}, {&full[0], &full[1], &full[2]});
+    std::vector<Tensor> g = {full[0], out_like(in[1]), out_like(in[2])};
+    run_ok(APX_OP_ReduceSumTo, nullptr, {&full[1]}, {&g[1]});
+    run_ok(APX_OP_ReduceSumTo, nullptr, {&full[2]}, {&g[2]});
+    return g;
+  };
+  fd_check("ClipGrad", {x, lo, hi}, {0, 1, 2}, f, bw);
+  Tensor dy = rand(APX_DT_F64, {4, 6}, -1, 1, 14);
+  dtype_sweep("ClipGrad", APX_OP_ClipGrad, nullptr, {dy, x, lo, hi}, {{4, 6}, {4, 6}, {4, 6}}, 1);
+}
+
+// Max of three broadcast operands (distinct values: no ties), then ties: max(x, x) gives
+// each operand dY / 2, a NaN result gives dY to both (PyTorch's maximum backward).
+TEST(Grad, MinMaxGradRoutesToTheSelectedInputAndSharesTies) {
+  Tensor a = rand(APX_DT_F64, {2, 1, 3}, -1, 1, 15), b = rand(APX_DT_F64, {4, 3}, -1, 1, 16),
+         c = rand(APX_DT_F64, {4, 1}, -1, 1, 17);
+  for (ApxOp op : {APX_OP_Max, APX_OP_Min}) {
+    Forward f = [op](const std::vector<Tensor> &in) {
+      return run1(op, nullptr, {&in[0], &in[1], &in[2]}, {2, 4, 3});
+    };
+    Backward bw = [&f](const std::vector<Tensor> &in, const std::vector<Tensor> &R) {
+      std::vector<Tensor> y = f(in);
+      std::vector<Tensor> full = {out_like(R[0]), out_like(R[0]), out_like(R[0])}, g;
+      run_ok(APX_OP_MinMaxGrad, nullptr, {&R[0], &y[0], &in[0], &in[1], &in[2]}, {&full[0], &full[1], &full[2]});
+      for (int k = 0; k < 3; k++) {
+        g.push_back(out_like(in[k]));
+        run_ok(APX_OP_ReduceSumTo, nullptr, {&full[k]}, {&g[k]});
+      }
+      return g;
+    };
+    fd_check(apx_op_name(op), {a, b, c}, {0, 1, 2}, f, bw);
+  }
+  Tensor x = make(APX_DT_F64, {3}, {1, 2, NAN}), z = make(APX_DT_F64, {3}, {1, 5, 0}), y(APX_DT_F64, {3});
+  Tensor dy = make(APX_DT_F64, {3}, {4, 4, 4}), g0(APX_DT_F64, {3}), g1(APX_DT_F64, {3});
+  run_ok(APX_OP_Max, nullptr, {&x, &z}, {&y});
+  run_ok(APX_OP_MinMaxGrad, nullptr, {&dy, &y, &x, &z}, {&g0, &g1});
+  EXPECT_EQ(g0.values()[0], 2.0);  // tie: half each
+  EXPECT_EQ(g1.values()[0], 2.0);
+  EXPECT_EQ(g0.values()[1], 0.0);  // z selected
+  EXPECT_EQ(g1.values()[1], 4.0);
+  EXPECT_EQ(g0.values()[2], 4.0);  // NaN result: dY to both
+  EXPECT_EQ(g1.values()[2], 4.0);
+  Tensor dyr = rand(APX_DT_F64, {2, 4, 3}, -1, 1, 18), yr(APX_DT_F64, {2, 4, 3});
+  run_ok(APX_OP_Max, nullptr, {&a, &b, &c}, {&yr});
+  dtype_sweep("MinMaxGrad", APX_OP_MinMaxGrad, nullptr, {dyr, yr, a, b, c}, {{2, 4, 3}, {2, 4, 3}, {2, 4, 3}}, 1);
 }
 
 // Add with broadcasting: the gradients are ReduceSumTo(dY) per operand.

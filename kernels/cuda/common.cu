@@ -134,6 +134,9 @@ ApxStatus apx_cuda_dev_error_check(ApxCudaCtx *ctx, const ApxCudaDevErr *rec, in
       return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT,
                            "%s: index %lld at position %lld outside [-%lld, %lld)", op,
                            (long long)e.a, (long long)e.b, (long long)e.c, (long long)e.c);
+    case APX_CUDA_DERR_DIV_ZERO:
+      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "%s: integer modulo by zero (divisor element %lld)",
+                           op, (long long)e.a);
     default:
       return apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "%s: device error %d", op, e.code);
   }

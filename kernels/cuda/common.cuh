@@ -285,6 +285,14 @@ APX_CUDA_ENTRY(apx_cuda_pool);          /* pool.cu */
 APX_CUDA_ENTRY(apx_cuda_pool_grad);
 APX_CUDA_ENTRY(apx_cuda_global_avg_pool);
 APX_CUDA_ENTRY(apx_cuda_global_avg_pool_grad);
+APX_CUDA_ENTRY(apx_cuda_compare);       /* compare.cu: Less, LessOrEqual, Greater, GreaterOrEqual */
+APX_CUDA_ENTRY(apx_cuda_logic);         /* Not, And, Or */
+APX_CUDA_ENTRY(apx_cuda_isclass);       /* IsNaN, IsInf */
+APX_CUDA_ENTRY(apx_cuda_minmax);        /* Min, Max */
+APX_CUDA_ENTRY(apx_cuda_clip);
+APX_CUDA_ENTRY(apx_cuda_mod);
+APX_CUDA_ENTRY(apx_cuda_clip_grad);
+APX_CUDA_ENTRY(apx_cuda_minmax_grad);
 
 /* Shared between families. */
 /* dst (n elements of dtype dt) = src converted from sdt; n_src == 1 fills (AssignState). */

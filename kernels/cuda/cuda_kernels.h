@@ -49,6 +49,7 @@ typedef enum ApxCudaDevErrCode {
   APX_CUDA_DERR_NONE = 0,
   APX_CUDA_DERR_LABEL = 1, /* label a at line b outside [0, c) */
   APX_CUDA_DERR_INDEX = 2, /* index a at position b outside [-c, c) */
+  APX_CUDA_DERR_DIV_ZERO = 3, /* integer Mod: divisor element a is 0 */
 } ApxCudaDevErrCode;
 
 typedef struct ApxCudaCtx {

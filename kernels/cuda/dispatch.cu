@@ -11,6 +11,8 @@ typedef ApxStatus (*CudaEntry)(ApxCudaCtx *ctx, ApxOp op, const void *attrs, con
 
 #define TF 1u /* fp16, bf16, fp32 (fp64 math runs on the CPU only) */
 #define TANY 7u /* data movement: any dtype, by element size */
+#define TNUM 8u /* compare.cu's forward types: fp32, fp16, bf16, int8, uint8, int32, int64 */
+#define TCMP 16u /* bool-output compare.cu ops: T is the bool output (or a TNUM type) */
 
 typedef struct CudaOpEntry {
   CudaEntry fn;
@@ -51,6 +53,23 @@ static void fill_table(void) {
 #undef APX_KIND_OWN
 #undef IO
   E(PowGrad, apx_cuda_pow_grad, TF);
+  /* v1.1 comparison, logic and selection ops (compare.cu) */
+  E(Less, apx_cuda_compare, TCMP);
+  E(LessOrEqual, apx_cuda_compare, TCMP);
+  E(Greater, apx_cuda_compare, TCMP);
+  E(GreaterOrEqual, apx_cuda_compare, TCMP);
+  E(Not, apx_cuda_logic, TCMP);
+  E(And, apx_cuda_logic, TCMP);
+  E(Or, apx_cuda_logic, TCMP);
+  E(IsNaN, apx_cuda_isclass, TCMP);
+  E(IsInf, apx_cuda_isclass, TCMP);
+  E(Min, apx_cuda_minmax, TNUM);
+  E(Max, apx_cuda_minmax, TNUM);
+  E(Clip, apx_cuda_clip, TNUM);
+  E(Mod, apx_cuda_mod, TNUM);
+  E(ClipGrad, apx_cuda_clip_grad, TF);
+  E(MinMaxGrad, apx_cuda_minmax_grad, TF);
+  E(CastLike, apx_cuda_cast, TANY); /* a Cast once canonicalized; never in a plan */
   /* normalization, softmax, losses */
   E(Softmax, apx_cuda_softmax, TF);
   E(LogSoftmax, apx_cuda_softmax, TF);
@@ -122,7 +141,11 @@ static const CudaOpEntry *entry(ApxOp op) {
 
 static int type_ok(uint8_t types, ApxDType dt) {
   if (types == TANY) return apx_dtype_size(dt) != 0;
-  return dt == APX_DT_F32 || dt == APX_DT_F16 || dt == APX_DT_BF16;
+  int fl = dt == APX_DT_F32 || dt == APX_DT_F16 || dt == APX_DT_BF16;
+  int num = fl || dt == APX_DT_I8 || dt == APX_DT_U8 || dt == APX_DT_I32 || dt == APX_DT_I64;
+  if (types == TNUM) return num;
+  if (types == TCMP) return num || dt == APX_DT_BOOL;
+  return fl;
 }
 
 int apx_cuda_supports(ApxOp op, ApxDType dt) {

@@ -73,6 +73,16 @@
   X(opt_step_kernel, 32)                          \
   X(apx_cu_reduce_row_kernel, APX_CU_BLOCK_MAX)   \
   X(apx_cu_reduce_col_kernel, APX_CU_BLOCK_MAX)   \
-  X(apx_cu_reduce_finish_kernel, APX_CU_BLOCK_MAX)
+  X(apx_cu_reduce_finish_kernel, APX_CU_BLOCK_MAX) \
+  X(compare_kernel, APX_CU_BLOCK_MAX)             \
+  X(logic_kernel, APX_CU_BLOCK_MAX)               \
+  X(not_kernel, APX_CU_BLOCK_MAX)                 \
+  X(isclass_kernel, APX_CU_BLOCK_MAX)             \
+  X(minmax_kernel, APX_CU_BLOCK_MAX)              \
+  X(clip_kernel, APX_CU_BLOCK_MAX)                \
+  X(mod_kernel, APX_CU_BLOCK_MAX)                 \
+  X(clip_grad_kernel, APX_CU_BLOCK_MAX)           \
+  X(minmax_count_kernel, APX_CU_BLOCK_MAX)        \
+  X(minmax_grad_kernel, APX_CU_BLOCK_MAX)
 
 #endif

@@ -141,11 +141,11 @@ def main():
           model([helper.make_node("FooBar", ["x"], ["y"], name="foo")], [vi("x", [2])], [vi("y", [2])]),
           "load", "node 'foo' (FooBar): unknown op 'FooBar'")
     write("tier2_op.onnx",
-          model([helper.make_node("Clip", ["x"], ["y"], name="clip")], [vi("x", [2])], [vi("y", [2])]),
-          "load", "node 'clip' (Clip): not supported yet: Clip is a tier-2 op")
+          model([helper.make_node("Resize", ["x"], ["y"], name="resize")], [vi("x", [2])], [vi("y", [2])]),
+          "load", "node 'resize' (Resize): not supported yet: Resize is a tier-2 op")
     write("listed_op.onnx",
-          model([helper.make_node("Softplus", ["x"], ["y"])], [vi("x", [2])], [vi("y", [2])]),
-          "load", "node 'Softplus_0' (Softplus): not supported yet: Softplus")
+          model([helper.make_node("Reciprocal", ["x"], ["y"])], [vi("x", [2])], [vi("y", [2])]),
+          "load", "node 'Reciprocal_0' (Reciprocal): not supported yet: Reciprocal")
     then_g = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "then", [], [vi("t", [2])])
     else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e", [2])])
     write("control_flow_if.onnx",

@@ -126,7 +126,7 @@ const std::set<std::string> kFp32TrainingDropout = {
 // Checked instead: the reference is exactly the
 // truncation of input_0 (so the note stays true) and apexc's output is exactly RN_bf16 of
 // input_0.
-const std::set<std::string> kFp32TruncatedBf16 = {"test_cast_FLOAT_to_BFLOAT16",
+const std::set<std::string> kFp32TruncatedBf16 = {"test_cast_FLOAT_to_BFLOAT16", "test_castlike_FLOAT_to_BFLOAT16",
                                                   "test_castlike_FLOAT_to_BFLOAT16_expanded"};
 
 struct ModeSummary {
