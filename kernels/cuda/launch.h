@@ -73,6 +73,17 @@
   X(opt_step_kernel, 32)                          \
   X(apx_cu_reduce_row_kernel, APX_CU_BLOCK_MAX)   \
   X(apx_cu_reduce_col_kernel, APX_CU_BLOCK_MAX)   \
-  X(apx_cu_reduce_finish_kernel, APX_CU_BLOCK_MAX)
+  X(apx_cu_reduce_finish_kernel, APX_CU_BLOCK_MAX) \
+  X(pad_kernel, APX_CU_BLOCK_MAX)                 \
+  X(pad_grad_kernel, APX_CU_BLOCK_MAX)            \
+  X(tile_kernel, APX_CU_BLOCK_MAX)                \
+  X(trilu_kernel, APX_CU_BLOCK_MAX)               \
+  X(gather_elements_kernel, APX_CU_BLOCK_MAX)     \
+  X(gather_elements_grad_kernel, APX_CU_BLOCK_MAX) \
+  X(gather_nd_kernel, APX_CU_BLOCK_MAX)           \
+  X(gather_nd_grad_kernel, APX_CU_BLOCK_MAX)      \
+  X(reduce_max_kernel, APX_CU_BLOCK_MAX)          \
+  X(reduce_max_grad_kernel, APX_CU_BLOCK_MAX)     \
+  X(random_uniform_kernel, APX_CU_BLOCK_MAX)
 
 #endif
