@@ -29,12 +29,14 @@
 #include "passes/sync_bn.h"
 #include "passes/overflow_check.h"
 #include "passes/precision.h"
+#include "passes/split_sequences.h"
 
 /* The pass table (STYLE.md 3): the whole compiler, in order. Each entry is a function in
  * passes/<name>.c; passes that do not apply (training passes with --inference) return
  * unchanged. */
 static const ApxPassInfo passes[] = {
     {"fold_constants", pass_fold_constants, "fold Shape and constant shape subgraphs"},
+    {"split_sequences", pass_split_sequences, "SplitToSequence + SequenceAt -> Split outputs"},
     {"infer_shapes", pass_infer_shapes, "static dtypes and shapes of every value"},
     {"autodiff", pass_autodiff, "backward graph from the loss (training)"},
     {"optimizer", pass_optimizer, "loss scaling, unscale + inf check, optimizer update"},

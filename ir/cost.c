@@ -148,6 +148,8 @@ int64_t apx_node_flops(const ApxGraph *g, int node) {
     case APX_OP_SliceGrad: case APX_OP_GatherGrad: case APX_OP_AssignState: case APX_OP_Allreduce:
     case APX_OP_Shape: case APX_OP_Constant: case APX_OP_ConstantOfShape: case APX_OP_Range:
     case APX_OP_LossScaleSeed:
+    case APX_OP_Pad: case APX_OP_Tile: case APX_OP_Trilu: case APX_OP_GatherElements: /* v1.1 */
+    case APX_OP_GatherND: case APX_OP_RandomUniformLike:
       return (y || n->n_out == 0) ? 0 : -1;
     default: break;
   }

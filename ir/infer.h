@@ -82,6 +82,12 @@ int apx_constant_node_value(const ApxGraph *g, int node, ApxTensorConst *t, ApxD
 int apx_constant_of_shape_value(const ApxGraph *g, int node, ApxDType *dt, const void **elem,
                                 ApxDiag *d);
 
+/* The pieces of canonicalized SplitToSequence node `node` (attrs.h): their sizes along its
+ * axis into sizes[0 .. *n) (at most cap), *squeeze = 1 when each piece drops the axis
+ * (keepdims = 0 without split). Returns 0 or -1 (error in d). */
+int apx_split_to_sequence_pieces(const ApxGraph *g, int node, int64_t *sizes, int cap, int *n,
+                                 int *squeeze, ApxDiag *d);
+
 /* 1 when apx_node_infer has a rule for op (every V1, FOLD and INTERNAL op). */
 int apx_infer_has_rule(ApxOp op);
 

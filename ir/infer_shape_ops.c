@@ -1,7 +1,9 @@
 /* infer_shape_ops.c - data-movement and shape ops: Flatten, Reshape, Transpose, Squeeze,
  * Unsqueeze, Identity, Concat, Split, Slice, Gather, Expand, the reductions (ReduceSum,
  * ReduceMean, ReduceSumTo), the compile-time ops (Shape, Constant, ConstantOfShape, Range)
- * and the gradients SliceGrad and GatherGrad. Static inputs (shape, axes, starts ...) are
+ * and the gradients SliceGrad and GatherGrad; the v1.1 ops Pad, Tile, Trilu,
+ * GatherElements, GatherND, ReduceMax, RandomUniformLike, SplitToSequence / SequenceAt and
+ * the gradients PadGrad, GatherElementsGrad, GatherNDGrad, ReduceMaxGrad. Static inputs (shape, axes, starts ...) are
  * read from constant values; older opsets' attribute forms are read by g->opset. */
 #include <inttypes.h>
 #include <math.h>
@@ -9,6 +11,7 @@
 #include <string.h>
 
 #include "ir/infer_util.h"
+#include "kernels/half.h"
 
 /* Max static-input entries read for Split sizes. */
 #define SPLIT_MAX 4096
@@ -578,7 +581,9 @@ static int canon_reduce(ApxGraph *g, int node, ApxDiag *d) {
 static int infer_reduce(ApxGraph *g, int node, ApxDiag *d) {
   const ApxAttrReduce *a = APX_NODE_ATTRS(g, node, ApxAttrReduce);
   const ApxValue *x = infer_in(g, node, 0);
-  if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT | INFER_DT_INDEX | INFER_DT_UINT, d)) return -1;
+  unsigned types = g->nodes[node].op == APX_OP_ReduceMax ? INFER_DT_ANY
+                                                         : INFER_DT_FLOAT | INFER_DT_INDEX | INFER_DT_UINT;
+  if (infer_check_dtype(g, node, 0, types, d)) return -1;
   int red[APX_MAX_RANK] = {0};
   if (a->n_axes == 0 && !a->noop_with_empty_axes)
     for (int i = 0; i < x->rank; i++) red[i] = 1;
@@ -758,6 +763,430 @@ static int infer_range(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out(g, node, 0, infer_in(g, node, 0)->dtype, 1, &n, d);
 }
 
+/* ---- v1.1: Pad, Tile, Trilu, GatherElements, GatherND, ReduceMax, RandomUniformLike,
+ * SplitToSequence / SequenceAt and their gradients ------------------------------------ */
+
+/* A double stored as one element of dtype dt (Pad's constant_value given as an attribute). */
+static void store_elem(double v, ApxDType dt, void *out) {
+  switch (dt) {
+    case APX_DT_F32: { float f = (float)v; memcpy(out, &f, 4); break; }
+    case APX_DT_F64: memcpy(out, &v, 8); break;
+    case APX_DT_F16: { uint16_t h = apx_f32_to_f16((float)v); memcpy(out, &h, 2); break; }
+    case APX_DT_BF16: { uint16_t h = apx_f32_to_bf16((float)v); memcpy(out, &h, 2); break; }
+    case APX_DT_BOOL: { uint8_t b = v != 0.0; memcpy(out, &b, 1); break; }
+    default: { /* integers: the int64 value, its low bytes (little-endian) */
+      int64_t i = (int64_t)v;
+      memcpy(out, &i, apx_dtype_size(dt));
+      break;
+    }
+  }
+}
+
+static int canon_pad(ApxGraph *g, int node, ApxDiag *d) {
+  ApxAttrPad *a = APX_NODE_ATTRS(g, node, ApxAttrPad);
+  const ApxValue *x = infer_in(g, node, 0);
+  int32_t r = x->rank;
+  const char *mode;
+  if (infer_attr_string(g, node, "mode", "constant", &mode, d)) return -1;
+  int32_t m = strcmp(mode, "constant") == 0 ? APX_PAD_CONSTANT
+              : strcmp(mode, "reflect") == 0 ? APX_PAD_REFLECT
+              : strcmp(mode, "edge") == 0    ? APX_PAD_EDGE : -1;
+  if (m < 0 && strcmp(mode, "wrap") == 0)
+    return apx_node_error(d, g, node, "not supported yet: Pad mode 'wrap' (constant, reflect and "
+                          "edge are)");
+  if (m < 0)
+    return apx_node_error(d, g, node, "attribute 'mode' = '%s' (expected constant, reflect or edge)", mode);
+  int64_t pads[2 * APX_MAX_RANK], axes[APX_MAX_RANK];
+  int np = 0, na = -1, got;
+  unsigned char value[8] = {0};
+  if (is_old(g, 11)) {
+    float v;
+    if ((got = infer_attr_ints(g, node, "pads", pads, 2 * APX_MAX_RANK, &np, d)) < 0) return -1;
+    if (!got) return apx_node_error(d, g, node, "attribute 'pads' is required");
+    if (infer_attr_float(g, node, "value", 0.0f, &v, d)) return -1;
+    store_elem(v, x->dtype, value);
+  } else {
+    if ((got = infer_static_ints(g, node, 1, "pads", pads, 2 * APX_MAX_RANK, &np, d)) < 0) return -1;
+    if (!got) return infer_in_error(d, g, node, "input 1 'pads' is required");
+    const ApxValue *cv = infer_in(g, node, 2);
+    if (cv) {
+      double v;
+      if (infer_static_scalar(g, node, 2, "constant_value", &v, d) < 0) return -1;
+      if (cv->dtype == x->dtype)
+        memcpy(value, cv->data, apx_dtype_size(x->dtype));
+      else
+        store_elem(v, x->dtype, value);
+    }
+    int n_ax;
+    if ((got = infer_static_ints(g, node, 3, "axes", axes, APX_MAX_RANK, &n_ax, d)) < 0) return -1;
+    if (got) {
+      na = n_ax;
+      if (infer_norm_axes(g, node, "axes", axes, na, r, d)) return -1;
+    }
+  }
+  /* infer_norm_axes sorted the axes: pads follow the given order, so read them unsorted */
+  int64_t order[APX_MAX_RANK];
+  int n = na >= 0 ? na : r;
+  if (na >= 0) {
+    int64_t raw[APX_MAX_RANK];
+    int n_raw;
+    if (infer_static_ints(g, node, 3, "axes", raw, APX_MAX_RANK, &n_raw, d) < 0) return -1;
+    for (int i = 0; i < n_raw; i++) order[i] = raw[i] < 0 ? raw[i] + r : raw[i];
+  } else {
+    for (int i = 0; i < r; i++) order[i] = i;
+  }
+  if (np != 2 * n)
+    return apx_node_error(d, g, node, "pads has %d values, expected %d (2 x %s %d)", np, 2 * n,
+                          na >= 0 ? "axes" : "rank", n);
+  memset(a, 0, sizeof *a);
+  a->mode = m;
+  a->rank = r;
+  for (int i = 0; i < n; i++) {
+    a->begins[order[i]] = pads[i];
+    a->ends[order[i]] = pads[n + i];
+  }
+  memcpy(&a->value, value, sizeof value);
+  return 0;
+}
+
+/* Pad / PadGrad shapes: the padded dims of x; -1 with an error when one is negative or an
+ * edge / reflect pad reads an empty dim. */
+static int pad_shape(ApxGraph *g, int node, const ApxAttrPad *a, const ApxValue *x, IShape *out,
+                     ApxDiag *d) {
+  if (a->rank != x->rank)
+    return apx_node_error(d, g, node, "typed pads have rank %d, the input has rank %d", a->rank, x->rank);
+  out->rank = x->rank;
+  for (int i = 0; i < x->rank; i++) {
+    out->dims[i] = x->dims[i] + a->begins[i] + a->ends[i];
+    if (out->dims[i] < 0)
+      return apx_node_error(d, g, node, "pads %" PRId64 ", %" PRId64 " crop dim %d of size %" PRId64
+                            " below zero", a->begins[i], a->ends[i], i, x->dims[i]);
+    if (a->mode != APX_PAD_CONSTANT && x->dims[i] == 0 && out->dims[i] > 0)
+      return apx_node_error(d, g, node, "%s padding of the empty dim %d",
+                            a->mode == APX_PAD_EDGE ? "edge" : "reflect", i);
+  }
+  return 0;
+}
+
+static int infer_pad(ApxGraph *g, int node, ApxDiag *d) {
+  const ApxValue *x = infer_in(g, node, 0);
+  IShape out;
+  if (pad_shape(g, node, APX_NODE_ATTRS(g, node, ApxAttrPad), x, &out, d)) return -1;
+  return infer_set_out_shape(g, node, 0, x->dtype, &out, d);
+}
+
+/* PadGrad(dY) -> dX: dX shaped by the creating pass (the forward input's shape). */
+static int infer_pad_grad(ApxGraph *g, int node, ApxDiag *d) {
+  const ApxValue *dy = infer_in(g, node, 0);
+  IShape xs, want;
+  if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d) || infer_preset_shape(g, node, 0, &xs, d)) return -1;
+  ApxValue xv = *infer_out(g, node, 0);
+  if (pad_shape(g, node, APX_NODE_ATTRS(g, node, ApxAttrPad), &xv, &want, d)) return -1;
+  if (infer_check_shape(g, node, 0, want.rank, want.dims, d)) return -1;
+  return infer_set_out_shape(g, node, 0, dy->dtype, &xs, d);
+}
+
+static int canon_tile(ApxGraph *g, int node, ApxDiag *d) {
+  ApxAttrTile *a = APX_NODE_ATTRS(g, node, ApxAttrTile);
+  int32_t r = infer_in(g, node, 0)->rank;
+  int64_t rep[APX_MAX_RANK];
+  int n, got = infer_static_ints(g, node, 1, "repeats", rep, APX_MAX_RANK, &n, d);
+  if (got < 0) return -1;
+  if (!got) return infer_in_error(d, g, node, "input 1 'repeats' is required");
+  if (n != r) return apx_node_error(d, g, node, "repeats has %d values, the input has rank %d", n, r);
+  memset(a, 0, sizeof *a);
+  a->rank = r;
+  for (int i = 0; i < r; i++) {
+    if (rep[i] < 0) return apx_node_error(d, g, node, "repeats[%d] = %" PRId64 " is negative", i, rep[i]);
+    a->repeats[i] = rep[i];
+  }
+  return 0;
+}
+
+static int infer_tile(ApxGraph *g, int node, ApxDiag *d) {
+  const ApxAttrTile *a = APX_NODE_ATTRS(g, node, ApxAttrTile);
+  const ApxValue *x = infer_in(g, node, 0);
+  if (a->rank != x->rank)
+    return apx_node_error(d, g, node, "typed repeats have rank %d, the input has rank %d", a->rank, x->rank);
+  IShape out = {x->rank, {0}};
+  for (int i = 0; i < x->rank; i++) {
+    if (a->repeats[i] < 0) return apx_node_error(d, g, node, "typed repeats[%d] is negative", i);
+    if (a->repeats[i] > 0 && x->dims[i] > INT64_MAX / a->repeats[i])
+      return apx_node_error(d, g, node, "tiled dim %d overflows", i);
+    out.dims[i] = x->dims[i] * a->repeats[i];
+  }
+  return infer_set_out_shape(g, node, 0, x->dtype, &out, d);
+}
+
+static int canon_trilu(ApxGraph *g, int node, ApxDiag *d) {
+  ApxAttrTrilu *a = APX_NODE_ATTRS(g, node, ApxAttrTrilu);
+  int64_t upper, k[1] = {0};
+  int n;
+  if (infer_attr_int(g, node, "upper", 1, &upper, d)) return -1;
+  if (upper != 0 && upper != 1) return apx_node_error(d, g, node, "attribute 'upper' must be 0 or 1");
+  int got = infer_static_ints(g, node, 1, "k", k, 1, &n, d);
+  if (got < 0) return -1;
+  if (got && n != 1) return infer_in_error(d, g, node, "input 1 'k' must hold one value, holds %d", n);
+  a->upper = (int32_t)upper;
+  a->k = k[0];
+  return 0;
+}
+
+static int infer_trilu(ApxGraph *g, int node, ApxDiag *d) {
+  if (infer_check_rank(g, node, 0, 2, APX_MAX_RANK, d)) return -1;
+  return infer_set_out_like(g, node, 0, 0, d);
+}
+
+static int canon_gather_elements(ApxGraph *g, int node, ApxDiag *d) {
+  ApxAttrAxis *a = APX_NODE_ATTRS(g, node, ApxAttrAxis);
+  int64_t axis;
+  if (infer_attr_int(g, node, "axis", 0, &axis, d)) return -1;
+  return infer_norm_axis(g, node, "attribute 'axis'", axis, infer_in(g, node, 0)->rank, 0, &a->axis, d);
+}
+
+/* GatherElements shapes: indices (slot idx_slot) fit data (shape ds) along axis. */
+static int gather_elements_check(ApxGraph *g, int node, const IShape *ds, int idx_slot, ApxDiag *d) {
+  const ApxAttrAxis *a = APX_NODE_ATTRS(g, node, ApxAttrAxis);
+  const ApxValue *idx = infer_in(g, node, idx_slot);
+  if (infer_check_dtype(g, node, idx_slot, INFER_DT_INDEX, d)) return -1;
+  if (a->axis < 0 || a->axis >= ds->rank)
+    return apx_node_error(d, g, node, "typed attribute axis = %" PRId64 " out of range for rank %d",
+                          a->axis, ds->rank);
+  int ok = idx->rank == ds->rank;
+  for (int i = 0; ok && i < ds->rank; i++) ok = i == a->axis || idx->dims[i] <= ds->dims[i];
+  if (!ok) {
+    char s1[256], s2[256];
+    apx_value_shape_str(idx, s1, sizeof s1);
+    infer_dims_str(ds->rank, ds->dims, s2, sizeof s2);
+    return infer_in_error(d, g, node, "input %d 'indices' %s does not fit data %s (same rank, every dim "
+                          "but axis %" PRId64 " at most data's)", idx_slot, s1, s2, a->axis);
+  }
+  return 0;
+}
+
+static int infer_gather_elements(ApxGraph *g, int node, ApxDiag *d) {
+  const ApxValue *x = infer_in(g, node, 0);
+  IShape xs = infer_shape_of(x);
+  if (gather_elements_check(g, node, &xs, 1, d)) return -1;
+  IShape out = infer_shape_of(infer_in(g, node, 1));
+  return infer_set_out_shape(g, node, 0, x->dtype, &out, d);
+}
+
+/* GatherElementsGrad(dY, indices) -> dData (shaped by the creating pass). */
+static int infer_gather_elements_grad(ApxGraph *g, int node, ApxDiag *d) {
+  IShape ds;
+  if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d) || infer_preset_shape(g, node, 0, &ds, d)) return -1;
+  if (gather_elements_check(g, node, &ds, 1, d)) return -1;
+  const ApxValue *idx = infer_in(g, node, 1);
+  if (infer_check_shape(g, node, 0, idx->rank, idx->dims, d)) return -1;
+  return infer_set_out_shape(g, node, 0, infer_in(g, node, 0)->dtype, &ds, d);
+}
+
+static int canon_gather_nd(ApxGraph *g, int node, ApxDiag *d) {
+  ApxAttrGatherND *a = APX_NODE_ATTRS(g, node, ApxAttrGatherND);
+  int64_t b;
+  if (infer_attr_int(g, node, "batch_dims", 0, &b, d)) return -1;
+  a->batch_dims = b;
+  return 0;
+}
+
+/* GatherND's output shape from data's shape ds and the indices (slot idx_slot). */
+static int gather_nd_shape(ApxGraph *g, int node, const IShape *ds, int idx_slot, IShape *out, ApxDiag *d) {
+  int64_t b = APX_NODE_ATTRS(g, node, ApxAttrGatherND)->batch_dims;
+  const ApxValue *idx = infer_in(g, node, idx_slot);
+  if (infer_check_dtype(g, node, idx_slot, INFER_DT_INDEX, d)) return -1;
+  int32_t r = ds->rank, q = idx->rank;
+  char s1[256], s2[256];
+  apx_value_shape_str(idx, s1, sizeof s1);
+  infer_dims_str(r, ds->dims, s2, sizeof s2);
+  if (q < 1 || b < 0 || b >= q || b >= r)
+    return apx_node_error(d, g, node, "batch_dims = %" PRId64 " does not fit data %s and indices %s", b, s2, s1);
+  int64_t m = idx->dims[q - 1];
+  if (m < 1 || m > r - b)
+    return infer_in_error(d, g, node, "input %d 'indices' %s: the last dim must be in [1, %" PRId64
+                          "] for data %s", idx_slot, s1, r - b, s2);
+  for (int i = 0; i < b; i++)
+    if (idx->dims[i] != ds->dims[i])
+      return infer_in_error(d, g, node, "input %d 'indices' %s: batch dim %d differs from data %s",
+                            idx_slot, s1, i, s2);
+  out->rank = 0;
+  if (q - 1 + r - b - m > APX_MAX_RANK)
+    return apx_node_error(d, g, node, "output rank is more than %d", APX_MAX_RANK);
+  for (int i = 0; i < q - 1; i++) out->dims[out->rank++] = idx->dims[i];
+  for (int64_t i = b + m; i < r; i++) out->dims[out->rank++] = ds->dims[i];
+  return 0;
+}
+
+static int infer_gather_nd(ApxGraph *g, int node, ApxDiag *d) {
+  const ApxValue *x = infer_in(g, node, 0);
+  IShape xs = infer_shape_of(x), out;
+  if (gather_nd_shape(g, node, &xs, 1, &out, d)) return -1;
+  return infer_set_out_shape(g, node, 0, x->dtype, &out, d);
+}
+
+/* GatherNDGrad(dY, indices) -> dData (shaped by the creating pass). */
+static int infer_gather_nd_grad(ApxGraph *g, int node, ApxDiag *d) {
+  IShape ds, want;
+  if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d) || infer_preset_shape(g, node, 0, &ds, d)) return -1;
+  if (gather_nd_shape(g, node, &ds, 1, &want, d)) return -1;
+  if (infer_check_shape(g, node, 0, want.rank, want.dims, d)) return -1;
+  return infer_set_out_shape(g, node, 0, infer_in(g, node, 0)->dtype, &ds, d);
+}
+
+/* ReduceMaxGrad(dY, X, Y) -> dX of X's dtype and shape; dY and Y of the reduced shape. */
+static int infer_reduce_max_grad(ApxGraph *g, int node, ApxDiag *d) {
+  const ApxAttrReduce *a = APX_NODE_ATTRS(g, node, ApxAttrReduce);
+  const ApxValue *x = infer_in(g, node, 1);
+  if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d) || infer_same_dtype(g, node, 0, 1, d) ||
+      infer_same_dtype(g, node, 0, 2, d))
+    return -1;
+  int64_t n = 1;
+  int red[APX_MAX_RANK] = {0};
+  for (int i = 0; i < a->n_axes; i++)
+    if (a->axes[i] >= 0 && a->axes[i] < x->rank) red[a->axes[i]] = 1;
+  for (int i = 0; i < x->rank; i++)
+    if (!(red[i] || (a->n_axes == 0 && !a->noop_with_empty_axes))) n *= x->dims[i];
+  for (int k = 0; k < 3; k += 2)
+    if (apx_value_numel(infer_in(g, node, k)) != n)
+      return infer_in_error(d, g, node, "input %d has %" PRId64 " elements, the reduction of input 1 has %"
+                            PRId64, k, apx_value_numel(infer_in(g, node, k)), n);
+  return infer_set_out_like(g, node, 0, 1, d);
+}
+
+static int canon_random_uniform_like(ApxGraph *g, int node, ApxDiag *d) {
+  ApxAttrRandomUniform *a = APX_NODE_ATTRS(g, node, ApxAttrRandomUniform);
+  if (infer_attrs_from_fields(g, node, d)) return -1;
+  if (a->dtype == APX_DT_UNDEFINED) a->dtype = (int32_t)infer_in(g, node, 0)->dtype;
+  if (!apx_dtype_is_float((ApxDType)a->dtype))
+    return apx_node_error(d, g, node, "output type %s: RandomUniformLike draws float types (set "
+                          "attribute 'dtype')", apx_dtype_name((ApxDType)a->dtype));
+  a->has_seed = apx_node_attr(g, node, "seed") != NULL;
+  a->rng_stream = node;
+  return 0;
+}
+
+static int infer_random_uniform_like(ApxGraph *g, int node, ApxDiag *d) {
+  const ApxAttrRandomUniform *a = APX_NODE_ATTRS(g, node, ApxAttrRandomUniform);
+  IShape s = infer_shape_of(infer_in(g, node, 0));
+  if (!apx_dtype_is_float((ApxDType)a->dtype))
+    return apx_node_error(d, g, node, "typed dtype %d is not a float type", a->dtype);
+  return infer_set_out_shape(g, node, 0, (ApxDType)a->dtype, &s, d);
+}
+
+static int canon_split_to_sequence(ApxGraph *g, int node, ApxDiag *d) {
+  ApxAttrSplitToSequence *a = APX_NODE_ATTRS(g, node, ApxAttrSplitToSequence);
+  int64_t axis, keep;
+  if (infer_attr_int(g, node, "axis", 0, &axis, d) || infer_attr_int(g, node, "keepdims", 1, &keep, d))
+    return -1;
+  if (keep != 0 && keep != 1) return apx_node_error(d, g, node, "attribute 'keepdims' must be 0 or 1");
+  a->keepdims = (int32_t)keep;
+  return infer_norm_axis(g, node, "attribute 'axis'", axis, infer_in(g, node, 0)->rank, 0, &a->axis, d);
+}
+
+int apx_split_to_sequence_pieces(const ApxGraph *g, int node, int64_t *sizes, int cap, int *n,
+                                 int *squeeze, ApxDiag *d) {
+  const ApxAttrSplitToSequence *a = APX_NODE_ATTRS(g, node, ApxAttrSplitToSequence);
+  const ApxValue *x = infer_in(g, node, 0), *s = infer_in(g, node, 1);
+  if (a->axis < 0 || a->axis >= x->rank)
+    return apx_node_error(d, g, node, "typed attribute axis = %" PRId64 " out of range for rank %d",
+                          a->axis, x->rank);
+  int64_t dim = x->dims[a->axis], chunk = 1;
+  *squeeze = 0;
+  *n = 0;
+  if (s && s->rank == 1) {
+    int got = infer_static_ints(g, node, 1, "split", sizes, cap, n, d);
+    if (got < 0) return -1;
+    int64_t sum = 0;
+    for (int k = 0; k < *n; k++) {
+      if (sizes[k] < 0) return apx_node_error(d, g, node, "split size %d is negative", k);
+      sum += sizes[k];
+    }
+    if (sum != dim)
+      return apx_node_error(d, g, node, "split sizes sum to %" PRId64 ", axis %" PRId64 " has size %"
+                            PRId64, sum, a->axis, dim);
+    return 0;
+  }
+  if (s) {
+    int m, got = infer_static_ints(g, node, 1, "split", &chunk, 1, &m, d);
+    if (got < 0) return -1;
+    if (chunk <= 0) return apx_node_error(d, g, node, "split = %" PRId64 " must be positive", chunk);
+  } else {
+    *squeeze = !a->keepdims;
+  }
+  int64_t pieces = dim == 0 ? 0 : (dim + chunk - 1) / chunk;
+  if (pieces > cap)
+    return apx_node_error(d, g, node, "not supported yet: a sequence of %" PRId64 " pieces (at most %d)",
+                          pieces, cap);
+  for (int64_t k = 0; k < pieces; k++) sizes[k] = dim - k * chunk < chunk ? dim - k * chunk : chunk;
+  *n = (int)pieces;
+  return 0;
+}
+
+/* The sequence stands for its pieces joined along axis: the input's dtype and shape (the
+ * rewrite into Split needs every use to be a SequenceAt). */
+static int infer_split_to_sequence(ApxGraph *g, int node, ApxDiag *d) {
+  int seq = g->nodes[node].out[0];
+  if (g->vals[seq].flags & APX_VALF_GRAPH_OUTPUT)
+    return apx_node_error(d, g, node, "not supported yet: the sequence '%s' is a graph output (apexc "
+                          "has no sequence values)", g->vals[seq].name);
+  for (int k = 0; k < g->n_nodes; k++) {
+    const ApxNode *c = &g->nodes[k];
+    if (c->flags & APX_NODEF_DEAD) continue;
+    for (int i = 0; i < c->n_in; i++)
+      if (c->in[i] == seq && (c->op != APX_OP_SequenceAt || i != 0))
+        return apx_node_error(d, g, node, "not supported yet: the sequence '%s' is used by node '%s' "
+                              "(%s); apexc has no sequence values, only SequenceAt with a constant "
+                              "position may read one", g->vals[seq].name, c->name,
+                              c->op_type ? c->op_type : apx_op_name(c->op));
+  }
+  int64_t sizes[SPLIT_MAX];
+  int n, squeeze;
+  if (apx_split_to_sequence_pieces(g, node, sizes, SPLIT_MAX, &n, &squeeze, d)) return -1;
+  return infer_set_out_like(g, node, 0, 0, d);
+}
+
+/* The SplitToSequence node producing SequenceAt's input, -1 with an error. */
+static int sequence_producer(const ApxGraph *g, int node, ApxDiag *d) {
+  const ApxValue *s = infer_in(g, node, 0);
+  int p = s->producer;
+  if (p < 0 || g->nodes[p].op != APX_OP_SplitToSequence || (g->nodes[p].flags & APX_NODEF_DEAD))
+    return infer_in_error(d, g, node, "input 0 '%s': not supported yet: a sequence not made by "
+                          "SplitToSequence (apexc has no sequence values)", s->name);
+  return p;
+}
+
+static int canon_sequence_at(ApxGraph *g, int node, ApxDiag *d) {
+  int p = sequence_producer(g, node, d);
+  if (p < 0) return -1;
+  int64_t pos[1], sizes[SPLIT_MAX];
+  int n, squeeze, got = infer_static_ints(g, node, 1, "position", pos, 1, &n, d);
+  if (got < 0) return -1;
+  if (!got || n != 1) return infer_in_error(d, g, node, "input 1 'position' must hold one value");
+  if (apx_split_to_sequence_pieces(g, p, sizes, SPLIT_MAX, &n, &squeeze, d)) return -1;
+  if (pos[0] < -n || pos[0] >= n)
+    return apx_node_error(d, g, node, "position %" PRId64 " is outside the sequence of %d pieces", pos[0], n);
+  APX_NODE_ATTRS(g, node, ApxAttrSequenceAt)->position = pos[0] < 0 ? pos[0] + n : pos[0];
+  return 0;
+}
+
+static int infer_sequence_at(ApxGraph *g, int node, ApxDiag *d) {
+  int p = sequence_producer(g, node, d);
+  if (p < 0) return -1;
+  int64_t sizes[SPLIT_MAX], pos = APX_NODE_ATTRS(g, node, ApxAttrSequenceAt)->position;
+  int n, squeeze;
+  if (apx_split_to_sequence_pieces(g, p, sizes, SPLIT_MAX, &n, &squeeze, d)) return -1;
+  if (pos < 0 || pos >= n)
+    return apx_node_error(d, g, node, "typed position %" PRId64 " outside the sequence of %d pieces", pos, n);
+  const ApxValue *x = infer_in(g, p, 0);
+  int64_t axis = APX_NODE_ATTRS(g, p, ApxAttrSplitToSequence)->axis;
+  IShape out = {0, {0}};
+  for (int i = 0; i < x->rank; i++) {
+    if (i == axis && squeeze) continue;
+    out.dims[out.rank++] = i == axis ? sizes[pos] : x->dims[i];
+  }
+  return infer_set_out_shape(g, node, 0, x->dtype, &out, d);
+}
+
 #define R(OP, CANON, INFER) {APX_OP_##OP, CANON, INFER}
 
 const InferRule apx_infer_rules_shape[] = {
@@ -781,5 +1210,19 @@ const InferRule apx_infer_rules_shape[] = {
     R(Constant, NULL, infer_constant),
     R(ConstantOfShape, canon_constant_of_shape, infer_constant_of_shape),
     R(Range, NULL, infer_range),
+    /* v1.1: data movement, indexing and reductions */
+    R(Pad, canon_pad, infer_pad),
+    R(PadGrad, NULL, infer_pad_grad),
+    R(Tile, canon_tile, infer_tile),
+    R(Trilu, canon_trilu, infer_trilu),
+    R(GatherElements, canon_gather_elements, infer_gather_elements),
+    R(GatherElementsGrad, NULL, infer_gather_elements_grad),
+    R(GatherND, canon_gather_nd, infer_gather_nd),
+    R(GatherNDGrad, NULL, infer_gather_nd_grad),
+    R(ReduceMax, canon_reduce, infer_reduce),
+    R(ReduceMaxGrad, NULL, infer_reduce_max_grad),
+    R(RandomUniformLike, canon_random_uniform_like, infer_random_uniform_like),
+    R(SplitToSequence, canon_split_to_sequence, infer_split_to_sequence),
+    R(SequenceAt, canon_sequence_at, infer_sequence_at),
     {APX_OP_INVALID, NULL, NULL},
 };

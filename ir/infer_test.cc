@@ -96,6 +96,10 @@ struct G {
   }
   ApxDType dtype(int v) { return g.vals[v].dtype; }
   std::string msg() { return d.msg; }
+  void reset() {  // a fresh diagnostic for the next expected error
+    apx_diag_init(&d);
+    d.quiet = 1;
+  }
   template <typename T>
   T *attrs(int n) { return (T *)g.nodes[n].typed; }
 };
@@ -1026,4 +1030,128 @@ TEST(Infer, ShapesWhoseElementCountOverflowsAreErrors) {
   int64_t big = (int64_t)1 << 40;
   EXPECT_LT(t.run(t.node(APX_OP_Expand, "ex", {x, t.ints("s", {big, big})}, {y})), 0);
   EXPECT_TRUE(has(t.msg(), "has too many elements")) << t.msg();
+}
+
+// ---- v1.1 data movement, indexing and reductions ------------------------------------------
+
+TEST(InferV11, PadAxesNegativePadsValueAndOldAttributes) {
+  G t(18);
+  int x = t.input("x", APX_DT_F16, {2, 3, 4}), y = t.value("y");
+  uint16_t half_two = 0x4000;  // 2.0 in fp16: the constant is kept as the data type's bytes
+  int cv = t.cst<uint16_t>("cv", APX_DT_F16, {}, {half_two});
+  int n = t.node(APX_OP_Pad, "pad", {x, t.ints("pads", {1, -1, 2, 0}), cv, t.ints("axes", {-1, 0})}, {y});
+  ASSERT_EQ(t.run(n), 0) << t.msg();
+  EXPECT_EQ(t.shape(y), (Dims{1, 3, 7}));  // pads [begin(-1), begin(0), end(-1), end(0)]
+  ApxAttrPad *a = t.attrs<ApxAttrPad>(n);
+  EXPECT_EQ(a->rank, 3);
+  EXPECT_EQ(Dims(a->begins, a->begins + 3), (Dims{-1, 0, 1}));
+  EXPECT_EQ(Dims(a->ends, a->ends + 3), (Dims{0, 0, 2}));
+  EXPECT_EQ(a->value, 0x4000);
+  G o(10);
+  int x2 = o.input("x", APX_DT_F32, {3}), y2 = o.value("y");
+  int m = o.node(APX_OP_Pad, "pad", {x2}, {y2});
+  o.attr_is(m, "pads", {2, 1});
+  o.attr_f(m, "value", 1.5f);
+  o.attr_s(m, "mode", "edge");
+  ASSERT_EQ(o.run(m), 0) << o.msg();
+  EXPECT_EQ(o.shape(y2), (Dims{6}));
+  EXPECT_EQ(o.attrs<ApxAttrPad>(m)->mode, APX_PAD_EDGE);
+}
+
+TEST(InferV11, PadErrorsAreOneLine) {
+  G t;
+  int x = t.input("x", APX_DT_F32, {2, 3});
+  int n = t.node(APX_OP_Pad, "pad", {x, t.ints("pads", {1, 1, 1})}, {t.value("y")});
+  EXPECT_LT(t.run(n), 0);
+  EXPECT_EQ(t.msg(), "m.onnx: node 'pad' (Pad): pads has 3 values, expected 4 (2 x rank 2)");
+  int w = t.node(APX_OP_Pad, "wrap", {x, t.ints("p2", {0, 0, 0, 0})}, {t.value("y2")});
+  t.attr_s(w, "mode", "wrap");
+  t.reset();
+  EXPECT_LT(t.run(w), 0);
+  EXPECT_TRUE(has(t.msg(), "(Pad): not supported yet: Pad mode 'wrap'")) << t.msg();
+  int c = t.node(APX_OP_Pad, "crop", {x, t.ints("p3", {0, -2, 0, -2})}, {t.value("y3")});
+  t.reset();
+  EXPECT_LT(t.run(c), 0);
+  EXPECT_TRUE(has(t.msg(), "crop dim 1 of size 3 below zero")) << t.msg();
+  int pin = t.input("pads_in", APX_DT_I64, {4});
+  int g = t.node(APX_OP_Pad, "dyn", {x, pin}, {t.value("y4")});
+  t.reset();
+  EXPECT_LT(t.run(g), 0);
+  EXPECT_TRUE(has(t.msg(), "input 1 'pads' must be a compile-time constant")) << t.msg();
+  int e = t.input("e", APX_DT_F32, {0, 2});
+  int r = t.node(APX_OP_Pad, "refl", {e, t.ints("p5", {1, 0, 0, 0})}, {t.value("y5")});
+  t.attr_s(r, "mode", "reflect");
+  t.reset();
+  EXPECT_LT(t.run(r), 0);
+  EXPECT_TRUE(has(t.msg(), "reflect padding of the empty dim 0")) << t.msg();
+}
+
+TEST(InferV11, TileTriluGatherElementsGatherND) {
+  G t;
+  int x = t.input("x", APX_DT_BOOL, {2, 3, 4}), y = t.value("y");
+  ASSERT_EQ(t.run(t.node(APX_OP_Tile, "tile", {x, t.ints("rep", {3, 1, 2})}, {y})), 0) << t.msg();
+  EXPECT_EQ(t.shape(y), (Dims{6, 3, 8}));
+  EXPECT_LT(t.run(t.node(APX_OP_Tile, "tile2", {x, t.ints("rep2", {3, 1})}, {t.value("y2")})), 0);
+  EXPECT_EQ(t.msg(), "m.onnx: node 'tile2' (Tile): repeats has 2 values, the input has rank 3");
+  int tr = t.value("tr");
+  int n = t.node(APX_OP_Trilu, "tri", {x, t.cst<int64_t>("k", APX_DT_I64, {}, {-2})}, {tr});
+  t.attr_i(n, "upper", 0);
+  ASSERT_EQ(t.run(n), 0) << t.msg();
+  EXPECT_EQ(t.attrs<ApxAttrTrilu>(n)->k, -2);
+  EXPECT_EQ(t.attrs<ApxAttrTrilu>(n)->upper, 0);
+  EXPECT_EQ(t.shape(tr), (Dims{2, 3, 4}));
+  int v = t.input("v", APX_DT_F32, {5});
+  t.reset();
+  EXPECT_LT(t.run(t.node(APX_OP_Trilu, "tri1", {v}, {t.value("t1")})), 0);
+  t.reset();
+  int data = t.input("data", APX_DT_F32, {4, 5}), idx = t.input("idx", APX_DT_I64, {7, 5}), ge = t.value("ge");
+  int g = t.node(APX_OP_GatherElements, "ge", {data, idx}, {ge});
+  ASSERT_EQ(t.run(g), 0) << t.msg();
+  EXPECT_EQ(t.shape(ge), (Dims{7, 5}));
+  int big = t.input("big", APX_DT_I64, {2, 6});
+  t.reset();
+  EXPECT_LT(t.run(t.node(APX_OP_GatherElements, "ge2", {data, big}, {t.value("ge2o")})), 0);
+  EXPECT_TRUE(has(t.msg(), "input 1 'indices' [2,6] does not fit data [4,5]")) << t.msg();
+  int d3 = t.input("d3", APX_DT_F32, {2, 3, 4, 5}), tup = t.input("tup", APX_DT_I64, {2, 7, 2}), nd = t.value("nd");
+  int gn = t.node(APX_OP_GatherND, "gnd", {d3, tup}, {nd});
+  t.attr_i(gn, "batch_dims", 1);
+  ASSERT_EQ(t.run(gn), 0) << t.msg();
+  EXPECT_EQ(t.shape(nd), (Dims{2, 7, 5}));
+  int bad = t.input("bad", APX_DT_I64, {3, 7, 2});
+  int gb = t.node(APX_OP_GatherND, "gnd2", {d3, bad}, {t.value("nd2")});
+  t.attr_i(gb, "batch_dims", 1);
+  t.reset();
+  EXPECT_LT(t.run(gb), 0);
+  EXPECT_TRUE(has(t.msg(), "batch dim 0 differs from data [2,3,4,5]")) << t.msg();
+}
+
+TEST(InferV11, ReduceMaxByOpsetAndRandomUniformLike) {
+  G t(18);
+  int x = t.input("x", APX_DT_I32, {2, 3, 4}), y = t.value("y");
+  int n = t.node(APX_OP_ReduceMax, "rm", {x, t.ints("axes", {-1})}, {y});
+  t.attr_i(n, "keepdims", 0);
+  ASSERT_EQ(t.run(n), 0) << t.msg();
+  EXPECT_EQ(t.shape(y), (Dims{2, 3}));
+  EXPECT_EQ(t.dtype(y), APX_DT_I32);
+  G o(13);
+  int x2 = o.input("x", APX_DT_F32, {2, 3}), y2 = o.value("y");
+  int m = o.node(APX_OP_ReduceMax, "rm", {x2}, {y2});
+  o.attr_is(m, "axes", {0});
+  ASSERT_EQ(o.run(m), 0) << o.msg();
+  EXPECT_EQ(o.shape(y2), (Dims{1, 3}));
+  int r = o.value("r");
+  int rn = o.node(APX_OP_RandomUniformLike, "rand", {x2}, {r});
+  o.attr_f(rn, "seed", 5.0f);
+  o.attr_f(rn, "low", -1.0f);
+  ASSERT_EQ(o.run(rn), 0) << o.msg();
+  const ApxAttrRandomUniform *a = o.attrs<ApxAttrRandomUniform>(rn);
+  EXPECT_EQ(o.dtype(r), APX_DT_F32);
+  EXPECT_EQ(a->has_seed, 1);
+  EXPECT_EQ(a->rng_stream, rn);  // its own stream
+  EXPECT_EQ(a->low, -1.0f);
+  EXPECT_EQ(a->high, 1.0f);
+  int xi = o.input("xi", APX_DT_I64, {4});
+  o.reset();
+  EXPECT_LT(o.run(o.node(APX_OP_RandomUniformLike, "randi", {xi}, {o.value("ri")})), 0);
+  EXPECT_TRUE(has(o.msg(), "output type int64: RandomUniformLike draws float types")) << o.msg();
 }

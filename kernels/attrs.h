@@ -24,6 +24,7 @@ typedef enum ApxGeluApprox { APX_GELU_NONE = 0, APX_GELU_TANH = 1 } ApxGeluAppro
 typedef enum ApxReduction { APX_RED_MEAN = 0, APX_RED_SUM = 1, APX_RED_NONE = 2 } ApxReduction;
 typedef enum ApxActivation { APX_ACT_NONE = 0, APX_ACT_RELU = 1, APX_ACT_GELU = 2, APX_ACT_GELU_TANH = 3 } ApxActivation;
 typedef enum ApxOptimizerKind { APX_OPTIM_SGD = 0, APX_OPTIM_ADAMW = 1, APX_OPTIM_LAMB = 2 } ApxOptimizerKind;
+typedef enum ApxPadMode { APX_PAD_CONSTANT = 0, APX_PAD_REFLECT = 1, APX_PAD_EDGE = 2 } ApxPadMode;
 
 /* The structs (field kinds: attrs.def). */
 #define APX_F32(f, onnx, def) float f;

@@ -1,5 +1,5 @@
 /* philox.h - counter-based Philox 4x32-10 RNG (Salmon et al., SC'11), shared by every
- * backend so Dropout draws the same stream on CPU and GPU (DESIGN.md 2).
+ * backend so Dropout and RandomUniformLike draw the same stream on CPU and GPU (DESIGN.md 2).
  *
  * Exact mapping used by Dropout (the contract every backend implements):
  *   key     k = { lo32(seed), hi32(seed) }     seed = attrs->seed when attrs->has_seed,
@@ -78,6 +78,26 @@ static inline APX_HD int apx_dropout_keep(uint64_t seed, uint64_t rng_stream, in
                                           uint64_t i, float ratio) {
   ApxPhilox4 r = apx_philox_block(seed, rng_stream, step, i >> 2);
   return apx_philox_uniform(r.v[i & 3u]) >= ratio;
+}
+
+/* RandomUniformLike (attrs.h ApxAttrRandomUniform): element i of a node's draw,
+ * low + (high - low) * u with u the uniform of element i under the Dropout mapping above, in
+ * fp32 (the _f64 form in double from the same u, for fp64 outputs). */
+static inline APX_HD float apx_random_uniform_f32(uint64_t seed, uint64_t rng_stream, int64_t step,
+                                                  uint64_t i, float low, float high) {
+  ApxPhilox4 r = apx_philox_block(seed, rng_stream, step, i >> 2);
+  return low + (high - low) * apx_philox_uniform(r.v[i & 3u]);
+}
+static inline APX_HD double apx_random_uniform_f64(uint64_t seed, uint64_t rng_stream, int64_t step,
+                                                   uint64_t i, double low, double high) {
+  ApxPhilox4 r = apx_philox_block(seed, rng_stream, step, i >> 2);
+  return low + (high - low) * (double)apx_philox_uniform(r.v[i & 3u]);
+}
+
+/* The key of a RandomUniformLike node: its seed attribute truncated to an integer when it
+ * has one, else the run's seed. */
+static inline APX_HD uint64_t apx_random_key(int32_t has_seed, float seed, uint64_t run_seed) {
+  return has_seed ? (uint64_t)(int64_t)seed : run_seed;
 }
 
 #ifdef __cplusplus

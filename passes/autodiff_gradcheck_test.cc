@@ -27,6 +27,7 @@
 
 extern "C" {
 #include "passes/autodiff.h"
+#include "passes/split_sequences.h"
 #include "tests/testing/graph_eval.h"
 }
 #include "tests/testing/graph_builder.h"
@@ -383,6 +384,93 @@ std::vector<Case> Cases() {
                  b.WeightedSumLoss(b.Op("CastLike", {y, b.Const("like64", {}, {0.0})}));
                },
                /* h, tol: as CastRoundTrip */ 1.0 / 16, 2 * 1.1920929e-07 * 16});
+  // v1.1 data movement, indexing and reductions
+  c.push_back({"Pad_Constant_CropAndValue", [](GraphBuilder &b) {
+                 int x = b.Param("x", {3, 4, 5});
+                 int cv = b.Const("value", {}, {0.75});
+                 b.WeightedSumLoss(b.Op("Pad", {x, b.Ints("pads", {1, -1, 2, 0, 2, -2}), cv}));
+               }});
+  c.push_back({"Pad_Reflect_Axes_WiderThanInput", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 3, 4});
+                 // 5 > 4 - 1 on the last axis: the mirror wraps around (numpy's reflect)
+                 b.WeightedSumLoss(b.Op("Pad", {x, b.Ints("pads", {2, 5, 1, 3}), -1, b.Ints("axes", {1, -1})},
+                                        {Attr::Str("mode", "reflect")}));
+               }});
+  c.push_back({"Pad_Edge", [](GraphBuilder &b) {
+                 int x = b.Param("x", {3, 4});
+                 b.WeightedSumLoss(b.Op("Pad", {x, b.Ints("pads", {2, 0, 1, 3})}, {Attr::Str("mode", "edge")}));
+               }});
+  c.push_back({"Tile_Repeats213", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 3, 2});
+                 b.WeightedSumLoss(b.Op("Tile", {x, b.Ints("repeats", {2, 1, 3})}));
+               }});
+  c.push_back({"Trilu_Upper_K1", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 4, 5});
+                 b.WeightedSumLoss(b.Op("Trilu", {x, b.Data("k", APX_VAL_CONST, APX_DT_I64, {}, {1})}));
+               }});
+  c.push_back({"Trilu_Lower_KMinus1", [](GraphBuilder &b) {
+                 int x = b.Param("x", {5, 4});
+                 b.WeightedSumLoss(b.Op("Trilu", {x, b.Data("k", APX_VAL_CONST, APX_DT_I64, {}, {-1})},
+                                        {Attr::Int("upper", 0)}));
+               }});
+  c.push_back({"GatherElements_Axis1_RepeatedNegative", [](GraphBuilder &b) {
+                 int x = b.Param("x", {3, 4});
+                 int idx = b.Data("idx", APX_VAL_CONST, APX_DT_I64, {2, 5}, {0, 3, 3, -1, 1, 2, 2, 0, -4, 1});
+                 b.WeightedSumLoss(b.Op("GatherElements", {x, idx}, {Attr::Int("axis", 1)}));
+               }});
+  c.push_back({"GatherElements_Axis0_SmallerIndices", [](GraphBuilder &b) {
+                 int x = b.Param("x", {4, 3, 2});
+                 int idx = b.Data("idx", APX_VAL_CONST, APX_DT_I32, {3, 2, 2}, {0, 1, 3, 3, 2, 2, -1, 0, 1, 1, 0, 3});
+                 b.WeightedSumLoss(b.Op("GatherElements", {x, idx}));
+               }});
+  c.push_back({"GatherND_RepeatedTuples", [](GraphBuilder &b) {
+                 int x = b.Param("x", {3, 4, 2});
+                 int idx = b.Data("idx", APX_VAL_CONST, APX_DT_I64, {4, 2}, {0, 1, 2, 3, 0, 1, -1, -4});
+                 b.WeightedSumLoss(b.Op("GatherND", {x, idx}));
+               }});
+  c.push_back({"GatherND_BatchDims1", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 3, 4});
+                 int idx = b.Data("idx", APX_VAL_CONST, APX_DT_I64, {2, 3, 1}, {2, 0, 2, 1, 1, -1});
+                 b.WeightedSumLoss(b.Op("GatherND", {x, idx}, {Attr::Int("batch_dims", 1)}));
+               }});
+  c.push_back({"ReduceMax_Axis1_NoKeep", [](GraphBuilder &b) {
+                 int x = b.Data("x", APX_VAL_PARAM, APX_DT_F64, {2, 3, 4}, b.Distinct(24));
+                 b.WeightedSumLoss(b.Op("ReduceMax", {x}, {Attr::Ints("axes", {1}), Attr::Int("keepdims", 0)}));
+               }});
+  c.push_back({"ReduceMax_AllAxes_Keep", [](GraphBuilder &b) {
+                 int x = b.Data("x", APX_VAL_PARAM, APX_DT_F64, {3, 4}, b.Distinct(12));
+                 b.WeightedSumLoss(b.Op("ReduceMax", {x}));
+               }});
+  c.push_back({"RandomUniformLike_TimesInput", [](GraphBuilder &b) {
+                 int x = b.Param("x", {3, 5});
+                 int u = b.Op("RandomUniformLike", {x}, {Attr::Float("seed", 3.0f), Attr::Float("low", -1.0f),
+                                                         Attr::Float("high", 2.0f)});
+                 b.WeightedSumLoss(b.Op("Mul", {x, u}));  // d/dx = u: the draw itself has no gradient
+               }});
+  auto sequence = [&](const char *name, std::vector<int> split, int keepdims, std::vector<int64_t> positions) {
+    c.push_back({name, [=](GraphBuilder &b) {
+                   int x = b.Param("x", {2, 5, 3});
+                   std::vector<int> in = {x};
+                   if (split.size() == 1) in.push_back(b.Data("split", APX_VAL_CONST, APX_DT_I64, {}, {(double)split[0]}));
+                   if (split.size() > 1) in.push_back(b.Ints("split", std::vector<int64_t>(split.begin(), split.end())));
+                   int seq = b.Op("SplitToSequence", in, {Attr::Int("axis", 1), Attr::Int("keepdims", keepdims)});
+                   int acc = -1;
+                   for (int64_t p : positions) {
+                     int piece = b.Op("SequenceAt", {seq, b.Data("pos" + std::to_string(acc), APX_VAL_CONST, APX_DT_I64, {}, {(double)p})});
+                     int w = b.Const("w" + std::to_string(acc + 2), std::vector<int64_t>(b.g.vals[piece].dims, b.g.vals[piece].dims + b.g.vals[piece].rank),
+                                     b.Random(apx_value_numel(&b.g.vals[piece])));
+                     int s = b.Op("ReduceSum", {b.Op("Mul", {piece, w})}, {Attr::Int("keepdims", 0)});
+                     acc = acc < 0 ? s : b.Op("Add", {acc, s});
+                   }
+                   b.SetLoss(acc);
+                   // the rewrite into Split outputs (passes/split_sequences.c), as the pipeline does
+                   ASSERT_TRUE(b.SortAndVerify());
+                   ASSERT_EQ(b.RunPass(pass_split_sequences), APX_PASS_CHANGED) << b.d.msg;
+                 }});
+  };
+  sequence("SplitToSequence_ScalarSplit_ReadTwiceAndNegative", {2}, 1, {0, 2, -3, -1});
+  sequence("SplitToSequence_Sizes", {1, 3, 1}, 1, {1, 2});
+  sequence("SplitToSequence_NoSplit_KeepdimsZero", {}, 0, {4, 0, 0});
   // losses
   auto sce = [&](const char *name, const char *reduction, bool weights, bool ignore, std::vector<int64_t> sdims) {
     c.push_back({name, [=](GraphBuilder &b) {
@@ -524,7 +612,7 @@ TEST(GradCheckCoverage, EveryV1OpHasACase) {
     n_v1++;
     EXPECT_TRUE(seen.count(op)) << apx_op_name((ApxOp)op) << " has no gradient-check case";
   }
-  EXPECT_EQ(n_v1, 60); // DESIGN.md 3: the 43 v1 forward ops and the v1.1 ops added so far
+  EXPECT_EQ(n_v1, 69); // DESIGN.md 3: the 43 v1 forward ops and the v1.1 ops added so far
 }
 
 }  // namespace

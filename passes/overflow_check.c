@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/half.h"
 #include "passes/precision_rules.h"
 
 typedef struct Iv {
@@ -70,6 +71,19 @@ __attribute__((optimize("tree-vectorize"))) static int f32_min_max(const float *
 }
 
 /* Interval of constant data: [min, max] (NaN anywhere: unbounded). */
+/* Pad's constant (attrs.h: the element's bytes in the data's dtype) as a double; 0 for
+ * non-float data. */
+static double pad_value(const ApxAttrPad *p, ApxDType dt) {
+  const void *b = &p->value;
+  switch (dt) {
+    case APX_DT_F32: { float f; memcpy(&f, b, sizeof f); return f; }
+    case APX_DT_F64: { double x; memcpy(&x, b, sizeof x); return x; }
+    case APX_DT_F16: { uint16_t h; memcpy(&h, b, sizeof h); return apx_f16_to_f32(h); }
+    case APX_DT_BF16: { uint16_t h; memcpy(&h, b, sizeof h); return apx_bf16_to_f32(h); }
+    default: return 0;
+  }
+}
+
 static Iv const_interval(const ApxValue *v) {
   if (!v->data) return UNBOUNDED;
   int64_t n = apx_value_numel(v);
@@ -210,6 +224,20 @@ static Iv node_interval(const Ctx *c, int id) {
       double m = fm ? fmin(iv_mag(a), iv_mag(b)) : iv_mag(b);
       Iv s = fm ? a : b;
       return iv_make(s.lo >= 0 ? 0 : -m, s.hi <= 0 ? 0 : m);
+    }
+    /* v1.1 data movement: the input's values, zeros (Trilu) or the pad value */
+    case APX_OP_Tile: case APX_OP_GatherElements: case APX_OP_GatherND: case APX_OP_ReduceMax:
+      return a;
+    case APX_OP_Trilu: return iv_make(fmin(a.lo, 0), fmax(a.hi, 0));
+    case APX_OP_Pad: {
+      const ApxAttrPad *p = APX_NODE_ATTRS(g, id, ApxAttrPad);
+      if (p->mode != APX_PAD_CONSTANT) return a;
+      double v = pad_value(p, g->vals[n->out[0]].dtype);
+      return iv_make(fmin(a.lo, v), fmax(a.hi, v));
+    }
+    case APX_OP_RandomUniformLike: {
+      const ApxAttrRandomUniform *r = APX_NODE_ATTRS(g, id, ApxAttrRandomUniform);
+      return iv_make(fmin(r->low, r->high), fmax(r->low, r->high));
     }
     default: return UNBOUNDED;
   }

@@ -253,6 +253,18 @@ APX_CPU_KERNEL(apx_cpu_where);
 APX_CPU_KERNEL(apx_cpu_shape);
 APX_CPU_KERNEL(apx_cpu_constant_of_shape);
 APX_CPU_KERNEL(apx_cpu_range); /* math */
+/* v1.1 data movement and indexing: indexing.c (raw unless noted), reduce.c, dropout.c */
+APX_CPU_KERNEL(apx_cpu_pad);
+APX_CPU_KERNEL(apx_cpu_pad_grad); /* math */
+APX_CPU_KERNEL(apx_cpu_tile);
+APX_CPU_KERNEL(apx_cpu_trilu);
+APX_CPU_KERNEL(apx_cpu_gather_elements);
+APX_CPU_KERNEL(apx_cpu_gather_elements_grad); /* math */
+APX_CPU_KERNEL(apx_cpu_gather_nd);
+APX_CPU_KERNEL(apx_cpu_gather_nd_grad); /* math */
+APX_CPU_KERNEL(apx_cpu_reduce_max);      /* math (reduce.c) */
+APX_CPU_KERNEL(apx_cpu_reduce_max_grad); /* math (reduce.c) */
+APX_CPU_KERNEL(apx_cpu_random_uniform_like); /* raw (dropout.c) */
 /* training.c */
 APX_CPU_KERNEL(apx_cpu_loss_scale_seed);
 APX_CPU_KERNEL(apx_cpu_assign_state);  /* raw: writes input 1 */

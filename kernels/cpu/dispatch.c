@@ -122,6 +122,18 @@ static const CpuEntry cpu_table[APX_OP_COUNT] = {
     [APX_OP_Expand] = RAW(apx_cpu_expand, TALL),
     [APX_OP_Where] = RAW(apx_cpu_where, TALL),
     [APX_OP_Cast] = RAW(apx_cpu_cast, TALL),
+    /* v1.1 data movement, indexing and reductions (indexing.c, reduce.c, dropout.c) */
+    [APX_OP_Pad] = RAW(apx_cpu_pad, TALL),
+    [APX_OP_PadGrad] = MATH(apx_cpu_pad_grad, TF),
+    [APX_OP_Tile] = RAW(apx_cpu_tile, TALL),
+    [APX_OP_Trilu] = RAW(apx_cpu_trilu, TALL),
+    [APX_OP_GatherElements] = RAW(apx_cpu_gather_elements, TALL),
+    [APX_OP_GatherElementsGrad] = MATH(apx_cpu_gather_elements_grad, TF),
+    [APX_OP_GatherND] = RAW(apx_cpu_gather_nd, TALL),
+    [APX_OP_GatherNDGrad] = MATH(apx_cpu_gather_nd_grad, TF),
+    [APX_OP_ReduceMax] = MATH(apx_cpu_reduce_max, TALL),
+    [APX_OP_ReduceMaxGrad] = MATH(apx_cpu_reduce_max_grad, TF),
+    [APX_OP_RandomUniformLike] = RAW(apx_cpu_random_uniform_like, TF),
     /* compile-time folding */
     [APX_OP_Shape] = RAW(apx_cpu_shape, TALL),
     [APX_OP_ConstantOfShape] = RAW(apx_cpu_constant_of_shape, TALL),

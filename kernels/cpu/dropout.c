@@ -3,7 +3,8 @@
  * Training mode: keep element i when its Philox uniform is >= ratio (kernels/philox.h;
  * key: attrs->seed when attrs->has_seed, else ctx->seed; counter: ctx->step,
  * attrs->rng_stream, i), output = x / (1 - ratio) where kept, else 0. Inference mode:
- * identity with an all-true mask. */
+ * identity with an all-true mask. RandomUniformLike draws its uniforms from the same stream
+ * (philox.h). */
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/philox.h"
 
@@ -69,5 +70,45 @@ APX_CPU_KERNEL(apx_cpu_dropout_grad) {
     dropout_grad_f32(ins[0].data, ins[1].data, outs[0].data, n,
                      a->training_mode && a->ratio < 1.0f ? 1.0f / (1.0f - a->ratio) : (float)scale,
                      nt);
+  return APX_STATUS_OK;
+}
+
+/* RandomUniformLike(input) -> output (raw: the input is never read; attrs.h): element i =
+ * apx_random_uniform (philox.h) in fp32, rounded once to fp16 / bf16, or in fp64. */
+APX_CPU_KERNEL(apx_cpu_random_uniform_like) {
+  ApxStatus s;
+  if ((s = apx_cpu_need_out(ctx, outs, n_out, 0))) return s;
+  const ApxAttrRandomUniform *a = attrs;
+  ApxTensor *y = &outs[0];
+  int64_t n = apx_tensor_numel(y);
+  if (apx_cpu_has(ins, n_in, 0) && apx_tensor_numel(&ins[0]) != n)
+    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output has %lld elements, input %lld",
+                        (long long)n, (long long)apx_tensor_numel(&ins[0]));
+  uint64_t key = apx_random_key(a->has_seed, a->seed, ctx->seed), st = (uint64_t)a->rng_stream;
+  int64_t step = ctx->step;
+  int nt = apx_cpu_threads(ctx);
+  switch (y->dtype) {
+    case APX_DT_F64: {
+      double *p = y->data;
+      APX_OMP_FOR(n > APX_CPU_PAR_WORK / 8)
+      for (int64_t i = 0; i < n; i++) p[i] = apx_random_uniform_f64(key, st, step, (uint64_t)i, a->low, a->high);
+      break;
+    }
+    case APX_DT_F32: case APX_DT_F16: case APX_DT_BF16: {
+      ApxDType dt = y->dtype;
+      APX_OMP_FOR(n > APX_CPU_PAR_WORK / 8)
+      for (int64_t i = 0; i < n; i++) {
+        float v = apx_random_uniform_f32(key, st, step, (uint64_t)i, a->low, a->high);
+        if (dt == APX_DT_F32)
+          ((float *)y->data)[i] = v;
+        else
+          ((uint16_t *)y->data)[i] = dt == APX_DT_F16 ? apx_f32_to_f16(v) : apx_f32_to_bf16(v);
+      }
+      break;
+    }
+    default:
+      return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: type %s (a float type is required)",
+                          apx_dtype_name(y->dtype));
+  }
   return APX_STATUS_OK;
 }

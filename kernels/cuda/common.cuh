@@ -3,7 +3,8 @@
  *               that records the call text, file and line (STYLE.md 7); apx_cuda_fail
  *   storage     float / __half / __nv_bfloat16 loads to fp32 and RNE stores (ld / st), a
  *               runtime-dtype variant for small side tensors (ld_dt / st_dt), the
- *               APX_CU_FLOAT_SWITCH dispatch over the three float types
+ *               APX_CU_FLOAT_SWITCH dispatch over the three float types and
+ *               APX_CU_SIZE_SWITCH over element sizes
  *   launches    block size (ctx->block override), grid sizing for grid-stride loops
  *   temporaries apx_cuda_tmp (stream-ordered, freed after the op by dispatch.cu)
  *   reductions  warp / block sums; deterministic two-pass reductions (reduce.cuh)
@@ -119,6 +120,21 @@ static inline int apx_cu_is_float16(ApxDType dt) {
       default:                                                                            \
         return apx_cuda_fail((ctx), APX_STATUS_UNSUPPORTED,                               \
                              "not supported yet on cuda: type %s", apx_dtype_name(dt));   \
+    }                                                                                     \
+  } while (0)
+
+/* Runs the statements with U = an unsigned type of `size` bytes (1, 2, 4, 8): data movement
+ * on any dtype; other sizes fail with UNSUPPORTED. */
+#define APX_CU_SIZE_SWITCH(ctx, size, U, ...)                                             \
+  do {                                                                                    \
+    switch (size) {                                                                       \
+      case 1: { typedef uint8_t U; __VA_ARGS__; break; }                                  \
+      case 2: { typedef uint16_t U; __VA_ARGS__; break; }                                 \
+      case 4: { typedef uint32_t U; __VA_ARGS__; break; }                                 \
+      case 8: { typedef unsigned long long U; __VA_ARGS__; break; }                       \
+      default:                                                                            \
+        return apx_cuda_fail((ctx), APX_STATUS_UNSUPPORTED,                               \
+                             "not supported yet on cuda: %zu-byte elements", (size_t)(size)); \
     }                                                                                     \
   } while (0)
 
@@ -293,6 +309,18 @@ APX_CUDA_ENTRY(apx_cuda_clip);
 APX_CUDA_ENTRY(apx_cuda_mod);
 APX_CUDA_ENTRY(apx_cuda_clip_grad);
 APX_CUDA_ENTRY(apx_cuda_minmax_grad);
+/* v1.1 data movement, indexing and reductions: indexing.cu, reduce.cu, dropout.cu */
+APX_CUDA_ENTRY(apx_cuda_pad);
+APX_CUDA_ENTRY(apx_cuda_pad_grad);
+APX_CUDA_ENTRY(apx_cuda_tile);
+APX_CUDA_ENTRY(apx_cuda_trilu);
+APX_CUDA_ENTRY(apx_cuda_gather_elements);
+APX_CUDA_ENTRY(apx_cuda_gather_elements_grad);
+APX_CUDA_ENTRY(apx_cuda_gather_nd);
+APX_CUDA_ENTRY(apx_cuda_gather_nd_grad);
+APX_CUDA_ENTRY(apx_cuda_reduce_max);
+APX_CUDA_ENTRY(apx_cuda_reduce_max_grad);
+APX_CUDA_ENTRY(apx_cuda_random_uniform_like);
 
 /* Shared between families. */
 /* dst (n elements of dtype dt) = src converted from sdt; n_src == 1 fills (AssignState). */

@@ -122,6 +122,18 @@ static void fill_table(void) {
   E(Expand, apx_cuda_expand, TANY);
   E(Where, apx_cuda_where, TANY);
   E(Cast, apx_cuda_cast, TANY);
+  /* v1.1 data movement, indexing and reductions (indexing.cu, reduce.cu, dropout.cu) */
+  E(Pad, apx_cuda_pad, TANY);
+  E(PadGrad, apx_cuda_pad_grad, TF);
+  E(Tile, apx_cuda_tile, TANY);
+  E(Trilu, apx_cuda_trilu, TANY);
+  E(GatherElements, apx_cuda_gather_elements, TANY);
+  E(GatherElementsGrad, apx_cuda_gather_elements_grad, TF);
+  E(GatherND, apx_cuda_gather_nd, TANY);
+  E(GatherNDGrad, apx_cuda_gather_nd_grad, TF);
+  E(ReduceMax, apx_cuda_reduce_max, TF);
+  E(ReduceMaxGrad, apx_cuda_reduce_max_grad, TF);
+  E(RandomUniformLike, apx_cuda_random_uniform_like, TF);
   /* training step */
   E(LossScaleSeed, apx_cuda_loss_scale_seed, TF);
   E(AssignState, apx_cuda_assign_state, TANY);

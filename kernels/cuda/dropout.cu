@@ -3,7 +3,8 @@
  * draws (key: attrs seed when has_seed, else ctx->seed; counter: element block i / 4,
  * ctx->step, attrs rng_stream): element i is kept when its uniform is >= ratio, and then
  * scaled by 1 / (1 - ratio) computed in fp32. One thread per block of four elements (one
- * Philox call). Inference mode: identity with an all-true mask. */
+ * Philox call). Inference mode: identity with an all-true mask. RandomUniformLike draws the same
+ * stream's uniforms (philox.h). */
 #include "kernels/cuda/common.cuh"
 #include "kernels/philox.h"
 
@@ -96,6 +97,39 @@ APX_CUDA_ENTRY(apx_cuda_dropout_grad) {
   APX_CU_FLOAT_SWITCH(ctx, outs[0].dtype, T, {
     dropout_grad_kernel<T><<<apx_cu_grid(ctx, n, block), block, 0, apx_cu_stream(ctx)>>>(
         (const T *)ins[0].data, (const uint8_t *)ins[1].data, (T *)outs[0].data, n, scale);
+  });
+  APX_CUDA_LAUNCHED(ctx);
+  return APX_STATUS_OK;
+}
+
+/* RandomUniformLike(input) -> output: element i = apx_random_uniform (philox.h) in fp32,
+ * rounded once to the output type (the CPU's values); the input is never read. */
+template <typename T>
+APX_CU_KERNEL(random_uniform_kernel)(T *y, int64_t n, float low, float high, uint64_t seed, uint64_t stream,
+                                      int64_t step) {
+  APX_CU_GRID_STRIDE(i, n) y[i] = st<T>(apx_random_uniform_f32(seed, stream, step, (uint64_t)i, low, high));
+}
+
+template <typename T>
+static void launch_random_uniform(T *y, int64_t n, float low, float high, uint64_t seed, uint64_t stream,
+                                  int64_t step, cudaStream_t s, int block, unsigned grid) {
+  random_uniform_kernel<T><<<grid, block, 0, s>>>(y, n, low, high, seed, stream, step);
+}
+
+APX_CUDA_ENTRY(apx_cuda_random_uniform_like) {
+  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
+  const ApxAttrRandomUniform *a = (const ApxAttrRandomUniform *)attrs;
+  int64_t n = apx_tensor_numel(&outs[0]);
+  if (apx_cu_has(ins, n_in, 0) && apx_tensor_numel(&ins[0]) != n)
+    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output has %lld elements, input %lld", (long long)n,
+                         (long long)apx_tensor_numel(&ins[0]));
+  if (n == 0) return APX_STATUS_OK;
+  uint64_t key = apx_random_key(a->has_seed, a->seed, ctx->seed);
+  int block = apx_cu_block(ctx, 256);
+  unsigned grid = apx_cu_grid(ctx, n, block);
+  APX_CU_FLOAT_SWITCH(ctx, outs[0].dtype, T, {
+    launch_random_uniform<T>((T *)outs[0].data, n, a->low, a->high, key, (uint64_t)a->rng_stream, ctx->step,
+                             apx_cu_stream(ctx), block, grid);
   });
   APX_CUDA_LAUNCHED(ctx);
   return APX_STATUS_OK;

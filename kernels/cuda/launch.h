@@ -83,6 +83,17 @@
   X(mod_kernel, APX_CU_BLOCK_MAX)                 \
   X(clip_grad_kernel, APX_CU_BLOCK_MAX)           \
   X(minmax_count_kernel, APX_CU_BLOCK_MAX)        \
-  X(minmax_grad_kernel, APX_CU_BLOCK_MAX)
+  X(minmax_grad_kernel, APX_CU_BLOCK_MAX) \
+  X(pad_kernel, APX_CU_BLOCK_MAX)                 \
+  X(pad_grad_kernel, APX_CU_BLOCK_MAX)            \
+  X(tile_kernel, APX_CU_BLOCK_MAX)                \
+  X(trilu_kernel, APX_CU_BLOCK_MAX)               \
+  X(gather_elements_kernel, APX_CU_BLOCK_MAX)     \
+  X(gather_elements_grad_kernel, APX_CU_BLOCK_MAX) \
+  X(gather_nd_kernel, APX_CU_BLOCK_MAX)           \
+  X(gather_nd_grad_kernel, APX_CU_BLOCK_MAX)      \
+  X(reduce_max_kernel, APX_CU_BLOCK_MAX)          \
+  X(reduce_max_grad_kernel, APX_CU_BLOCK_MAX)     \
+  X(random_uniform_kernel, APX_CU_BLOCK_MAX)
 
 #endif

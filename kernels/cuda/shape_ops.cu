@@ -6,20 +6,6 @@
  * (reported at the next synchronization); its output row is zero. */
 #include "kernels/cuda/common.cuh"
 
-/* Runs the statements with U = an unsigned type of `size` bytes (1, 2, 4, 8). */
-#define APX_CU_SIZE_SWITCH(ctx, size, U, ...)                                             \
-  do {                                                                                    \
-    switch (size) {                                                                       \
-      case 1: { typedef uint8_t U; __VA_ARGS__; break; }                                  \
-      case 2: { typedef uint16_t U; __VA_ARGS__; break; }                                 \
-      case 4: { typedef uint32_t U; __VA_ARGS__; break; }                                 \
-      case 8: { typedef unsigned long long U; __VA_ARGS__; break; }                       \
-      default:                                                                            \
-        return apx_cuda_fail((ctx), APX_STATUS_UNSUPPORTED,                               \
-                             "not supported yet on cuda: %zu-byte elements", (size_t)(size)); \
-    }                                                                                     \
-  } while (0)
-
 /* A dims[rank] block copied element by element between strided layouts (elements). */
 struct StridedArgs {
   int32_t rank;

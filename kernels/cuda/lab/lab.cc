@@ -53,6 +53,8 @@ void Fill(LabTensor &t, std::mt19937 &rng) {
     std::vector<double> v(n);
     std::uniform_real_distribution<double> u(t.init == Init::kPositive ? 0.1 : t.lo, t.hi);
     for (auto &x : v) x = t.init == Init::kConst ? t.lo : t.init == Init::kZero ? 0.0 : u(rng);
+    if (t.init == Init::kSmallInts)
+      for (auto &x : v) x = (double)((int64_t)(rng() % (uint32_t)(2 * t.param)) - t.param);
     if (t.init == Init::kWithNaN)
       for (int64_t i = 0; i < n; i += 97) v[i] = NAN;
     apx_cpu_convert(v.data(), APX_DT_F64, t.host.data(), t.dtype, n);
@@ -62,7 +64,7 @@ void Fill(LabTensor &t, std::mt19937 &rng) {
   for (auto &x : v) {
     switch (t.init) {
       case Init::kLabels: x = (int64_t)(rng() % (uint32_t)t.param); break;
-      case Init::kIndices: x = (int64_t)(rng() % (uint32_t)(2 * t.param)) - t.param; break;
+      case Init::kIndices: case Init::kSmallInts: x = (int64_t)(rng() % (uint32_t)(2 * t.param)) - t.param; break;
       case Init::kConst: x = (int64_t)t.lo; break;
       default: x = 0; break;
     }

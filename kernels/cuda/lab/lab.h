@@ -43,6 +43,7 @@ enum class Init {
   kConst,     // every element = lo
   kZero,
   kWithNaN,   // uniform in [lo, hi] with every 97th element NaN (NaN propagation)
+  kSmallInts, // integers in [-param, param) in any dtype, floats too (ties in max reductions)
 };
 
 struct LabTensor {
