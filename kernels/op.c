@@ -58,6 +58,7 @@ static const ApxOpInfo op_table[APX_OP_COUNT] = {
 #define INPLACE APX_OPF_INPLACE
 #define SHAPEONLY APX_OPF_SHAPEONLY
 #define MULTITENSOR APX_OPF_MULTITENSOR
+#define RANDOM APX_OPF_RANDOM
 #include "kernels/ops.def"
 #undef APX_OP
 #undef IO
@@ -72,6 +73,7 @@ static const ApxOpInfo op_table[APX_OP_COUNT] = {
 #undef INPLACE
 #undef SHAPEONLY
 #undef MULTITENSOR
+#undef RANDOM
 };
 
 const ApxOpInfo *apx_op_info(ApxOp op) {

@@ -39,6 +39,8 @@ typedef enum ApxOpFlags {
   APX_OPF_INPLACE = 1 << 6,     /* output 0 may reuse input 0's buffer */
   APX_OPF_SHAPEONLY = 1 << 7,   /* output aliases input 0's bytes (no data movement) */
   APX_OPF_MULTITENSOR = 1 << 8, /* variadic over a list of tensors */
+  APX_OPF_RANDOM = 1 << 10,     /* draws random numbers (Philox): never evaluated at compile
+                                   time, except where its training_mode attribute is 0 */
 } ApxOpFlags;
 
 /* How an op's inference and kernels are written (ops.def KIND). */
