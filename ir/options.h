@@ -27,6 +27,7 @@ typedef enum ApxTri { APX_TRI_UNSET = -1, APX_TRI_OFF = 0, APX_TRI_ON = 1 } ApxT
 #define APX_MAX_LIST 64
 #define APX_MAX_DIMS_BOUND 32
 #define APX_MAX_PASS_FLAGS 16
+#define APX_FOLD_MAX_MB_DEFAULT 256.0
 
 typedef struct ApxNameList {
   int32_t n;
@@ -72,6 +73,10 @@ typedef struct ApxOptions {
   int32_t n_dims;
   const char *dim_names[APX_MAX_DIMS_BOUND];
   int64_t dim_values[APX_MAX_DIMS_BOUND];
+
+  /* constant evaluation at compile time (DESIGN.md 2, passes/fold_constants.h) */
+  double fold_max_mb;    /* --fold-max-mb: MiB of tensors folding may create (default
+                            APX_FOLD_MAX_MB_DEFAULT); past it, nodes run at run time */
 
   /* training (DESIGN.md 13) */
   int32_t training;        /* build the training graph (apexc default 1; infer 0) */
