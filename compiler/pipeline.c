@@ -32,7 +32,7 @@
  * passes/<name>.c; passes that do not apply (training passes with --inference) return
  * unchanged. */
 static const ApxPassInfo passes[] = {
-    {"fold_constants", pass_fold_constants, "fold Shape and constant shape subgraphs"},
+    {"fold_constants", pass_fold_constants, "every node on constants evaluated by the CPU kernels"},
     {"infer_shapes", pass_infer_shapes, "static dtypes and shapes of every value"},
     {"autodiff", pass_autodiff, "backward graph from the loss (training)"},
     {"optimizer", pass_optimizer, "loss scaling, unscale + inf check, optimizer update"},
