@@ -23,6 +23,7 @@ typedef struct Folder {
   int32_t n_capped;     /* foldable nodes left to run time by the cap */
   int first_capped;     /* the first of them, -1 */
   ApxTensor *ins, *outs; /* call scratch, sized for the widest node (+1: ConstantOfShape's value) */
+  int width;             /* their length */
   ApxCpuCtx ctx;
 } Folder;
 
@@ -103,12 +104,26 @@ static int fold_constant_node(Folder *F, int node) {
   return 1;
 }
 
+/* Grows the call scratch to hold w tensors (the pass sizes it for the widest node up front;
+ * this only runs when canonicalization widened one). Returns 0 or -1. */
+static int ensure_width(Folder *F, int node, int w) {
+  if (w <= F->width) return 0;
+  ApxTensor *ins = realloc(F->ins, (size_t)w * sizeof *ins);
+  if (ins) F->ins = ins;
+  ApxTensor *outs = ins ? realloc(F->outs, (size_t)w * sizeof *outs) : NULL;
+  if (outs) F->outs = outs;
+  if (!ins || !outs) return oom(F, node);
+  F->width = w;
+  return 0;
+}
+
 /* The kernel call of node on its inputs' bytes into F->ins / F->outs (outputs not yet
  * allocated: placeholder data). Returns the input count passed, -1 on error. */
 static int build_call(Folder *F, int node) {
   ApxGraph *g = F->g;
   const ApxNode *n = &g->nodes[node];
   int n_in = n->n_in;
+  if (ensure_width(F, node, (n->n_in + 1 > n->n_out ? n->n_in + 1 : n->n_out)) < 0) return -1;
   for (int k = 0; k < n->n_in; k++) {
     memset(&F->ins[k], 0, sizeof F->ins[k]);
     if (n->in[k] < 0) continue;
@@ -250,8 +265,7 @@ static int run(Folder *F, int *changed) {
     if (n->flags & APX_NODEF_DEAD) continue;
     int must = (apx_op_info(n->op)->flags & APX_OPF_FOLD) != 0;
     int bad = -1;
-    int consts = inputs_const(g, node, &bad);
-    if (must && n->op != APX_OP_Shape && !consts) {
+    if (must && n->op != APX_OP_Shape && !inputs_const(g, node, &bad)) {
       const ApxValue *x = &g->vals[n->in[bad]];
       return apx_node_error(d, g, node, "compile-time only op: its inputs are not constant "
                             "(input %d '%s' %s)", bad, x->name,
@@ -261,7 +275,8 @@ static int run(Folder *F, int *changed) {
                             : "has no data");
     }
     if (apx_node_canonicalize(g, node, d) || apx_node_infer(g, node, d)) return -1;
-    if (!must && !(consts && foldable(g, node))) continue;
+    /* after canonicalization, which may rewrite the node (CastLike becomes a Cast) */
+    if (!must && (!inputs_const(g, node, &bad) || !foldable(g, node))) continue;
     int r = fold_node(F, node, must ? FOLD_MUST : FOLD_MAY);
     if (r < 0) return -1;
     *changed |= r;
@@ -289,6 +304,7 @@ int pass_fold_constants(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   }
   F.ins = calloc((size_t)width, sizeof *F.ins);
   F.outs = calloc((size_t)width, sizeof *F.outs);
+  F.width = width;
   int rc = 0;
   if (!F.ins || !F.outs)
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory folding constants", g->file);

@@ -9,7 +9,8 @@
  *     Range): always. Shape folds from its input's static shape, data or not; for the others
  *     an input that is not a constant is the error
  *     "compile-time only op: its inputs are not constant (input K 'name' ...)";
- *   - or every present input is APX_VAL_CONST with data (nothing from a data input, a
+ *   - or, after canonicalization (which may rewrite the node: CastLike becomes a Cast of
+ *     its input 0), every present input is APX_VAL_CONST with data (nothing from a data input, a
  *     trainable parameter or runtime state upstream: PARAM, INPUT and STATE values never
  *     are constants; a frozen initializer, --frozen or absent from apexc.trainable, is), the
  *     node has at least one present input and output, and the CPU reference kernels run the

@@ -350,6 +350,22 @@ TEST(FoldConstants, FoldsTriluAndLessOrEqualCausalMasksOnceTheyHaveKernels) {
     }
 }
 
+// CastLike(constant, data): its canonicalization makes it a Cast of the constant alone, which
+// then folds (the dynamo exporter's scalars); once CastLike exists in the op table.
+TEST(FoldConstants, FoldsCastLikeOfAConstantOnceItExists) {
+  ApxOp cast_like = apx_op_from_name("CastLike");
+  if (cast_like == APX_OP_INVALID) GTEST_SKIP() << "CastLike is not in the op table yet";
+  G t;
+  int x = t.input("x", APX_DT_F16, {2}), y = t.value("y"), s = t.value("s");
+  int n = t.node(cast_like, "castlike", {t.cst<float>("half", APX_DT_F32, {}, {0.1f}), x}, {y});
+  int mul = t.node(APX_OP_Mul, "mul", {x, y}, {s});
+  ASSERT_EQ(t.fold(), APX_PASS_CHANGED) << t.d.msg;
+  EXPECT_TRUE(t.dead(n));
+  EXPECT_FALSE(t.dead(mul));
+  EXPECT_EQ(t.g.vals[y].dtype, APX_DT_F16);
+  EXPECT_EQ(t.data<uint16_t>(y), (std::vector<uint16_t>{apx_f32_to_f16(0.1f)}));
+}
+
 TEST(FoldConstants, FoldsConcatOfManyInputs) {
   G t;
   std::vector<int> ins;
