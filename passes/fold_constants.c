@@ -18,7 +18,8 @@ typedef enum FoldNeed {
 typedef struct Folder {
   ApxGraph *g;
   ApxDiag *d;
-  int64_t cap;          /* bytes folding may create (--fold-max-mb) */
+  double cap_mb;        /* --fold-max-mb as given (for messages) */
+  int64_t cap;          /* in bytes: what folding may create */
   int64_t used;         /* bytes folded so far */
   int32_t n_capped;     /* foldable nodes left to run time by the cap */
   int first_capped;     /* the first of them, -1 */
@@ -153,8 +154,9 @@ static void cap_reached(Folder *F, int node, int64_t bytes) {
   snprintf(note, sizeof note,
            "not folded: its constant outputs (%lld bytes) would take folded constants past "
            "--fold-max-mb=%g (%lld bytes folded already)",
-           (long long)bytes, (double)F->cap / 1048576.0, (long long)F->used);
+           (long long)bytes, F->cap_mb, (long long)F->used);
   g->nodes[node].note = apx_arena_strdup(&g->arena, note);
+  g->nodes[node].flags |= APX_NODEF_NOTE_KEPT;
   if (F->n_capped++ == 0) F->first_capped = node;
 }
 
@@ -292,6 +294,7 @@ int pass_fold_constants(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   F.g = g;
   F.d = d;
   double mb = o ? o->fold_max_mb : APX_FOLD_MAX_MB_DEFAULT;
+  F.cap_mb = mb;
   F.cap = mb > 0 ? (mb * 1048576.0 < 9e18 ? (int64_t)(mb * 1048576.0) : INT64_MAX) : 0;
   F.first_capped = -1;
   apx_cpu_ctx_init(&F.ctx);

@@ -12,6 +12,9 @@
 
 extern "C" {
 #include "kernels/cpu/cpu_kernels.h"
+#include "passes/infer_shapes.h"
+#include "passes/overflow_check.h"
+#include "passes/precision.h"
 }
 
 #include "passes/fold_testing.h"
@@ -488,6 +491,32 @@ TEST(FoldConstants, StopsAtTheCapAndSaysWhy) {
   EXPECT_EQ(t.g.nodes[n3].note, nullptr);
   EXPECT_EQ(t.warnings, "warning: m.onnx: 1 node on constants left to run at run time: folded constants "
                         "reached --fold-max-mb=1 (first: node 'expand2' (Expand))\n");
+}
+
+TEST(FoldConstants, TheCapsNoteOutlivesThePrecisionPasses) {
+  // --explain shows the note after cast_cleanup: overflow_check, which recomputes its notes,
+  // and precision must keep it
+  G t;
+  t.o.fold_max_mb = 0;
+  t.o.opt_level = APX_O2;
+  char err[256];
+  ASSERT_EQ(apx_options_apply_preset(&t.o, err, sizeof err), 0) << err;
+  int x = t.input("x", APX_DT_F32, {2}), m = t.value("m"), y = t.value("y");
+  int mul = t.node(APX_OP_Mul, "scale", {t.cst<float>("a", APX_DT_F32, {2}, {1, 2}), t.cst<float>("b", APX_DT_F32, {2}, {3, 1e6f})}, {m});
+  t.node(APX_OP_Add, "add", {x, m}, {y});
+  t.output(y);
+  ASSERT_EQ(t.fold(), APX_PASS_UNCHANGED) << t.d.msg;
+  const std::string note = "not folded: its constant outputs (8 bytes) would take folded constants past "
+                           "--fold-max-mb=0 (0 bytes folded already)";
+  ASSERT_NE(t.g.nodes[mul].note, nullptr);
+  EXPECT_EQ(std::string(t.g.nodes[mul].note), note);
+  for (int rerun = 0; rerun < 2; rerun++) {  // passes may run again (tests, --policy)
+    ASSERT_GE(pass_infer_shapes(&t.g, &t.o, &t.d), 0) << t.d.msg;
+    ASSERT_GE(pass_overflow_check(&t.g, &t.o, &t.d), 0) << t.d.msg;
+    ASSERT_GE(pass_precision(&t.g, &t.o, &t.d), 0) << t.d.msg;
+    ASSERT_NE(t.g.nodes[mul].note, nullptr);
+    EXPECT_EQ(std::string(t.g.nodes[mul].note).rfind(note, 0), 0u) << t.g.nodes[mul].note;
+  }
 }
 
 TEST(FoldConstants, CapZeroFoldsOnlyTheCompileTimeOps) {
