@@ -69,6 +69,9 @@ static const char usage_text[] =
     "                              metadata_props apexc.trainable; --frozen removes names)\n"
     "  --inference                 compile the forward graph only (no training graph; the\n"
     "                              training, loss-scaling and bucketing flags are refused)\n"
+    "  --fold-max-mb N             MiB of tensors that constant folding may create (default\n"
+    "                              256); nodes on constants past it run at run time, with a\n"
+    "                              warning (compile-time only ops always fold)\n"
     "  --allow-old-opset           accept ai.onnx opset 1..12 (below 7: ops unchanged since) and ir_version 3..6\n"
     "\n"
     "Training:\n"
@@ -481,6 +484,9 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
       o->fp32_nodes.items[o->fp32_nodes.n++] = s;
     } else if (flag_is(arg, "--policy", &v)) {
       if (!(o->policy_path = need_value(&p, "--policy", v))) return -1;
+    } else if (flag_is(arg, "--fold-max-mb", &v)) {
+      const char *s = need_value(&p, "--fold-max-mb", v);
+      if (!s || parse_double(&p, "--fold-max-mb", s, 0, 1e9, &o->fold_max_mb)) return -1;
     } else if (!strcmp(arg, "--clamp-constants")) {
       o->clamp_constants = 1;
     } else if (flag_is(arg, "--dim", &v)) {

@@ -202,6 +202,23 @@ TEST(Cli, SgdWeightDecayDefaultsToZero) {
   EXPECT_NE(help.find("sgd: default 0"), std::string::npos) << help;
 }
 
+TEST(Cli, FoldMaxMbCapsConstantFolding) {
+  Parsed d = parse({"m.onnx"});
+  ASSERT_EQ(d.rc, 0) << d.err;
+  EXPECT_EQ(d.o.fold_max_mb, APX_FOLD_MAX_MB_DEFAULT);
+  Parsed p = parse({"m.onnx", "--fold-max-mb", "8.5"});
+  ASSERT_EQ(p.rc, 0) << p.err;
+  EXPECT_EQ(p.o.fold_max_mb, 8.5);
+  Parsed z = parse({"m.onnx", "--inference", "--fold-max-mb=0"});  // not a training flag
+  ASSERT_EQ(z.rc, 0) << z.err;
+  EXPECT_EQ(z.o.fold_max_mb, 0.0);
+  expect_usage_error({"m.onnx", "--fold-max-mb", "-1"}, "--fold-max-mb: '-1' is not a number in [0, 1e+09]");
+  expect_usage_error({"m.onnx", "--fold-max-mb"}, "--fold-max-mb needs a value");
+  std::string help = apx_cli_usage();
+  EXPECT_NE(help.find("--fold-max-mb N             MiB of tensors that constant folding may create (default\n"
+                      "                              256)"), std::string::npos) << help;
+}
+
 TEST(Cli, RefusesToOverwriteTheModel) {
   std::string dir = temp_dir();
   ASSERT_FALSE(dir.empty());

@@ -35,7 +35,7 @@
  * passes/<name>.c; passes that do not apply (training passes with --inference) return
  * unchanged. */
 static const ApxPassInfo passes[] = {
-    {"fold_constants", pass_fold_constants, "fold Shape and constant shape subgraphs"},
+    {"fold_constants", pass_fold_constants, "every node on constants evaluated by the CPU kernels"},
     {"split_sequences", pass_split_sequences, "SplitToSequence + SequenceAt -> Split outputs"},
     {"infer_shapes", pass_infer_shapes, "static dtypes and shapes of every value"},
     {"autodiff", pass_autodiff, "backward graph from the loss (training)"},

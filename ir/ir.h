@@ -85,6 +85,9 @@ typedef enum ApxNodeFlags {
   APX_NODEF_EAGER = 1 << 1, /* toposort schedules it as soon as its inputs are ready, ahead
                                of the other ready nodes of its section (gradient-bucket
                                Allreduce and its casts, passes/bucketing.h) */
+  APX_NODEF_NOTE_KEPT = 1 << 2, /* its note was set before the precision passes (fold_constants:
+                                   left to run time by --fold-max-mb); overflow_check, which
+                                   recomputes the notes it and precision write, keeps it */
 } ApxNodeFlags;
 
 typedef struct ApxNode {

@@ -20,6 +20,7 @@ void apx_options_init(ApxOptions *o) {
   o->ir_version_min = 7;
   o->opset_min = 13;
   o->training = 1;
+  o->fold_max_mb = APX_FOLD_MAX_MB_DEFAULT;
   o->optimizer = APX_OPTIM_ADAMW;
   o->lr = 1e-3f;
   o->beta1 = 0.9f;

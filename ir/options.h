@@ -27,6 +27,7 @@ typedef enum ApxTri { APX_TRI_UNSET = -1, APX_TRI_OFF = 0, APX_TRI_ON = 1 } ApxT
 #define APX_MAX_LIST 64
 #define APX_MAX_DIMS_BOUND 32
 #define APX_MAX_PASS_FLAGS 16
+#define APX_FOLD_MAX_MB_DEFAULT 256.0
 
 typedef struct ApxNameList {
   int32_t n;
@@ -75,6 +76,10 @@ typedef struct ApxOptions {
   struct ApxInputBinding *bind; /* graph inputs bound to data before the passes
                                    (compiler/bind_inputs.h; apexrun infer); n_bind of them */
   int32_t n_bind;
+
+  /* constant evaluation at compile time (DESIGN.md 2, passes/fold_constants.h) */
+  double fold_max_mb;    /* --fold-max-mb: MiB of tensors folding may create (default
+                            APX_FOLD_MAX_MB_DEFAULT); past it, nodes run at run time */
 
   /* training (DESIGN.md 13) */
   int32_t training;        /* build the training graph (apexc default 1; infer 0) */

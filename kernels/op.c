@@ -59,6 +59,7 @@ static const ApxOpInfo op_table[APX_OP_COUNT] = {
 #define SHAPEONLY APX_OPF_SHAPEONLY
 #define MULTITENSOR APX_OPF_MULTITENSOR
 #define REWRITE APX_OPF_REWRITE
+#define RANDOM APX_OPF_RANDOM
 #include "kernels/ops.def"
 #undef APX_OP
 #undef IO
@@ -74,6 +75,7 @@ static const ApxOpInfo op_table[APX_OP_COUNT] = {
 #undef SHAPEONLY
 #undef MULTITENSOR
 #undef REWRITE
+#undef RANDOM
 };
 
 const ApxOpInfo *apx_op_info(ApxOp op) {

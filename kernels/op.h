@@ -41,6 +41,8 @@ typedef enum ApxOpFlags {
   APX_OPF_MULTITENSOR = 1 << 8, /* variadic over a list of tensors */
   APX_OPF_REWRITE = 1 << 9,     /* rewritten into other ops by a pass (no kernel of its own):
                                    SplitToSequence / SequenceAt (passes/split_sequences.c) */
+  APX_OPF_RANDOM = 1 << 10,     /* draws random numbers (Philox): never evaluated at compile
+                                   time, except where its training_mode attribute is 0 */
 } ApxOpFlags;
 
 /* How an op's inference and kernels are written (ops.def KIND). */

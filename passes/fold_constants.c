@@ -1,12 +1,36 @@
-/* fold_constants.c - folds Shape, the compile-time ops and cheap shape subgraphs on
- * constants into constant values (contract in fold_constants.h). */
+/* fold_constants.c - constant evaluation at compile time: every node whose inputs are all
+ * constants runs on the CPU reference kernels (apx_cpu_run) and becomes constants; the
+ * compile-time only ops always do (contract in fold_constants.h). */
 #include "passes/fold_constants.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ir/infer.h"
 #include "kernels/cpu/cpu_kernels.h"
+
+typedef enum FoldNeed {
+  FOLD_MAY,  /* foldable: stays a runtime node when it cannot (cap, no kernel) */
+  FOLD_MUST, /* compile-time only op: folding it is the only way it runs */
+} FoldNeed;
+
+typedef struct Folder {
+  ApxGraph *g;
+  ApxDiag *d;
+  double cap_mb;        /* --fold-max-mb as given (for messages) */
+  int64_t cap;          /* in bytes: what folding may create */
+  int64_t used;         /* bytes folded so far */
+  int32_t n_capped;     /* foldable nodes left to run time by the cap */
+  int first_capped;     /* the first of them, -1 */
+  ApxTensor *ins, *outs; /* call scratch, sized for the widest node (+1: ConstantOfShape's value) */
+  int width;             /* their length */
+  ApxCpuCtx ctx;
+} Folder;
+
+/* Stands in for the bytes of a tensor the kernel does not read: Shape's input (its dims are
+ * what counts), an empty constant, an output asked about before it is allocated. */
+static const uint64_t placeholder = 0;
 
 /* 1 when every present input is a constant with its bytes. */
 static int inputs_const(const ApxGraph *g, int node, int *bad) {
@@ -23,160 +47,181 @@ static int inputs_const(const ApxGraph *g, int node, int *bad) {
   return 1;
 }
 
-/* Cheap shape-subgraph ops worth folding when their inputs are constant. */
-static int is_cheap(const ApxGraph *g, int node) {
+/* Value of the typed attribute field `name` (BOOL) of node, -1 when the op's struct has none. */
+static int attr_bool(const ApxGraph *g, int node, const char *name) {
   const ApxNode *n = &g->nodes[node];
-  switch (n->op) {
-    case APX_OP_Identity: case APX_OP_Reshape: case APX_OP_Flatten: case APX_OP_Squeeze:
-    case APX_OP_Unsqueeze: case APX_OP_Transpose: case APX_OP_Concat: case APX_OP_Split:
-    case APX_OP_Slice: case APX_OP_Gather: case APX_OP_Expand: case APX_OP_Where:
-    case APX_OP_Cast:
-      return 1;
-    case APX_OP_Add: case APX_OP_Sub: case APX_OP_Mul: case APX_OP_Div: case APX_OP_Neg: {
-      int v = n->out[0];
-      return v >= 0 && apx_dtype_is_int(g->vals[v].dtype) && g->vals[v].dtype != APX_DT_BOOL;
-    }
-    default:
-      return 0;
-  }
-}
-
-/* Output bytes for value v in the arena (at least 1 byte so data is never NULL). */
-static void *alloc_out(ApxGraph *g, int v) {
-  int64_t bytes = apx_value_bytes(&g->vals[v]);
-  return apx_arena_alloc(&g->arena, bytes > 0 ? (size_t)bytes : 1);
-}
-
-static int oom(ApxDiag *d, const ApxGraph *g, int node) {
-  apx_node_error(d, g, node, "out of memory folding constants");
-  d->code = APX_EXIT_RUNTIME;
+  const ApxAttrDesc *ad = apx_op_attrs(n->op);
+  if (!n->typed) return -1;
+  for (int i = 0; i < ad->n_fields; i++)
+    if (ad->fields[i].kind == APX_FIELD_BOOL && !strcmp(ad->fields[i].name, name))
+      return *(const int32_t *)((const char *)n->typed + ad->fields[i].offset) != 0;
   return -1;
 }
 
-/* Shape, Constant, ConstantOfShape and copy-only ops, evaluated here. Fills out[0] data.
- * Returns 1 (done), 0 (not one of these), -1 (error). */
-static int eval_direct(ApxGraph *g, int node, void **out, ApxDiag *d) {
+/* 1 when a node on constants may be evaluated now: it reads something and produces
+ * something, it is deterministic (RANDOM ops only where training_mode = 0), it updates no
+ * state (training_mode = 1: BatchNorm's running statistics; MULTITENSOR: training-step
+ * updates in place). */
+static int foldable(const ApxGraph *g, int node) {
   const ApxNode *n = &g->nodes[node];
-  int y = n->out[0];
-  switch (n->op) {
-    case APX_OP_Shape: {
-      const ApxAttrShape *a = APX_NODE_ATTRS(g, node, ApxAttrShape);
-      const ApxValue *x = &g->vals[n->in[0]];
-      int64_t *p = alloc_out(g, y);
-      if (!p) return oom(d, g, node);
-      for (int64_t i = 0; i < apx_value_numel(&g->vals[y]); i++) p[i] = x->dims[a->start + i];
-      out[0] = p;
-      return 1;
-    }
-    case APX_OP_Constant: {
-      ApxTensorConst t;
-      if (apx_constant_node_value(g, node, &t, d)) return -1;
-      int64_t bytes = apx_value_bytes(&g->vals[y]);
-      void *p = alloc_out(g, y);
-      if (!p) return oom(d, g, node);
-      if (bytes > 0) memcpy(p, t.data, (size_t)bytes);
-      out[0] = p;
-      return 1;
-    }
-    case APX_OP_ConstantOfShape: {
-      ApxDType dt;
-      const void *elem;
-      if (apx_constant_of_shape_value(g, node, &dt, &elem, d)) return -1;
-      size_t es = apx_dtype_size(dt);
-      int64_t cnt = apx_value_numel(&g->vals[y]);
-      char *p = alloc_out(g, y);
-      if (!p) return oom(d, g, node);
-      for (int64_t i = 0; i < cnt; i++) memcpy(p + (size_t)i * es, elem, es);
-      out[0] = p;
-      return 1;
-    }
-    case APX_OP_Identity: case APX_OP_Reshape: case APX_OP_Flatten: case APX_OP_Squeeze:
-    case APX_OP_Unsqueeze: {
-      const ApxValue *x = &g->vals[n->in[0]];
-      int64_t bytes = apx_value_bytes(x);
-      void *p = alloc_out(g, y);
-      if (!p) return oom(d, g, node);
-      if (bytes > 0) memcpy(p, x->data, (size_t)bytes);
-      out[0] = p;
-      return 1;
-    }
-    default:
-      return 0;
-  }
+  uint32_t flags = apx_op_info(n->op)->flags;
+  if (flags & APX_OPF_MULTITENSOR) return 0;
+  int has_in = 0, has_out = 0;
+  for (int k = 0; k < n->n_in; k++) has_in |= n->in[k] >= 0;
+  for (int k = 0; k < n->n_out; k++) has_out |= n->out[k] >= 0;
+  if (!has_in || !has_out) return 0;
+  int tm = attr_bool(g, node, "training_mode");
+  if (flags & APX_OPF_RANDOM) return tm == 0;
+  return tm != 1;
 }
 
-static ApxTensor tensor_of(const ApxValue *v, void *data) {
+static ApxTensor tensor_of(const ApxValue *v, const void *data) {
   ApxTensor t;
   memset(&t, 0, sizeof t);
-  t.data = data;
+  t.data = (void *)data;
   t.dtype = v->dtype;
   t.rank = v->rank < 0 ? 0 : v->rank;
   for (int i = 0; i < t.rank; i++) t.dims[i] = v->dims[i];
   return t;
 }
 
-/* Runs the CPU kernel. Returns 1 (done), 0 (kernel cannot: only when !must), -1. */
-static int eval_kernel(ApxGraph *g, int node, int must, void **out, ApxDiag *d) {
-  const ApxNode *n = &g->nodes[node];
-  ApxTensor ins[16], outs[16];
-  if (n->n_in > 16 || n->n_out > 16) {
-    if (!must) return 0;
-    return apx_node_error(d, g, node, "compile-time only op has too many inputs/outputs to fold");
-  }
-  static const char nothing = 0;
-  for (int k = 0; k < n->n_in; k++) {
-    if (n->in[k] < 0) {
-      memset(&ins[k], 0, sizeof ins[k]);
-      continue;
-    }
-    const ApxValue *v = &g->vals[n->in[k]];
-    ins[k] = tensor_of(v, v->data ? v->data : (void *)&nothing);
-  }
-  for (int k = 0; k < n->n_out; k++) {
-    if (n->out[k] < 0) {
-      memset(&outs[k], 0, sizeof outs[k]);
-      continue;
-    }
-    void *p = alloc_out(g, n->out[k]);
-    if (!p) return oom(d, g, node);
-    outs[k] = tensor_of(&g->vals[n->out[k]], p);
-  }
-  ApxCpuCtx ctx;
-  apx_cpu_ctx_init(&ctx);
-  ctx.n_threads = 1;
-  ApxStatus st = apx_cpu_run(&ctx, n->op, n->typed, ins, n->n_in, outs, n->n_out);
-  if (st != APX_STATUS_OK) {
-    if (!must) return 0;
-    return apx_node_error(d, g, node, "compile-time only op could not be evaluated: %s (%s)",
-                          ctx.err[0] ? ctx.err : "kernel failed", apx_status_name(st));
-  }
-  for (int k = 0; k < n->n_out; k++) out[k] = outs[k].data;
+static int oom(Folder *F, int node) {
+  apx_node_error(F->d, F->g, node, "out of memory folding constants");
+  F->d->code = APX_EXIT_RUNTIME;
+  return -1;
+}
+
+/* Constant: the attribute is the tensor (bookkeeping, no kernel). */
+static int fold_constant_node(Folder *F, int node) {
+  ApxGraph *g = F->g;
+  int y = g->nodes[node].out[0];
+  ApxTensorConst t;
+  if (apx_constant_node_value(g, node, &t, F->d)) return -1;
+  int64_t bytes = apx_value_bytes(&g->vals[y]);
+  void *p = apx_arena_alloc(&g->arena, bytes > 0 ? (size_t)bytes : 1);
+  if (!p) return oom(F, node);
+  if (bytes > 0) memcpy(p, t.data, (size_t)bytes);
+  g->vals[y].data = p;
   return 1;
 }
 
-static int fold_node(ApxGraph *g, int node, int must, ApxDiag *d) {
+/* Grows the call scratch to hold w tensors (the pass sizes it for the widest node up front;
+ * this only runs when canonicalization widened one). Returns 0 or -1. */
+static int ensure_width(Folder *F, int node, int w) {
+  if (w <= F->width) return 0;
+  ApxTensor *ins = realloc(F->ins, (size_t)w * sizeof *ins);
+  if (ins) F->ins = ins;
+  ApxTensor *outs = ins ? realloc(F->outs, (size_t)w * sizeof *outs) : NULL;
+  if (outs) F->outs = outs;
+  if (!ins || !outs) return oom(F, node);
+  F->width = w;
+  return 0;
+}
+
+/* The kernel call of node on its inputs' bytes into F->ins / F->outs (outputs not yet
+ * allocated: placeholder data). Returns the input count passed, -1 on error. */
+static int build_call(Folder *F, int node) {
+  ApxGraph *g = F->g;
   const ApxNode *n = &g->nodes[node];
-  void *out[16] = {0};
-  if (n->n_out > 16) return 0;
+  int n_in = n->n_in;
+  if (ensure_width(F, node, (n->n_in + 1 > n->n_out ? n->n_in + 1 : n->n_out)) < 0) return -1;
+  for (int k = 0; k < n->n_in; k++) {
+    memset(&F->ins[k], 0, sizeof F->ins[k]);
+    if (n->in[k] < 0) continue;
+    const ApxValue *v = &g->vals[n->in[k]];
+    F->ins[k] = tensor_of(v, v->data ? v->data : &placeholder);
+  }
+  if (n->op == APX_OP_ConstantOfShape) { /* its `value` attribute is the kernel's input 1 */
+    ApxDType dt;
+    const void *elem;
+    if (apx_constant_of_shape_value(g, node, &dt, &elem, F->d)) return -1;
+    memset(&F->ins[1], 0, sizeof F->ins[1]);
+    F->ins[1].data = (void *)elem;
+    F->ins[1].dtype = dt;
+    n_in = 2;
+  }
+  for (int k = 0; k < n->n_out; k++) {
+    memset(&F->outs[k], 0, sizeof F->outs[k]);
+    if (n->out[k] >= 0) F->outs[k] = tensor_of(&g->vals[n->out[k]], &placeholder);
+  }
+  return n_in;
+}
+
+/* Records that node stays a runtime node because of the cap (its note says so). */
+static void cap_reached(Folder *F, int node, int64_t bytes) {
+  ApxGraph *g = F->g;
+  char note[200];
+  snprintf(note, sizeof note,
+           "not folded: its constant outputs (%lld bytes) would take folded constants past "
+           "--fold-max-mb=%g (%lld bytes folded already)",
+           (long long)bytes, F->cap_mb, (long long)F->used);
+  g->nodes[node].note = apx_arena_strdup(&g->arena, note);
+  g->nodes[node].flags |= APX_NODEF_NOTE_KEPT;
+  if (F->n_capped++ == 0) F->first_capped = node;
+}
+
+/* Evaluates node into constants. Returns 1 (folded), 0 (left to run time: only FOLD_MAY),
+ * -1 (error in F->d). */
+static int fold_node(Folder *F, int node, FoldNeed need) {
+  ApxGraph *g = F->g;
+  ApxDiag *d = F->d;
+  const ApxNode *n = &g->nodes[node];
+  int64_t bytes = 0;
   for (int k = 0; k < n->n_out; k++) {
     if (n->out[k] < 0) continue;
-    int64_t bytes = apx_value_bytes(&g->vals[n->out[k]]);
-    if (bytes >= 0 && bytes <= APX_FOLD_MAX_BYTES) continue;
-    if (!must) return 0;
+    const ApxValue *y = &g->vals[n->out[k]];
+    int64_t b = apx_value_bytes(y);
+    if (b >= 0 && b <= APX_FOLD_MAX_BYTES) {
+      bytes += b;
+      continue;
+    }
+    if (need == FOLD_MAY) return 0;
+    if (b < 0)
+      return apx_node_error(d, g, node, "compile-time constant output %d '%s' has no known size",
+                            k, y->name);
     return apx_node_error(d, g, node, "compile-time constant output %d '%s' would take %lld "
-                          "bytes (at most %lld are folded)", k, g->vals[n->out[k]].name,
-                          (long long)bytes, (long long)APX_FOLD_MAX_BYTES);
+                          "bytes (at most %lld are folded)", k, y->name, (long long)b,
+                          (long long)APX_FOLD_MAX_BYTES);
   }
-  int done = eval_direct(g, node, out, d);
-  if (done == 0) done = eval_kernel(g, node, must, out, d);
-  if (done <= 0) return done;
+  if (n->op == APX_OP_Constant) {
+    if (fold_constant_node(F, node) < 0) return -1;
+  } else {
+    if (need == FOLD_MAY && bytes > F->cap - F->used) {
+      cap_reached(F, node, bytes);
+      return 0;
+    }
+    int n_in = build_call(F, node);
+    if (n_in < 0) return -1;
+    if (!apx_cpu_supports_call(n->op, F->ins, n_in, F->outs, n->n_out)) {
+      if (need == FOLD_MAY) return 0;
+      return apx_node_error(d, g, node, "not supported yet: compile-time only op has no CPU "
+                            "kernel for these types");
+    }
+    for (int k = 0; k < n->n_out; k++) {
+      if (n->out[k] < 0) continue;
+      int64_t b = apx_value_bytes(&g->vals[n->out[k]]);
+      F->outs[k].data = apx_arena_alloc(&g->arena, b > 0 ? (size_t)b : 1);
+      if (!F->outs[k].data) return oom(F, node);
+    }
+    ApxStatus st = apx_cpu_run(&F->ctx, n->op, n->typed, F->ins, n_in, F->outs, n->n_out);
+    if (st == APX_STATUS_UNSUPPORTED && need == FOLD_MAY) return 0;
+    if (st != APX_STATUS_OK) {
+      apx_node_error(d, g, node, "%s on its constant inputs: %s",
+                     need == FOLD_MUST ? "compile-time only op could not be evaluated"
+                                       : "cannot be evaluated",
+                     F->ctx.err[0] ? F->ctx.err : apx_status_name(st));
+      if (st == APX_STATUS_OOM) d->code = APX_EXIT_RUNTIME;
+      return -1;
+    }
+    for (int k = 0; k < n->n_out; k++)
+      if (n->out[k] >= 0) g->vals[n->out[k]].data = F->outs[k].data;
+    F->used += bytes;
+  }
   for (int k = 0; k < n->n_out; k++) {
     int v = n->out[k];
     if (v < 0) continue;
-    ApxValue *val = &g->vals[v];
-    val->kind = APX_VAL_CONST;
-    val->data = out[k];
-    val->producer = -1;
+    g->vals[v].kind = APX_VAL_CONST;
+    g->vals[v].producer = -1;
   }
   g->nodes[node].flags |= APX_NODEF_DEAD;
   return 1;
@@ -213,18 +258,16 @@ static int params_to_consts(ApxGraph *g, ApxDiag *d) {
   return changed;
 }
 
-int pass_fold_constants(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
-  int changed = params_to_consts(g, d);
-  if (changed < 0) return APX_PASS_ERROR;
+static int run(Folder *F, int *changed) {
+  ApxGraph *g = F->g;
+  ApxDiag *d = F->d;
   for (int k = 0; k < g->n_order; k++) {
     int node = g->order[k];
     const ApxNode *n = &g->nodes[node];
     if (n->flags & APX_NODEF_DEAD) continue;
-    uint32_t flags = apx_op_info(n->op)->flags;
+    int must = (apx_op_info(n->op)->flags & APX_OPF_FOLD) != 0;
     int bad = -1;
-    int consts = inputs_const(g, node, &bad);
-    int fold_op = (flags & APX_OPF_FOLD) != 0;
-    if (fold_op && n->op != APX_OP_Shape && !consts) {
+    if (must && n->op != APX_OP_Shape && !inputs_const(g, node, &bad)) {
       const ApxValue *x = &g->vals[n->in[bad]];
       return apx_node_error(d, g, node, "compile-time only op: its inputs are not constant "
                             "(input %d '%s' %s)", bad, x->name,
@@ -233,22 +276,51 @@ int pass_fold_constants(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
                             : x->producer >= 0 ? "is computed at run time"
                             : "has no data");
     }
-    if (apx_node_canonicalize(g, node, d) || apx_node_infer(g, node, d)) return APX_PASS_ERROR;
-    n = &g->nodes[node];
-    int want = fold_op;
-    if (!want && consts && n->n_in > 0 && is_cheap(g, node)) {
-      want = 1;
-      for (int o2 = 0; o2 < n->n_out && want; o2++) {
-        int v = n->out[o2];
-        if (v < 0) continue;
-        int64_t cnt = apx_value_numel(&g->vals[v]);
-        want = cnt >= 0 && cnt <= APX_FOLD_MAX_ELEMS;
-      }
-    }
-    if (!want) continue;
-    int r = fold_node(g, node, fold_op, d);
-    if (r < 0) return APX_PASS_ERROR;
-    if (r > 0) changed = 1;
+    if (apx_node_canonicalize(g, node, d) || apx_node_infer(g, node, d)) return -1;
+    /* after canonicalization, which may rewrite the node (CastLike becomes a Cast) */
+    if (!must && (!inputs_const(g, node, &bad) || !foldable(g, node))) continue;
+    int r = fold_node(F, node, must ? FOLD_MUST : FOLD_MAY);
+    if (r < 0) return -1;
+    *changed |= r;
+  }
+  return 0;
+}
+
+int pass_fold_constants(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
+  int changed = params_to_consts(g, d);
+  if (changed < 0) return APX_PASS_ERROR;
+  Folder F;
+  memset(&F, 0, sizeof F);
+  F.g = g;
+  F.d = d;
+  double mb = o ? o->fold_max_mb : APX_FOLD_MAX_MB_DEFAULT;
+  F.cap_mb = mb;
+  F.cap = mb > 0 ? (mb * 1048576.0 < 9e18 ? (int64_t)(mb * 1048576.0) : INT64_MAX) : 0;
+  F.first_capped = -1;
+  apx_cpu_ctx_init(&F.ctx);
+  F.ctx.n_threads = 1;
+  int width = 2;
+  for (int k = 0; k < g->n_order; k++) {
+    const ApxNode *n = &g->nodes[g->order[k]];
+    if (n->n_in + 1 > width) width = n->n_in + 1;
+    if (n->n_out > width) width = n->n_out;
+  }
+  F.ins = calloc((size_t)width, sizeof *F.ins);
+  F.outs = calloc((size_t)width, sizeof *F.outs);
+  F.width = width;
+  int rc = 0;
+  if (!F.ins || !F.outs)
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory folding constants", g->file);
+  else
+    rc = run(&F, &changed);
+  free(F.ins);
+  free(F.outs);
+  if (rc < 0) return APX_PASS_ERROR;
+  if (F.n_capped) {
+    const ApxNode *n = &g->nodes[F.first_capped];
+    apx_diag_warn(d, "%s: %d node%s on constants left to run at run time: folded constants "
+                  "reached --fold-max-mb=%g (first: node '%s' (%s))", g->file, F.n_capped,
+                  F.n_capped == 1 ? "" : "s", mb, n->name, apx_op_name(n->op));
   }
   return changed ? APX_PASS_CHANGED : APX_PASS_UNCHANGED;
 }

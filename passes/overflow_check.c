@@ -412,7 +412,8 @@ int pass_overflow_check(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
     const ApxValue *val = &g->vals[v];
     c.iv[v] = (val->kind == APX_VAL_CONST && val->producer < 0) ? const_interval(val) : UNBOUNDED;
   }
-  /* Findings are recomputed from scratch: clear earlier ones and the notes. */
+  /* Findings are recomputed from scratch: clear earlier ones and the notes (but those of
+   * earlier passes: APX_NODEF_NOTE_KEPT). */
   for (int k = 0; k < g->n_order; k++) {
     ApxNode *n = &g->nodes[g->order[k]];
     if (n->section != APX_SEC_FORWARD) continue;
@@ -421,7 +422,7 @@ int pass_overflow_check(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
       n->reason_detail = NULL;
       n->compute = APX_DT_UNDEFINED;
     }
-    n->note = NULL;
+    if (!(n->flags & APX_NODEF_NOTE_KEPT)) n->note = NULL;
   }
   for (int k = 0; k < g->n_order; k++) {
     int id = g->order[k];

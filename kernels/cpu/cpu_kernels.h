@@ -62,6 +62,13 @@ ApxStatus apx_cpu_run(ApxCpuCtx *ctx, ApxOp op, const void *attrs, const ApxTens
  * ops, the inputs' for Equal; any type for data movement, Cast, Shape, ConstantOfShape). */
 int apx_cpu_supports(ApxOp op, ApxDType dt);
 
+/* 1 if apx_cpu_run has a kernel for this call: apx_cpu_supports for the op's type T taken
+ * from the tensors as apx_cpu_run takes it (present tensors: data != NULL; the data itself
+ * is not read, so a caller may ask before allocating outputs). Constant folding asks this
+ * of every node on constants (passes/fold_constants.h). */
+int apx_cpu_supports_call(ApxOp op, const ApxTensor *ins, int n_in, const ApxTensor *outs,
+                          int n_out);
+
 /* OpenBLAS built with DYNAMIC_ARCH (Debian 0.3.21) does not recognize CPUs newer than itself
  * (e.g. Sapphire/Emerald Rapids) and falls back to generic SSE3 kernels: sgemm about 8x
  * slower. The core type can only be chosen before the library loads, through the

@@ -313,6 +313,13 @@ static ApxDType op_type(ApxOp op, const ApxTensor *ins, int n_in, const ApxTenso
   return n_in > 0 && ins[0].data ? ins[0].dtype : APX_DT_UNDEFINED;
 }
 
+int apx_cpu_supports_call(ApxOp op, const ApxTensor *ins, int n_in, const ApxTensor *outs,
+                          int n_out) {
+  if ((int)op <= 0 || op >= APX_OP_COUNT || !cpu_table[op].fn) return 0;
+  ApxDType t = op_type(op, ins, n_in, outs, n_out);
+  return t == APX_DT_UNDEFINED || (cpu_table[op].types & dtype_class(t)) != 0;
+}
+
 static ApxStatus check_tensor(ApxCpuCtx *ctx, const ApxTensor *t, const char *what, int i) {
   if (!t->data) return APX_STATUS_OK;
   if (t->rank < 0 || t->rank > APX_MAX_RANK)

@@ -22,6 +22,30 @@ TEST(Dispatch, SupportsQuery) {
   EXPECT_FALSE(apx_cpu_supports((ApxOp)100000, APX_DT_F32));
 }
 
+// The query constant folding asks before allocating outputs: the op's type T taken from the
+// tensors as apx_cpu_run takes it (Equal's inputs, else the first present output).
+TEST(Dispatch, SupportsCallTakesTheTypeFromTheTensors) {
+  static const char present = 0;
+  auto t = [](ApxDType dt) {
+    ApxTensor x = {};
+    x.data = (void *)&present;
+    x.dtype = dt;
+    return x;
+  };
+  ApxTensor absent = {};
+  ApxTensor i64[2] = {t(APX_DT_I64), t(APX_DT_I64)}, b = t(APX_DT_BOOL), f32 = t(APX_DT_F32);
+  EXPECT_TRUE(apx_cpu_supports_call(APX_OP_Equal, i64, 2, &b, 1));
+  EXPECT_TRUE(apx_cpu_supports_call(APX_OP_Add, i64, 2, &i64[0], 1));
+  EXPECT_FALSE(apx_cpu_supports_call(APX_OP_Relu, i64, 1, &i64[0], 1));
+  EXPECT_TRUE(apx_cpu_supports_call(APX_OP_Relu, &f32, 1, &f32, 1));
+  EXPECT_TRUE(apx_cpu_supports_call(APX_OP_Cast, &b, 1, &f32, 1));  // any type
+  ApxTensor outs[2] = {absent, f32};  // the first present output decides
+  EXPECT_TRUE(apx_cpu_supports_call(APX_OP_Split, &f32, 1, outs, 2));
+  EXPECT_FALSE(apx_cpu_supports_call(APX_OP_Constant, nullptr, 0, &f32, 1));  // no kernel
+  EXPECT_FALSE(apx_cpu_supports_call(APX_OP_ConvTranspose, &f32, 1, &f32, 1));
+  EXPECT_FALSE(apx_cpu_supports_call(APX_OP_INVALID, &f32, 1, &f32, 1));
+}
+
 // Every v1 forward op, every gradient op, the fused and the training-step ops (except the
 // collective Allreduce, which the runtime owns, and the ops a pass rewrites away: REWRITE)
 // have a CPU kernel in fp32.
