@@ -310,6 +310,22 @@ typedef struct ApxAttrOptimizer {
   float max_grad_norm;    /* > 0: clip by global norm (from norm_sq); 0: off */
 } ApxAttrOptimizer;
 
+/* k, OptimizerStep's state groups S_1 .. S_k per parameter (0 for an unknown kind). */
+static inline int apx_optimizer_state_groups(const ApxAttrOptimizer *a) {
+  switch (a->kind) {
+    case APX_OPTIM_SGD: return a->momentum != 0.0f ? 1 : 0;
+    case APX_OPTIM_ADAMW:
+    case APX_OPTIM_LAMB: return 2;
+  }
+  return 0;
+}
+
+/* OptimizerStep's input count, n_in = 4 + n * (2 + k + master_weights) (in int64: a crafted
+ * n_params cannot overflow it). */
+static inline int64_t apx_optimizer_n_inputs(const ApxAttrOptimizer *a) {
+  return 4 + (int64_t)a->n_params * (2 + apx_optimizer_state_groups(a) + (a->master_weights != 0));
+}
+
 /* LossScaleSeed: see above. */
 typedef struct ApxAttrLossScaleSeed {
   float multiplier; /* 1/K with --accumulate K, else 1 */
