@@ -428,6 +428,9 @@ int apx_loss_shape(const ApxTensor *x, const ApxTensor *labels, int64_t *N, int6
 /* ---- convolution and pooling ------------------------------------------------------- */
 
 static int64_t one_if_zero(int64_t v) { return v ? v : 1; }
+/* Window attributes past int range (kernel sizes, strides, dilations, pads, groups): refused,
+ * so that no index arithmetic of a kernel can overflow on a crafted plan. */
+static int beyond_int(int64_t v) { return v > 0x7fffffff || v < -0x7fffffff; }
 
 int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, const ApxTensor *y,
                   ApxConvGeom *g, char *err, size_t cap) {
@@ -454,6 +457,10 @@ int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, 
   g->pl = a->pads[1];
   g->pb = a->pads[2];
   g->pr = a->pads[3];
+  if (beyond_int(g->G) || beyond_int(g->sh) || beyond_int(g->sw) || beyond_int(g->dh) ||
+      beyond_int(g->dw) || beyond_int(g->pt) || beyond_int(g->pl) || beyond_int(g->pb) ||
+      beyond_int(g->pr))
+    return unsupported(err, cap, "not supported yet: convolution attributes beyond 2^31");
   int bad = g->G < 1 || g->C % g->G || g->M % g->G || g->sh < 1 || g->sw < 1 || g->dh < 1 ||
             g->dw < 1 || g->pt < 0 || g->pl < 0 || g->pb < 0 || g->pr < 0;
   if (!bad) {
@@ -478,11 +485,15 @@ int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, 
 
 int64_t apx_window_out(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1,
                        ApxWindowMode mode) {
-  int64_t span = in + p0 + p1 - ((k - 1) * d + 1);
-  if (span < 0 || s < 1) return -1;
+  /* crafted attributes reach this (plans are inputs): every step checked for overflow */
+  int64_t ext, padded, span, begin;
+  if (s < 1 || __builtin_mul_overflow(k - 1, d, &ext) || __builtin_add_overflow(ext, 1, &ext) ||
+      __builtin_add_overflow(in, p0, &begin) || __builtin_add_overflow(begin, p1, &padded) ||
+      __builtin_sub_overflow(padded, ext, &span) || span < 0)
+    return -1;
   if (mode == APX_WINDOW_FLOOR) return span / s + 1;
-  int64_t o = (span + s - 1) / s + 1;
-  if (mode == APX_WINDOW_CEIL && (o - 1) * s >= in + p0) o--;
+  int64_t o = span / s + (span % s != 0) + 1; /* ceil(span / s) + 1 */
+  if (mode == APX_WINDOW_CEIL && (begin <= 0 || (o - 1) > (begin - 1) / s)) o--; /* (o - 1) s >= in + p0 */
   return o;
 }
 
@@ -523,6 +534,10 @@ int apx_pool_geom(const ApxAttrPool *a, const ApxTensor *x, const ApxTensor *y, 
   if (g->kh < 1 || g->kw < 1 || g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->pt < 0 ||
       g->pl < 0 || g->pb < 0 || g->pr < 0)
     return fail(err, cap, "bad kernel/strides/dilations/pads");
+  if (beyond_int(g->kh) || beyond_int(g->kw) || beyond_int(g->sh) || beyond_int(g->sw) ||
+      beyond_int(g->dh) || beyond_int(g->dw) || beyond_int(g->pt) || beyond_int(g->pl) ||
+      beyond_int(g->pb) || beyond_int(g->pr))
+    return unsupported(err, cap, "not supported yet: pooling attributes beyond 2^31");
   if (y->dims[0] != g->N || y->dims[1] != g->C ||
       !out_size_ok(g->H, g->kh, g->sh, g->dh, g->pt, g->pb, a->ceil_mode, g->OH) ||
       !out_size_ok(g->W, g->kw, g->sw, g->dw, g->pl, g->pr, a->ceil_mode, g->OW))

@@ -263,6 +263,27 @@ TEST(Shape, WindowOutputSizeModes) {
   EXPECT_EQ(apx_window_out(4, 2, 2, 1, 0, 1, APX_WINDOW_FLOOR), 2);
   EXPECT_EQ(apx_window_out(2, 5, 1, 1, 1, 1, APX_WINDOW_FLOOR), -1);
   EXPECT_EQ(apx_window_out(4, 2, 0, 1, 0, 0, APX_WINDOW_FLOOR), -1);  // stride 0
+  // fuzz_plan finding: crafted dilations / pads overflowed int64 (UB); now refused
+  EXPECT_EQ(apx_window_out(8, 3, 1, INT64_MAX / 2 + 1, 0, 0, APX_WINDOW_FLOOR), -1);
+  EXPECT_EQ(apx_window_out(8, 3, 1, 1, INT64_MAX, 1, APX_WINDOW_CEIL), -1);
+  EXPECT_EQ(apx_window_out(0, 1, 1, 1, 0, 1, APX_WINDOW_CEIL), 0);  // as before: starts in the pad
+}
+
+TEST(Shape, WindowAttributesBeyondIntAreRefused) {
+  ApxAttrConv c;
+  memset(&c, 0, sizeof c);
+  c.dilations[0] = (int64_t)1 << 40;
+  ApxTensor x = T({1, 1, 8, 8}), w = T({1, 1, 3, 3}), y = T({1, 1, 6, 6});
+  ApxConvGeom g;
+  char err[256];
+  EXPECT_EQ(apx_conv_geom(&c, &x, &w, &y, &g, err, sizeof err), APX_SHAPE_UNSUPPORTED);
+  EXPECT_STREQ(err, "not supported yet: convolution attributes beyond 2^31");
+  ApxAttrPool p;
+  memset(&p, 0, sizeof p);
+  p.kernel[0] = p.kernel[1] = 2;
+  p.pads[2] = INT64_MAX;
+  ApxPoolGeom pg;
+  EXPECT_EQ(apx_pool_geom(&p, &x, &y, &pg, err, sizeof err), APX_SHAPE_UNSUPPORTED);
 }
 
 TEST(Shape, BroadcastRuleForShapes) {

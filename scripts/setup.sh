@@ -6,7 +6,8 @@ set -euo pipefail
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 PKGS="bazel-bootstrap libgtest-dev protobuf-c-compiler libprotobuf-c-dev libonnx-dev
-      libonnx-testdata libopenblas-dev libopenmpi-dev openmpi-bin clang"
+      libonnx-testdata libopenblas-dev libopenmpi-dev openmpi-bin clang libomp-dev
+      libclang-rt-dev"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

@@ -30,22 +30,33 @@ int apx_plan_edit_decode(ApxPlanEdit *e, const uint8_t *file, size_t n) {
   return 0;
 }
 
-uint8_t *apx_plan_edit_encode(const ApxPlanEdit *e, size_t *n) {
-  size_t meta_len = apexc__plan__get_packed_size(e->meta);
+uint8_t *apx_plan_edit_assemble(const uint8_t *meta, size_t meta_len, const uint8_t *data,
+                                uint64_t data_len, uint32_t version, size_t *n) {
   size_t data_off = (HEADER + meta_len + 63) / 64 * 64;
-  size_t total = data_off + (size_t)e->data_len;
+  size_t total = data_off + (size_t)data_len;
   uint8_t *f = calloc(total ? total : 1, 1);
   if (!f) return NULL;
   memcpy(f, k_magic, 8);
-  apx_le_put_u32(f + 8, e->meta->format_version);
+  apx_le_put_u32(f + 8, version);
   apx_le_put_u64(f + 16, HEADER);
   apx_le_put_u64(f + 24, meta_len);
   apx_le_put_u64(f + 32, data_off);
-  apx_le_put_u64(f + 40, e->data_len);
-  apexc__plan__pack(e->meta, f + HEADER);
-  memcpy(f + data_off, e->data, (size_t)e->data_len);
+  apx_le_put_u64(f + 40, data_len);
+  if (meta_len) memcpy(f + HEADER, meta, meta_len);
+  if (data_len) memcpy(f + data_off, data, (size_t)data_len);
   apx_le_put_u32(f + 48, apx_crc32c(0, f, total)); /* taken over the file with the field 0 */
   *n = total;
+  return f;
+}
+
+uint8_t *apx_plan_edit_encode(const ApxPlanEdit *e, size_t *n) {
+  size_t meta_len = apexc__plan__get_packed_size(e->meta);
+  uint8_t *meta = malloc(meta_len + 1);
+  if (!meta) return NULL;
+  apexc__plan__pack(e->meta, meta);
+  uint8_t *f = apx_plan_edit_assemble(meta, meta_len, e->data, e->data_len,
+                                      e->meta->format_version, n);
+  free(meta);
   return f;
 }
 
@@ -75,9 +86,9 @@ void apx_plan_edit_set_dims(ApxPlanEdit *e, size_t b, const int64_t *dims, size_
   Apexc__Buffer *buf = e->meta->buffers[b];
   int64_t *d = realloc(buf->dims, (rank ? rank : 1) * sizeof *d);
   if (!d) return;
-  int64_t numel = 1;
-  for (size_t i = 0; i < rank; i++) d[i] = dims[i], numel *= dims[i];
+  uint64_t numel = 1; /* wraps for absurd dims: the loader must refuse those */
+  for (size_t i = 0; i < rank; i++) d[i] = dims[i], numel *= (uint64_t)dims[i];
   buf->dims = d;
   buf->n_dims = rank;
-  buf->bytes = numel * es;
+  buf->bytes = (int64_t)(numel * (uint64_t)es);
 }

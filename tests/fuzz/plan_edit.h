@@ -29,6 +29,10 @@ int apx_plan_edit_decode(ApxPlanEdit *e, const uint8_t *file, size_t n);
 /* The file for e: a malloc'd buffer of *n bytes (header, metadata, padding, data section,
  * checksum); NULL when out of memory. */
 uint8_t *apx_plan_edit_encode(const ApxPlanEdit *e, size_t *n);
+/* The file for metadata bytes meta[meta_len] (packed, or any bytes: the fuzzer mutates them)
+ * and a data section, with a valid header of format version `version` and checksum. */
+uint8_t *apx_plan_edit_assemble(const uint8_t *meta, size_t meta_len, const uint8_t *data,
+                                uint64_t data_len, uint32_t version, size_t *n);
 void apx_plan_edit_free(ApxPlanEdit *e);
 
 /* Removes kernel k (0 <= k < n_kernels) from the plan. */
