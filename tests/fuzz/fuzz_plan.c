@@ -306,7 +306,7 @@ static void edit_kernel(ApxPlanEdit *e, uint32_t *s) {
       size_t len = apx_op_info(op)->attrs_size;
       uint8_t *a = calloc(len + 1, 1);
       if (!a || !k->op) abort();
-      memcpy(a, k->attrs.data, k->attrs.len < len ? k->attrs.len : len);
+      if (k->attrs.data && k->attrs.len) memcpy(a, k->attrs.data, k->attrs.len < len ? k->attrs.len : len);
       free(k->attrs.data);
       k->attrs.data = a;
       k->attrs.len = len;
