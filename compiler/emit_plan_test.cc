@@ -98,7 +98,8 @@ struct Model {
     t.node(APX_OP_Reshape, {a, shape}, {r}, "flat");
     int nr = t.node(APX_OP_ReduceMean, {r, -1}, {loss}, "mean");
     t.g.nodes[nr].compute = APX_DT_F32;
-    t.node(APX_OP_FusedMatMul, {xh, a}, {gw}, "gemm_grad", APX_SEC_BACKWARD);
+    int ng = t.node(APX_OP_FusedMatMul, {xh, a}, {gw}, "gemm_grad", APX_SEC_BACKWARD);
+    *APX_NODE_ATTRS(&t.g, ng, ApxAttrFusedMatMul) = ApxAttrFusedMatMul{1, 0, 1.0f};  // xh^T a
     int ar = t.node(APX_OP_Allreduce, {gw}, {}, "bucket0", APX_SEC_BACKWARD);
     APX_NODE_ATTRS(&t.g, ar, ApxAttrAllreduce)->bucket = 0;
     t.finish({loss, a}, loss);

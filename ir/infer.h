@@ -61,6 +61,7 @@
 
 #include "ir/diag.h"
 #include "ir/ir.h"
+#include "kernels/shape.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -91,10 +92,8 @@ int apx_split_to_sequence_pieces(const ApxGraph *g, int node, int64_t *sizes, in
 /* 1 when apx_node_infer has a rule for op (every V1, FOLD and INTERNAL op). */
 int apx_infer_has_rule(ApxOp op);
 
-/* Numpy (multidirectional) broadcasting of two shapes into out (rank *ro). Returns 0, or
- * the 1-based index from the right of the first incompatible dim (a positive number). */
-int apx_broadcast_shape(int32_t ra, const int64_t *a, int32_t rb, const int64_t *b,
-                        int32_t *ro, int64_t *out);
+/* Broadcasting (apx_broadcast_shape, apx_broadcasts_to) and the conv / pooling window size
+ * (apx_window_out) are kernels/shape.h's: inference and the kernels apply one rule. */
 
 #ifdef __cplusplus
 }

@@ -534,16 +534,13 @@ static int canon_window(ApxGraph *g, int node, Window *w, int has_dilations, Apx
 static int window_out(const ApxGraph *g, int node, const Window *w, const int64_t *in, int64_t *out,
                       ApxDiag *d) {
   for (int i = 0; i < 2; i++) {
-    int64_t ek = (w->kernel[i] - 1) * w->dilations[i] + 1;
-    int64_t span = in[i] + w->pads[i] + w->pads[i + 2] - ek;
-    if (span < 0)
+    int64_t o = apx_window_out(in[i], w->kernel[i], w->strides[i], w->dilations[i], w->pads[i],
+                               w->pads[i + 2], w->ceil_mode ? APX_WINDOW_CEIL : APX_WINDOW_FLOOR);
+    if (o < 0)
       return apx_node_error(d, g, node, "kernel extent %" PRId64 " is larger than the padded "
-                            "input size %" PRId64 " (spatial dim %d)", ek,
+                            "input size %" PRId64 " (spatial dim %d)",
+                            (w->kernel[i] - 1) * w->dilations[i] + 1,
                             in[i] + w->pads[i] + w->pads[i + 2], i);
-    int64_t s = w->strides[i];
-    int64_t o = (w->ceil_mode ? (span + s - 1) / s : span / s) + 1;
-    /* ceil mode: a window that starts in the end padding is dropped (PyTorch, ONNX 1.16) */
-    if (w->ceil_mode && (o - 1) * s >= in[i] + w->pads[i]) o--;
     out[i] = o;
   }
   return 0;

@@ -636,10 +636,8 @@ static int canon_shape(ApxGraph *g, int node, ApxDiag *d) {
 
 static int infer_shape(ApxGraph *g, int node, ApxDiag *d) {
   const ApxAttrShape *a = APX_NODE_ATTRS(g, node, ApxAttrShape);
-  int64_t r = infer_in(g, node, 0)->rank;
-  int64_t s = a->start < 0 ? 0 : (a->start > r ? r : a->start);
-  int64_t e = a->end < 0 ? 0 : (a->end > r ? r : a->end);
-  int64_t n = e > s ? e - s : 0;
+  int64_t first, n;
+  apx_shape_slice(a->start, a->end, infer_in(g, node, 0)->rank, &first, &n);
   return infer_set_out(g, node, 0, APX_DT_I64, 1, &n, d);
 }
 

@@ -56,16 +56,14 @@ static int infer_unscale_check(ApxGraph *g, int node, ApxDiag *d) {
 static int infer_optimizer_step(ApxGraph *g, int node, ApxDiag *d) {
   const ApxAttrOptimizer *a = APX_NODE_ATTRS(g, node, ApxAttrOptimizer);
   const ApxNode *nd = &g->nodes[node];
-  int np = a->n_params, k;
-  switch (a->kind) {
-    case APX_OPTIM_SGD: k = a->momentum != 0.0f; break;
-    case APX_OPTIM_ADAMW: case APX_OPTIM_LAMB: k = 2; break;
-    default: return apx_node_error(d, g, node, "unknown optimizer kind %d", a->kind);
-  }
-  int mw = a->master_weights != 0;
-  if (np < 1 || nd->n_in != 4 + np * (2 + k + mw))
-    return apx_node_error(d, g, node, "expects 4 + n_params * %d = %d inputs (n_params = %d), got %d",
-                          2 + k + mw, 4 + np * (2 + k + mw), np, nd->n_in);
+  int np = a->n_params;
+  if (a->kind < APX_OPTIM_SGD || a->kind > APX_OPTIM_LAMB)
+    return apx_node_error(d, g, node, "unknown optimizer kind %d", a->kind);
+  int k = apx_optimizer_state_groups(a), mw = a->master_weights != 0;
+  int64_t want = apx_optimizer_n_inputs(a);
+  if (np < 1 || nd->n_in != want)
+    return apx_node_error(d, g, node, "expects 4 + n_params * %d = %" PRId64 " inputs (n_params = %d), got %d",
+                          2 + k + mw, want, np, nd->n_in);
   if (check_scalar(g, node, 0, "found_inf", APX_DT_F32, d) || check_scalar(g, node, 1, "norm_sq", APX_DT_F32, d) ||
       check_scalar(g, node, 2, "lr", APX_DT_F32, d) || check_scalar(g, node, 3, "step", APX_DT_I64, d))
     return -1;

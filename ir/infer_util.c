@@ -403,25 +403,6 @@ int infer_norm_axes(const ApxGraph *g, int node, const char *what, int64_t *axes
   return 0;
 }
 
-int apx_broadcast_shape(int32_t ra, const int64_t *a, int32_t rb, const int64_t *b,
-                        int32_t *ro, int64_t *out) {
-  int32_t r = ra > rb ? ra : rb;
-  int64_t tmp[APX_MAX_RANK];
-  for (int i = 0; i < r; i++) {
-    int64_t x = i < r - ra ? 1 : a[i - (r - ra)];
-    int64_t y = i < r - rb ? 1 : b[i - (r - rb)];
-    if (x == y || y == 1)
-      tmp[i] = x;
-    else if (x == 1)
-      tmp[i] = y;
-    else
-      return r - i;
-  }
-  for (int i = 0; i < r; i++) out[i] = tmp[i];
-  *ro = r;
-  return 0;
-}
-
 int infer_broadcast_inputs(const ApxGraph *g, int node, const int *slots, int n, IShape *out,
                            ApxDiag *d) {
   IShape acc;
@@ -449,12 +430,7 @@ int infer_broadcast_inputs(const ApxGraph *g, int node, const int *slots, int n,
 }
 
 int infer_broadcasts_to(const IShape *small, const IShape *big) {
-  if (small->rank > big->rank) return 0;
-  for (int i = 0; i < small->rank; i++) {
-    int64_t s = small->dims[small->rank - 1 - i], b = big->dims[big->rank - 1 - i];
-    if (s != b && s != 1) return 0;
-  }
-  return 1;
+  return apx_broadcasts_to(small->rank, small->dims, big->rank, big->dims);
 }
 
 /* ---- outputs ------------------------------------------------------------------------ */

@@ -49,6 +49,23 @@ typedef enum ApxPadMode { APX_PAD_CONSTANT = 0, APX_PAD_REFLECT = 1, APX_PAD_EDG
 #undef APX_I64S
 #undef APX_I64V
 
+/* k, OptimizerStep's state groups S_1 .. S_k per parameter (0 for an unknown kind). */
+static inline int apx_optimizer_state_groups(const ApxAttrOptimizer *a) {
+  switch (a->kind) {
+    case APX_OPTIM_SGD: return a->momentum != 0.0f ? 1 : 0;
+    case APX_OPTIM_ADAMW:
+    case APX_OPTIM_LAMB: return 2;
+  }
+  return 0;
+}
+
+/* OptimizerStep's input count, n_in = 4 + n * (2 + k + master_weights) (in int64: a crafted
+ * n_params cannot overflow it). */
+static inline int64_t apx_optimizer_n_inputs(const ApxAttrOptimizer *a) {
+  return 4 + (int64_t)a->n_params * (2 + apx_optimizer_state_groups(a) + (a->master_weights != 0));
+}
+
+
 /* Input layout of OptimizerStep (the kernel ABI in attrs.def): the fixed inputs before the
  * per-parameter groups. */
 enum {

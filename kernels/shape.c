@@ -46,6 +46,33 @@ const char *apx_dims_str(const ApxTensor *t, char *buf, size_t cap) {
 
 /* ---- broadcasting ------------------------------------------------------------------ */
 
+int apx_broadcasts_to(int32_t rs, const int64_t *s, int32_t rb, const int64_t *b) {
+  if (rs > rb) return 0;
+  for (int32_t i = 0; i < rs; i++)
+    if (!apx_dim_broadcasts(s[rs - 1 - i], b[rb - 1 - i])) return 0;
+  return 1;
+}
+
+int apx_broadcast_shape(int32_t ra, const int64_t *a, int32_t rb, const int64_t *b, int32_t *ro,
+                        int64_t *out) {
+  int32_t r = ra > rb ? ra : rb;
+  int64_t tmp[APX_MAX_RANK];
+  if (r > APX_MAX_RANK) return r;
+  for (int32_t i = 0; i < r; i++) {
+    int64_t x = i < r - ra ? 1 : a[i - (r - ra)];
+    int64_t y = i < r - rb ? 1 : b[i - (r - rb)];
+    if (apx_dim_broadcasts(y, x))
+      tmp[i] = x;
+    else if (apx_dim_broadcasts(x, y))
+      tmp[i] = y;
+    else
+      return r - i;
+  }
+  for (int32_t i = 0; i < r; i++) out[i] = tmp[i];
+  *ro = r;
+  return 0;
+}
+
 int apx_bcast_init(ApxBcast *b, int32_t out_rank, const int64_t *out_dims, int32_t n_in,
                    const int32_t *in_ranks, const int64_t (*in_dims)[APX_MAX_RANK], int *bad) {
   int64_t st[APX_BCAST_MAX_IN][APX_MAX_RANK];
@@ -70,14 +97,11 @@ int apx_bcast_init(ApxBcast *b, int32_t out_rank, const int64_t *out_dims, int32
         continue;
       }
       int64_t dim = in_dims[k][id];
-      if (dim == 1) {
-        st[k][d] = 0;
-      } else if (dim == out_dims[d]) {
-        st[k][d] = cs[id];
-      } else {
+      if (!apx_dim_broadcasts(dim, out_dims[d])) {
         if (bad) *bad = k;
         return -1;
       }
+      st[k][d] = dim == 1 ? 0 : cs[id];
     }
   }
   /* collapse: drop size-1 output dims, merge neighbours contiguous in every input */
@@ -185,12 +209,10 @@ int64_t apx_sum_to_mask(const ApxTensor *from, const ApxTensor *to) {
     int32_t td = d - lead;
     if (td < 0) {
       mask |= 1ll << d;
-    } else if (to->dims[td] == from->dims[d]) {
-      continue;
-    } else if (to->dims[td] == 1) {
-      mask |= 1ll << d;
-    } else {
+    } else if (!apx_dim_broadcasts(to->dims[td], from->dims[d])) {
       return -1;
+    } else if (to->dims[td] != from->dims[d]) {
+      mask |= 1ll << d;
     }
   }
   return mask;
@@ -321,7 +343,7 @@ int apx_gather_shape(int64_t axis, const ApxTensor *data, const ApxTensor *idx,
   if (axis < 0 || axis >= data->rank)
     return fail(err, cap, "axis %lld out of range for rank %d", (long long)axis, data->rank);
   if (!apx_dtype_is_int(idx->dtype) || idx->dtype == APX_DT_BOOL)
-    return fail(err, cap, "indices must be integers, got %s", apx_dtype_name(idx->dtype));
+    return fail(err, cap, "indices of type %s (expected an integer type)", apx_dtype_name(idx->dtype));
   int ok = out->rank == data->rank - 1 + idx->rank;
   for (int32_t d = 0; ok && d < out->rank; d++) {
     int64_t want = d < axis ? data->dims[d]
@@ -406,6 +428,9 @@ int apx_loss_shape(const ApxTensor *x, const ApxTensor *labels, int64_t *N, int6
 /* ---- convolution and pooling ------------------------------------------------------- */
 
 static int64_t one_if_zero(int64_t v) { return v ? v : 1; }
+/* Window attributes past int range (kernel sizes, strides, dilations, pads, groups): refused,
+ * so that no index arithmetic of a kernel can overflow on a crafted plan. */
+static int beyond_int(int64_t v) { return v > 0x7fffffff || v < -0x7fffffff; }
 
 int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, const ApxTensor *y,
                   ApxConvGeom *g, char *err, size_t cap) {
@@ -432,6 +457,10 @@ int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, 
   g->pl = a->pads[1];
   g->pb = a->pads[2];
   g->pr = a->pads[3];
+  if (beyond_int(g->G) || beyond_int(g->sh) || beyond_int(g->sw) || beyond_int(g->dh) ||
+      beyond_int(g->dw) || beyond_int(g->pt) || beyond_int(g->pl) || beyond_int(g->pb) ||
+      beyond_int(g->pr))
+    return unsupported(err, cap, "not supported yet: convolution attributes beyond 2^31");
   int bad = g->G < 1 || g->C % g->G || g->M % g->G || g->sh < 1 || g->sw < 1 || g->dh < 1 ||
             g->dw < 1 || g->pt < 0 || g->pl < 0 || g->pb < 0 || g->pr < 0;
   if (!bad) {
@@ -441,9 +470,9 @@ int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, 
           (a->kernel[1] && a->kernel[1] != g->kw) || y->dims[0] != g->N || y->dims[1] != g->M;
   }
   if (!bad) {
-    int64_t sph = g->H + g->pt + g->pb - (g->kh - 1) * g->dh - 1;
-    int64_t spw = g->W + g->pl + g->pr - (g->kw - 1) * g->dw - 1;
-    bad = sph < 0 || spw < 0 || g->OH != sph / g->sh + 1 || g->OW != spw / g->sw + 1;
+    int64_t oh = apx_window_out(g->H, g->kh, g->sh, g->dh, g->pt, g->pb, APX_WINDOW_FLOOR);
+    int64_t ow = apx_window_out(g->W, g->kw, g->sw, g->dw, g->pl, g->pr, APX_WINDOW_FLOOR);
+    bad = oh < 0 || ow < 0 || g->OH != oh || g->OW != ow;
   }
   if (bad)
     return fail(err, cap, "shapes/attributes do not match: X %s, W %s, Y %s, group %lld",
@@ -454,16 +483,28 @@ int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, 
   return 0;
 }
 
-/* Output size along one dim for floor / ceil mode. */
+int64_t apx_window_out(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1,
+                       ApxWindowMode mode) {
+  /* crafted attributes reach this (plans are inputs): every step checked for overflow */
+  int64_t ext, padded, span, begin;
+  if (s < 1 || __builtin_mul_overflow(k - 1, d, &ext) || __builtin_add_overflow(ext, 1, &ext) ||
+      __builtin_add_overflow(in, p0, &begin) || __builtin_add_overflow(begin, p1, &padded) ||
+      __builtin_sub_overflow(padded, ext, &span) || span < 0)
+    return -1;
+  if (mode == APX_WINDOW_FLOOR) return span / s + 1;
+  int64_t o = span / s + (span % s != 0) + 1; /* ceil(span / s) + 1 */
+  if (mode == APX_WINDOW_CEIL && (begin <= 0 || (o - 1) > (begin - 1) / s)) o--; /* (o - 1) s >= in + p0 */
+  return o;
+}
+
+/* Pooling output size along one dim: floor mode, or either ceil-mode size (the kernels run
+ * both conventions of ONNX models). */
 static int out_size_ok(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1,
                        int ceil_mode, int64_t out) {
-  int64_t span = in + p0 + p1 - ((k - 1) * d + 1);
-  if (span < 0) return 0;
-  int64_t fl = span / s + 1;
-  if (!ceil_mode) return out == fl;
-  int64_t ce = (span + s - 1) / s + 1;
-  if ((ce - 1) * s >= in + p0) ce--;
-  return out == ce || out == (span + s - 1) / s + 1;
+  if (out < 0) return 0;
+  if (!ceil_mode) return out == apx_window_out(in, k, s, d, p0, p1, APX_WINDOW_FLOOR);
+  return out == apx_window_out(in, k, s, d, p0, p1, APX_WINDOW_CEIL) ||
+         out == apx_window_out(in, k, s, d, p0, p1, APX_WINDOW_CEIL_ALL);
 }
 
 int apx_pool_geom(const ApxAttrPool *a, const ApxTensor *x, const ApxTensor *y, ApxPoolGeom *g,
@@ -493,6 +534,10 @@ int apx_pool_geom(const ApxAttrPool *a, const ApxTensor *x, const ApxTensor *y, 
   if (g->kh < 1 || g->kw < 1 || g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->pt < 0 ||
       g->pl < 0 || g->pb < 0 || g->pr < 0)
     return fail(err, cap, "bad kernel/strides/dilations/pads");
+  if (beyond_int(g->kh) || beyond_int(g->kw) || beyond_int(g->sh) || beyond_int(g->sw) ||
+      beyond_int(g->dh) || beyond_int(g->dw) || beyond_int(g->pt) || beyond_int(g->pl) ||
+      beyond_int(g->pb) || beyond_int(g->pr))
+    return unsupported(err, cap, "not supported yet: pooling attributes beyond 2^31");
   if (y->dims[0] != g->N || y->dims[1] != g->C ||
       !out_size_ok(g->H, g->kh, g->sh, g->dh, g->pt, g->pb, a->ceil_mode, g->OH) ||
       !out_size_ok(g->W, g->kw, g->sw, g->dw, g->pl, g->pr, a->ceil_mode, g->OW))

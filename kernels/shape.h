@@ -49,12 +49,35 @@ static inline void apx_dims_strides(const int64_t *dims, int32_t rank, int64_t *
   }
 }
 
+/* Shape's slice of a rank-r shape (opset 15 start / end: negative from the end, clamped to
+ * [0, r]): the first dim *first and the count *n. */
+static inline void apx_shape_slice(int64_t start, int64_t end, int64_t r, int64_t *first,
+                                   int64_t *n) {
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = start < 0 ? 0 : start > r ? r : start;
+  end = end < 0 ? 0 : end > r ? r : end;
+  *first = start;
+  *n = end > start ? end - start : 0;
+}
+
 /* 1 when a and b have the same rank and dims. */
 int apx_same_dims(const ApxTensor *a, const ApxTensor *b);
 /* "[2,3,4]" into buf (for messages); returns buf. */
 const char *apx_dims_str(const ApxTensor *t, char *buf, size_t cap);
 
 /* ---- numpy multidirectional broadcasting ------------------------------------------------ */
+
+/* The broadcasting rule (numpy, shapes right-aligned): a dim broadcasts to another when the
+ * two are equal or it is 1. Every broadcast check of the kernels and of the compiler's shape
+ * inference (ir/infer*.c) goes through it. */
+static inline int apx_dim_broadcasts(int64_t from, int64_t to) { return from == to || from == 1; }
+/* 1 when dims s[rs] broadcast to b[rb] (rs <= rb, each dim by apx_dim_broadcasts). */
+int apx_broadcasts_to(int32_t rs, const int64_t *s, int32_t rb, const int64_t *b);
+/* The broadcast of a[ra] and b[rb] into out[*ro] (out may be a or b): 0, or the position
+ * from the right (1 = last dim) of the first dim where they do not broadcast (out untouched). */
+int apx_broadcast_shape(int32_t ra, const int64_t *a, int32_t rb, const int64_t *b, int32_t *ro,
+                        int64_t *out);
 
 #define APX_BCAST_MAX_IN 4
 
@@ -182,6 +205,19 @@ int apx_loss_shape(const ApxTensor *x, const ApxTensor *labels, int64_t *N, int6
                    int64_t *inner, char *err, size_t cap);
 
 /* ---- convolution and pooling ----------------------------------------------------------- */
+
+/* Output size of a sliding window along one spatial dim (ONNX Conv and pooling): input in,
+ * kernel k, stride s >= 1, dilation d >= 1, pads p0 (begin) and p1 (end); -1 when the
+ * dilated kernel is larger than the padded input. The one output-size rule of the kernels
+ * and of shape inference (ir/infer_nn.c). */
+typedef enum ApxWindowMode {
+  APX_WINDOW_FLOOR = 0,    /* floor((in + p0 + p1 - ((k - 1) d + 1)) / s) + 1 */
+  APX_WINDOW_CEIL = 1,     /* ceil, without a last window that starts in the end padding
+                            * (PyTorch, ONNX 1.16) */
+  APX_WINDOW_CEIL_ALL = 2, /* ceil, every window (ONNX's reference before 1.16) */
+} ApxWindowMode;
+int64_t apx_window_out(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1,
+                       ApxWindowMode mode);
 
 /* 2-D convolution geometry (Conv, ConvGrad): x (N, C, H, W), w (M, C / G, kh, kw),
  * y (N, M, OH, OW); strides, dilations and group 0 read as 1. Rank other than 4 is

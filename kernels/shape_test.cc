@@ -250,4 +250,54 @@ TEST(Shape, ConvAndPoolGeometry) {
   EXPECT_EQ(apx_pool_geom(&p, &px, &pyf, &pg, err, sizeof err), 0) << err;
 }
 
+// One window rule for inference and kernels: floor, ceil without a window that starts in the
+// end padding (PyTorch), ceil with every window; -1 when the kernel does not fit.
+TEST(Shape, WindowOutputSizeModes) {
+  EXPECT_EQ(apx_window_out(6, 3, 2, 1, 0, 0, APX_WINDOW_FLOOR), 2);
+  EXPECT_EQ(apx_window_out(6, 3, 2, 1, 0, 0, APX_WINDOW_CEIL), 3);
+  EXPECT_EQ(apx_window_out(9, 3, 2, 1, 1, 1, APX_WINDOW_FLOOR), 5);
+  EXPECT_EQ(apx_window_out(9, 3, 3, 2, 0, 0, APX_WINDOW_FLOOR), 2);  // dilated extent 5
+  // in 4, k 2, s 2, end pad 1: the last ceil window would start in the end padding
+  EXPECT_EQ(apx_window_out(4, 2, 2, 1, 0, 1, APX_WINDOW_CEIL_ALL), 3);
+  EXPECT_EQ(apx_window_out(4, 2, 2, 1, 0, 1, APX_WINDOW_CEIL), 2);
+  EXPECT_EQ(apx_window_out(4, 2, 2, 1, 0, 1, APX_WINDOW_FLOOR), 2);
+  EXPECT_EQ(apx_window_out(2, 5, 1, 1, 1, 1, APX_WINDOW_FLOOR), -1);
+  EXPECT_EQ(apx_window_out(4, 2, 0, 1, 0, 0, APX_WINDOW_FLOOR), -1);  // stride 0
+  // fuzz_plan finding: crafted dilations / pads overflowed int64 (UB); now refused
+  EXPECT_EQ(apx_window_out(8, 3, 1, INT64_MAX / 2 + 1, 0, 0, APX_WINDOW_FLOOR), -1);
+  EXPECT_EQ(apx_window_out(8, 3, 1, 1, INT64_MAX, 1, APX_WINDOW_CEIL), -1);
+  EXPECT_EQ(apx_window_out(0, 1, 1, 1, 0, 1, APX_WINDOW_CEIL), 0);  // as before: starts in the pad
+}
+
+TEST(Shape, WindowAttributesBeyondIntAreRefused) {
+  ApxAttrConv c;
+  memset(&c, 0, sizeof c);
+  c.dilations[0] = (int64_t)1 << 40;
+  ApxTensor x = T({1, 1, 8, 8}), w = T({1, 1, 3, 3}), y = T({1, 1, 6, 6});
+  ApxConvGeom g;
+  char err[256];
+  EXPECT_EQ(apx_conv_geom(&c, &x, &w, &y, &g, err, sizeof err), APX_SHAPE_UNSUPPORTED);
+  EXPECT_STREQ(err, "not supported yet: convolution attributes beyond 2^31");
+  ApxAttrPool p;
+  memset(&p, 0, sizeof p);
+  p.kernel[0] = p.kernel[1] = 2;
+  p.pads[2] = INT64_MAX;
+  ApxPoolGeom pg;
+  EXPECT_EQ(apx_pool_geom(&p, &x, &y, &pg, err, sizeof err), APX_SHAPE_UNSUPPORTED);
+}
+
+TEST(Shape, BroadcastRuleForShapes) {
+  const int64_t a[3] = {2, 1, 4}, b[2] = {3, 1}, c[1] = {5};
+  int64_t out[APX_MAX_RANK];
+  int32_t r = 0;
+  ASSERT_EQ(apx_broadcast_shape(3, a, 2, b, &r, out), 0);
+  EXPECT_EQ(std::vector<int64_t>(out, out + r), (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(apx_broadcast_shape(3, a, 1, c, &r, out), 1);  // last dims 4 and 5
+  const int64_t big[3] = {2, 3, 4};
+  EXPECT_TRUE(apx_broadcasts_to(2, b, 3, big));   // [3,1] -> [2,3,4]
+  EXPECT_TRUE(apx_broadcasts_to(3, a, 3, big));   // [2,1,4] -> [2,3,4]
+  EXPECT_FALSE(apx_broadcasts_to(3, big, 2, b));  // more dims than the target
+  EXPECT_FALSE(apx_broadcasts_to(1, c, 3, big));
+}
+
 }  // namespace

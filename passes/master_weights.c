@@ -36,12 +36,16 @@ static int rewrite(ApxGraph *g, const ApxOptions *o, ApxDiag *d, int node, const
   ApxAttrOptimizer *at = APX_NODE_ATTRS(g, node, ApxAttrOptimizer);
   int n = at->n_params, k = apx_optimizer_state_groups(at);
   const int first = APX_OPTIM_IN_FIRST_GROUP;
-  if (g->nodes[node].n_in != first + n * (2 + k))
+  ApxAttrOptimizer with_copies = *at;
+  with_copies.master_weights = 1;
+  /* the half copies H_i become the last group: it starts at the count without them */
+  int n_before = (int)apx_optimizer_n_inputs(at), n_in = (int)apx_optimizer_n_inputs(&with_copies);
+  if (g->nodes[node].n_in != n_before)
     return apx_node_error(d, g, node, "internal error: %d inputs, expected %d for %d parameters",
-                          g->nodes[node].n_in, first + n * (2 + k), n);
+                          g->nodes[node].n_in, n_before, n);
   int *master = malloc(((size_t)n + 1) * sizeof(int));
   int *copy = malloc(((size_t)n + 1) * sizeof(int));
-  int *in = malloc(((size_t)(first + n * (3 + k))) * sizeof(int));
+  int *in = malloc((size_t)n_in * sizeof(int));
   int rc = -1, pairs = 0;
   if (!master || !copy || !in) {
     apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);
@@ -73,8 +77,7 @@ static int rewrite(ApxGraph *g, const ApxOptions *o, ApxDiag *d, int node, const
   memcpy(in, old, (size_t)first * sizeof(int));
   memcpy(in + first, master, (size_t)n * sizeof(int));
   memcpy(in + first + n, old + first + n, (size_t)(n * (1 + k)) * sizeof(int));
-  memcpy(in + first + n * (2 + k), copy, (size_t)n * sizeof(int));
-  int n_in = first + n * (3 + k);
+  memcpy(in + n_before, copy, (size_t)n * sizeof(int));
   int *arr = apx_arena_memdup(&g->arena, in, (size_t)n_in * sizeof(int));
   if (!arr) {
     apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);

@@ -8,15 +8,6 @@
 #include "ir/infer.h"
 #include "passes/autodiff.h"
 
-int apx_optimizer_state_groups(const ApxAttrOptimizer *a) {
-  switch (a->kind) {
-    case APX_OPTIM_SGD: return a->momentum != 0.0f ? 1 : 0;
-    case APX_OPTIM_ADAMW:
-    case APX_OPTIM_LAMB: return 2;
-  }
-  return 0;
-}
-
 static int oom(ApxGraph *g, ApxDiag *d) {
   return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);
 }
@@ -120,7 +111,7 @@ int pass_optimizer(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   ApxAttrOptimizer at = optimizer_attrs(o, n);
   int groups = apx_optimizer_state_groups(&at);
   int n_uc_out = APX_UNSCALE_OUT_FIRST_GRAD + n;
-  int n_os_in = APX_OPTIM_IN_FIRST_GROUP + n * (2 + groups);
+  int n_os_in = (int)apx_optimizer_n_inputs(&at);
   int *uc_in = malloc(((size_t)n + 1) * sizeof(int));
   int *uc_out = malloc((size_t)n_uc_out * sizeof(int));
   int *os_in = malloc((size_t)n_os_in * sizeof(int));

@@ -33,8 +33,8 @@ extern "C" {
 
 int pass_optimizer(ApxGraph *g, const ApxOptions *o, ApxDiag *d);
 
-/* Number of per-parameter state groups of OptimizerStep for these attributes. */
-int apx_optimizer_state_groups(const ApxAttrOptimizer *a);
+/* OptimizerStep's state groups and input count: apx_optimizer_state_groups and
+ * apx_optimizer_n_inputs (kernels/attrs.h). */
 
 #ifdef __cplusplus
 }

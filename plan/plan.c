@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "plan/plan_validate.h"
+
 #include "plan/plan.pb-c.h"
 
 static const char k_magic[8] = {'A', 'P', 'X', 'P', 'L', 'A', 'N', 0};
@@ -769,7 +771,7 @@ static int w_data(Writer *w, const void *buf, uint64_t n) {
 int apx_plan_write(ApxPlan *p, const char *path, ApxDiag *d) {
   const char *saved_path = p->path;
   p->path = path;
-  int rc = apx_plan_validate(p, d);
+  int rc = apx_plan_validate(p, d) || apx_plan_check_kernels(p, d);
   p->path = saved_path;
   if (rc) return -1;
   /* the rename below would replace a device or FIFO (as root, even /dev/null) */
@@ -996,7 +998,7 @@ int apx_plan_read(ApxPlan *p, const char *path, ApxDiag *d) {
   if (p->data_bytes != h.data_len)
     return bad(d, p, "metadata data size %" PRIu64 " differs from header %" PRIu64, p->data_bytes,
                h.data_len);
-  if (apx_plan_validate(p, d)) return -1;
+  if (apx_plan_validate(p, d) || apx_plan_check_kernels(p, d)) return -1;
   for (int32_t i = 0; i < p->n_bufs; i++)
     if (p->bufs[i].data_len) p->bufs[i].data = mb + h.data_offset + p->bufs[i].data_offset;
   for (int32_t i = 0; i < p->n_blobs; i++) p->blobs[i].data = mb + h.data_offset + p->blobs[i].data_offset;

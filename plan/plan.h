@@ -22,7 +22,8 @@
  * all-zero 64 KiB blocks of the data section are written as holes (sparse file).
  * Reading maps the file, checks magic, version, sizes and the checksum, then every
  * reference (buffer and kernel ids, data ranges, arena ranges, attribute sizes, op names,
- * the attrs ABI) and rejects anything else with a one-line error (exit code 2).
+ * the attrs ABI), then every kernel (plan_validate.h: its op's contract, its producers, the
+ * aliasing its op allows) and rejects anything else with a one-line error (exit code 2).
  *
  * In memory the plan is plain arrays in plan->arena; buffer initial bytes are pointers
  * (into the mapped file after apx_plan_read, into the graph after apx_plan_from_graph).

@@ -81,7 +81,8 @@ struct Sample {
     o.grad_predivide = 8.f;
     o.sync_bn = 1;
 
-    ApxPlanBuffer *b = apx_plan_alloc_buffers(&p, 8);
+    // A plan the kernels could run (apx_plan_check_kernels reads every kernel at load).
+    ApxPlanBuffer *b = apx_plan_alloc_buffers(&p, 14);
     auto buf = [&](int i, const char *name, ApxValueKind kind, ApxDType dt,
                    std::vector<int64_t> dims, ApxMemRegion r, int64_t off) {
       b[i].name = name;
@@ -102,6 +103,12 @@ struct Sample {
     buf(5, "W_grad", APX_VAL_ACTIVATION, APX_DT_F32, {3, 4}, APX_MEM_ARENA, 192);
     buf(6, "y_flat", APX_VAL_ACTIVATION, APX_DT_F32, {8}, APX_MEM_ARENA, 64);
     buf(7, "W_master", APX_VAL_STATE, APX_DT_F32, {3, 4}, APX_MEM_PERSISTENT, 128);
+    buf(8, "apx_found_inf", APX_VAL_STATE, APX_DT_F32, {1}, APX_MEM_PERSISTENT, 192);
+    buf(9, "apx_grad_norm_sq", APX_VAL_STATE, APX_DT_F32, {1}, APX_MEM_PERSISTENT, 256);
+    buf(10, "apx_lr", APX_VAL_STATE, APX_DT_F32, {1}, APX_MEM_PERSISTENT, 320);
+    buf(11, "apx_optimizer_step", APX_VAL_STATE, APX_DT_I64, {1}, APX_MEM_PERSISTENT, 384);
+    buf(12, "W.exp_avg", APX_VAL_STATE, APX_DT_F32, {3, 4}, APX_MEM_PERSISTENT, 448);
+    buf(13, "W.exp_avg_sq", APX_VAL_STATE, APX_DT_F32, {3, 4}, APX_MEM_PERSISTENT, 512);
     b[3].flags = APX_VALF_GRAPH_OUTPUT;
     b[4].flags = APX_VALF_GRAPH_OUTPUT | APX_VALF_LOSS;
     b[5].flags = APX_VALF_GRAD;
@@ -117,7 +124,7 @@ struct Sample {
     b[7].data = m_data.data();
 
     apx_plan_alloc_kernels(&p, 5);
-    ApxAttrGemm gemm = {1.5f, 0.5f, 0, 1};
+    ApxAttrGemm gemm = {1.5f, 0.5f, 0, 0};
     int32_t k0i[] = {0, 1, 2}, k0o[] = {3};
     apx_plan_set_kernel(&p, 0, APX_OP_Gemm, "gemm0", APX_SEC_FORWARD, &gemm, 3, k0i, 1, k0o);
     p.kernels[0].compute = APX_DT_BF16;
@@ -140,8 +147,8 @@ struct Sample {
     opt.n_params = 1;
     opt.lr = 0.001f;
     opt.beta1 = 0.9f;
-    int32_t k4i[] = {7, 5};
-    apx_plan_set_kernel(&p, 4, APX_OP_OptimizerStep, "adamw", APX_SEC_OPTIMIZER, &opt, 2, k4i, 0, nullptr);
+    int32_t k4i[] = {8, 9, 10, 11, 7, 5, 12, 13};
+    apx_plan_set_kernel(&p, 4, APX_OP_OptimizerStep, "adamw", APX_SEC_OPTIMIZER, &opt, 8, k4i, 0, nullptr);
 
     p.n_decisions = 2;
     p.decisions = (ApxPlanDecision *)apx_arena_alloc(&p.arena, 2 * sizeof(ApxPlanDecision));
@@ -157,7 +164,7 @@ struct Sample {
     p.outputs = outs;
     p.n_outputs = 2;
     p.loss = 4;
-    p.mem = {256, 200, 320, 192};
+    p.mem = {256, 200, 320, 576};
     apx_plan_layout_data(&p);
   }
   ~Sample() { apx_plan_free(&p); }
@@ -440,7 +447,7 @@ TEST(Plan, SemanticErrorsAreRejected) {
        }},
       {"ready_at", [](Apexc__Plan *m) { m->buckets[0]->ready_at = 9; }},
       {"not an input buffer", [](Apexc__Plan *m) { m->inputs[0] = 1; }},
-      {"loss refers", [](Apexc__Plan *m) { m->loss = 8; }},
+      {"loss refers", [](Apexc__Plan *m) { m->loss = 99; }},
       {"metadata version", [](Apexc__Plan *m) { m->format_version = 7; }},
   };
   int i = 0;

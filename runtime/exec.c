@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/validate.h"
 
 void apx_exec_config_init(ApxExecConfig *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -412,6 +413,11 @@ static ApxStatus run_allreduce(ApxExec *ex, int32_t k, const ApxPlanKernel *kn, 
   ApxBackend *be = ex->be;
   ApxTensor *ins = args, *outs = args + kn->n_in;
   int32_t n = kn->n_in < kn->n_out ? kn->n_in : kn->n_out;
+  /* r_i mirrors m_i (the plan validator proved it for loaded plans; plans built in memory
+   * are held to it here before a byte is copied or reduced) */
+  char why[256];
+  if (apx_kernel_validate(kn->op, kn->attrs, ins, kn->n_in, outs, kn->n_out, why, sizeof why))
+    return apx_backend_fail(be, APX_STATUS_BAD_INPUT, "%s", why);
   if (be->world > 1 && overlapping(ex)) {
     const ApxTensor *t = kn->n_out > 0 ? outs : ins; /* plans without outputs reduce their inputs */
     if (kn->n_out == 0) n = kn->n_in;

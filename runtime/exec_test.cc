@@ -265,6 +265,33 @@ TEST(Exec, KernelFailureNamesTheNodeAndReason) {
   apx_plan_free(&plan);
 }
 
+// A single-process Allreduce copies each input into its output: a plan built in memory (never
+// through the plan validator) whose output is larger than its input is refused before a byte
+// is copied (it was a heap overflow in cpu_copy).
+TEST(Exec, AllreduceChecksItsPairsBeforeCopying) {
+  G t;
+  int g = t.value("g", APX_VAL_INPUT, {4}), r = t.value("r", APX_VAL_ACTIVATION, {4});
+  int ar = t.node(APX_OP_Allreduce, {g}, {r}, "bucket0");
+  APX_NODE_ATTRS(&t.g, ar, ApxAttrAllreduce)->predivide = 1.0f;
+  t.finish({r});
+  ApxPlan plan;
+  apx_plan_init(&plan);
+  ASSERT_EQ(apx_plan_from_graph(&t.g, nullptr, &plan, &t.d), 0) << t.d.msg;
+  ApxPlanBuffer &gb = plan.bufs[plan.kernels[0].in[0]];
+  gb.dims[0] = 1 << 20;  // the input now claims 4 MiB: a copy would run past both buffers
+  gb.bytes = 4 << 20;
+  ApxExec ex;
+  ApxDiag d;
+  apx_diag_init(&d);
+  ASSERT_EQ(apx_exec_init(&ex, &plan, nullptr, &d), 0) << d.msg;
+  EXPECT_EQ(apx_exec_run(&ex, APX_SEC_FORWARD, &d), -1);
+  EXPECT_EQ(d.code, APX_EXIT_RUNTIME);
+  EXPECT_NE(std::string(d.msg).find("(Allreduce): bad input: output 0 does not mirror input 0"),
+            std::string::npos) << d.msg;
+  apx_exec_free(&ex);
+  apx_plan_free(&plan);
+}
+
 TEST(Exec, SectionsRunSeparately) {
   G t;
   int x = t.value("x", APX_VAL_INPUT, {4});

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 PKGS="bazel-bootstrap libgtest-dev protobuf-c-compiler libprotobuf-c-dev libonnx-dev
-      libonnx-testdata libopenblas-dev libopenmpi-dev openmpi-bin clang graphviz
+      libonnx-testdata libopenblas-dev libopenmpi-dev openmpi-bin clang libomp-dev libclang-rt-dev graphviz
       python3 python3-venv"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done

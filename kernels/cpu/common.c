@@ -108,16 +108,6 @@ void apx_cpu_reexec_tuned(char **argv) {
     if (env[i].set) unsetenv(env[i].name);
 }
 
-ApxStatus apx_cpu_need_in(ApxCpuCtx *ctx, const ApxTensor *ins, int n_in, int i) {
-  if (apx_cpu_has(ins, n_in, i)) return APX_STATUS_OK;
-  return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %d missing", i);
-}
-
-ApxStatus apx_cpu_need_out(ApxCpuCtx *ctx, ApxTensor *outs, int n_out, int i) {
-  if (apx_cpu_has(outs, n_out, i)) return APX_STATUS_OK;
-  return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output %d missing", i);
-}
-
 int64_t apx_cpu_index_at(const ApxTensor *t, int64_t i) {
   switch (t->dtype) {
     case APX_DT_I64: return ((const int64_t *)t->data)[i];

@@ -104,12 +104,11 @@ static ApxStatus type_error(ApxCpuCtx *ctx, const char *what, ApxDType t) {
                       apx_dtype_name(t));
 }
 
-/* Inputs 0..need-1 present, every present input of one type; returns it through *dt. */
+/* Every present input of one type (inputs 0..need-1 are present: the op table's arity,
+ * checked by kernels/validate.c); returns it through *dt. */
 static ApxStatus same_types(ApxCpuCtx *ctx, const ApxTensor *ins, int n_in, int need,
                             ApxDType *dt) {
-  ApxStatus s;
-  for (int k = 0; k < need; k++)
-    if ((s = apx_cpu_need_in(ctx, ins, n_in, k))) return s;
+  (void)need;
   for (int k = 1; k < n_in; k++) {
     if (!ins[k].data) continue;
     if (ins[k].dtype != ins[0].dtype)
@@ -127,8 +126,7 @@ static ApxStatus bcast2(ApxCpuCtx *ctx, ApxBcast *bc, const ApxTensor *out, cons
 }
 
 static ApxStatus need_out_type(ApxCpuCtx *ctx, ApxTensor *outs, int n_out, ApxDType dt) {
-  ApxStatus s;
-  if ((s = apx_cpu_need_out(ctx, outs, n_out, 0))) return s;
+  (void)n_out; /* output 0 is present: the op table's arity, checked by kernels/validate.c */
   if (outs[0].dtype != dt)
     return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output has type %s, expected %s",
                         apx_dtype_name(outs[0].dtype), apx_dtype_name(dt));
@@ -190,8 +188,7 @@ APX_CPU_KERNEL(apx_cpu_logic) {
 /* IsNaN(X), IsInf(X) -> bool, float X */
 APX_CPU_KERNEL(apx_cpu_isclass) {
   ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) ||
-      (s = need_out_type(ctx, outs, n_out, APX_DT_BOOL)))
+  if ((s = need_out_type(ctx, outs, n_out, APX_DT_BOOL)))
     return s;
   int64_t n = apx_tensor_numel(&ins[0]);
   if (apx_tensor_numel(&outs[0]) != n)
@@ -246,7 +243,6 @@ APX_CPU_KERNEL(apx_cpu_minmax) {
 /* Clip(X, min?, max?) -> Y; the bounds are one-element tensors of X's type */
 APX_CPU_KERNEL(apx_cpu_clip) {
   ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0))) return s;
   ApxDType dt = ins[0].dtype;
   if ((s = need_out_type(ctx, outs, n_out, dt))) return s;
   int64_t n = apx_tensor_numel(&ins[0]);
@@ -305,9 +301,6 @@ APX_CPU_KERNEL(apx_cpu_mod) {
 
 /* ClipGrad(dY, X, min?, max?) -> dX?, dMin?, dMax?, all of dY's shape (math kernel) */
 APX_CPU_KERNEL(apx_cpu_clip_grad) {
-  ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1)))
-    return s;
   const ApxTensor *dy = &ins[0];
   int64_t n = apx_tensor_numel(dy);
   if (apx_tensor_numel(&ins[1]) != n || ins[1].dtype != dy->dtype)

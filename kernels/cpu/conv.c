@@ -22,8 +22,8 @@
 #include "kernels/cpu/conv_real.inc"
 #include "kernels/cpu/real_end.h"
 
-/* x (N, C, H, W), w (M, C / group, kh, kw), y (N, M, OH, OW): kernels/shape.h's geometry,
- * with the GEMM sizes in int range. */
+/* x (N, C, H, W), w (M, C / group, kh, kw), y (N, M, OH, OW): kernels/shape.h's geometry
+ * (checked by kernels/validate.h), with the GEMM sizes in int range (OpenBLAS). */
 static ApxStatus conv_geom(ApxCpuCtx *ctx, const ApxAttrConv *a, const ApxTensor *x,
                            const ApxTensor *w, const ApxTensor *y, ApxConvGeom *g) {
   ApxStatus s = apx_shape_status(apx_conv_geom(a, x, w, y, g, ctx->err, sizeof ctx->err));
@@ -32,12 +32,6 @@ static ApxStatus conv_geom(ApxCpuCtx *ctx, const ApxAttrConv *a, const ApxTensor
   if (Kc > 0x7fffffff || g->OH * g->OW > 0x7fffffff || g->Mg > 0x7fffffff)
     return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: dims beyond 2^31");
   return APX_STATUS_OK;
-}
-
-static ApxStatus same_type(ApxCpuCtx *ctx, const ApxTensor *t, ApxDType dt, const char *what) {
-  if (!t->data || t->dtype == dt) return APX_STATUS_OK;
-  return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%s has type %s, expected %s", what,
-                      apx_dtype_name(t->dtype), apx_dtype_name(dt));
 }
 
 /* im2col scratch: nbuf buffers of Kc * OHW elements (one per thread for the parallel paths) */
@@ -49,18 +43,10 @@ static void *alloc_col(const ApxConvGeom *g, size_t es, int nbuf) {
 /* Conv, ConvBiasRelu */
 APX_CPU_KERNEL(apx_cpu_conv) {
   ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1)) ||
-      (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
-    return s;
   ApxConvGeom g;
   ApxDType dt = outs[0].dtype;
   const ApxTensor *b = apx_cpu_has(ins, n_in, 2) ? &ins[2] : NULL;
-  if ((s = conv_geom(ctx, attrs, &ins[0], &ins[1], &outs[0], &g)) ||
-      (s = same_type(ctx, &ins[0], dt, "X")) || (s = same_type(ctx, &ins[1], dt, "W")) ||
-      (b && (s = same_type(ctx, b, dt, "B"))))
-    return s;
-  if (b && apx_tensor_numel(b) != g.M)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "B must have M = %lld elements", (long long)g.M);
+  if ((s = conv_geom(ctx, attrs, &ins[0], &ins[1], &outs[0], &g))) return s;
   int nt = apx_cpu_threads(ctx), relu = op == APX_OP_ConvBiasRelu;
   int par = dt == APX_DT_F64 ? conv_pairs_parallel_f64(&g, nt) : conv_pairs_parallel_f32(&g, nt);
   void *col = alloc_col(&g, apx_dtype_size(dt), par ? nt : 1);
@@ -75,20 +61,12 @@ APX_CPU_KERNEL(apx_cpu_conv) {
 
 APX_CPU_KERNEL(apx_cpu_conv_grad) {
   ApxStatus s;
-  for (int i = 0; i < 3; i++)
-    if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
   ApxConvGeom g;
   ApxDType dt = ins[0].dtype;
-  if ((s = conv_geom(ctx, attrs, &ins[1], &ins[2], &ins[0], &g)) ||
-      (s = same_type(ctx, &ins[1], dt, "X")) || (s = same_type(ctx, &ins[2], dt, "W")))
-    return s;
+  if ((s = conv_geom(ctx, attrs, &ins[1], &ins[2], &ins[0], &g))) return s;
   void *dx = apx_cpu_has(outs, n_out, 0) ? outs[0].data : NULL;
   void *dw = apx_cpu_has(outs, n_out, 1) ? outs[1].data : NULL;
   void *db = apx_cpu_has(outs, n_out, 2) ? outs[2].data : NULL;
-  if ((dx && (!apx_same_dims(&outs[0], &ins[1]) || outs[0].dtype != dt)) ||
-      (dw && (!apx_same_dims(&outs[1], &ins[2]) || outs[1].dtype != dt)) ||
-      (db && (apx_tensor_numel(&outs[2]) != g.M || outs[2].dtype != dt)))
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "dX / dW / dB must match X / W / (M)");
   void *col = alloc_col(&g, apx_dtype_size(dt), 1);
   if (!col) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory (im2col buffer)");
   int nt = apx_cpu_threads(ctx);
@@ -102,10 +80,6 @@ APX_CPU_KERNEL(apx_cpu_conv_grad) {
 
 APX_CPU_KERNEL(apx_cpu_conv_bias_relu_grad) {
   ApxStatus s;
-  for (int i = 0; i < 4; i++)
-    if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
-  if (!apx_same_dims(&ins[0], &ins[1]) || ins[0].dtype != ins[1].dtype)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "dY and Y must have one shape and type");
   void *g = apx_cpu_relu_mask_grad(&ins[0], &ins[1], apx_cpu_threads(ctx));
   if (!g) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory");
   ApxTensor rest[3] = {ins[0], ins[2], ins[3]};

@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/validate.h"
 #include "kernels/half.h"
 
 /* ---- fp16 / bf16 bulk --------------------------------------------------------------- */
@@ -284,18 +285,10 @@ ApxStatus apx_cpu_convert(const void *src, ApxDType st, void *dst, ApxDType dt, 
 /* Cast(input) -> output of type attrs->to (the output tensor's dtype). */
 APX_CPU_KERNEL(apx_cpu_cast) {
   ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
-    return s;
   int64_t n = apx_tensor_numel(&ins[0]);
-  if (n != apx_tensor_numel(&outs[0]))
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output has %lld elements, input %lld",
-                        (long long)apx_tensor_numel(&outs[0]), (long long)n);
-  if (attrs && ((const ApxAttrCast *)attrs)->to != (int32_t)outs[0].dtype)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "attribute to=%d but output dtype is %s",
-                        ((const ApxAttrCast *)attrs)->to, apx_dtype_name(outs[0].dtype));
   int nt = apx_cpu_threads(ctx);
   s = apx_cpu_convert_nt(ins[0].data, ins[0].dtype, outs[0].data, outs[0].dtype, n, nt);
-  if (s) return apx_cpu_fail(ctx, s, "cannot convert %s to %s", apx_dtype_name(ins[0].dtype),
+  if (s) return apx_cpu_fail(ctx, s, APX_MSG_CONVERT, apx_dtype_name(ins[0].dtype),
                              apx_dtype_name(outs[0].dtype));
   return APX_STATUS_OK;
 }

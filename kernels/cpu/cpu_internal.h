@@ -81,9 +81,7 @@ static inline int apx_cpu_has(const ApxTensor *t, int n, int i) {
   return i < n && t[i].data != NULL;
 }
 
-/* Checks that input/output i is present; fails with "input i missing" otherwise. */
-ApxStatus apx_cpu_need_in(ApxCpuCtx *ctx, const ApxTensor *ins, int n_in, int i);
-ApxStatus apx_cpu_need_out(ApxCpuCtx *ctx, ApxTensor *outs, int n_out, int i);
+/* Required inputs and outputs are present: kernels/validate.h checked every call. */
 
 /* Integer element i of an index tensor (any integer dtype, bool as 0/1). */
 int64_t apx_cpu_index_at(const ApxTensor *t, int64_t i);

@@ -5,11 +5,16 @@
  * the call's math type (F64 when any float tensor of the call is F64, else F32) and every
  * non-bool integer tensor to I64; outputs are computed in those types and converted back
  * once afterwards (RNE for half, so fp16 overflow gives inf as on the GPU; wrap for
- * narrower integers). "raw" kernels (data movement, Cast) see the tensors as given. */
+ * narrower integers). "raw" kernels (data movement, Cast) see the tensors as given.
+ *
+ * Every call is checked first, on the tensors as given, by kernels/validate.h (the contract
+ * shared with the CUDA backend and the plan validator), after this backend's own dtype
+ * support; the kernels then only check what depends on the data. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/validate.h"
 
 typedef enum CpuKind { CPU_RAW = 0, CPU_MATH = 1 } CpuKind;
 
@@ -320,52 +325,27 @@ int apx_cpu_supports_call(ApxOp op, const ApxTensor *ins, int n_in, const ApxTen
   return t == APX_DT_UNDEFINED || (cpu_table[op].types & dtype_class(t)) != 0;
 }
 
-static ApxStatus check_tensor(ApxCpuCtx *ctx, const ApxTensor *t, const char *what, int i) {
-  if (!t->data) return APX_STATUS_OK;
-  if (t->rank < 0 || t->rank > APX_MAX_RANK)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%s %d: rank %d out of range", what, i,
-                        t->rank);
-  for (int d = 0; d < t->rank; d++)
-    if (t->dims[d] < 0)
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%s %d: negative dim %lld", what, i,
-                          (long long)t->dims[d]);
-  if (apx_dtype_size(t->dtype) == 0)
-    return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "%s %d: dtype %s not supported", what, i,
-                        apx_dtype_name(t->dtype));
-  return APX_STATUS_OK;
-}
-
 ApxStatus apx_cpu_run(ApxCpuCtx *ctx, ApxOp op, const void *attrs, const ApxTensor *ins,
                       int n_in, ApxTensor *outs, int n_out) {
-  ApxStatus st = APX_STATUS_OK;
-  ctx->err[0] = '\0';
-  if ((int)op <= 0 || op >= APX_OP_COUNT) {
-    snprintf(ctx->err, sizeof ctx->err, "invalid op %d", (int)op);
-    return APX_STATUS_BAD_INPUT;
-  }
+  char *err = ctx->err;
+  size_t cap = sizeof ctx->err;
+  err[0] = '\0';
+  if (apx_kernel_check_op(op, err, cap) != APX_STATUS_OK) return APX_STATUS_BAD_INPUT;
   const CpuEntry *e = &cpu_table[op];
+  ApxStatus st;
   if (!e->fn) {
     st = apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on the CPU backend");
-  } else if (n_in < 0 || n_out < 0 || (n_in && !ins) || (n_out && !outs)) {
-    st = apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "bad input/output counts");
-  } else if (!attrs && strcmp(apx_op_info(op)->attrs_type, "ApxAttrNone") != 0) {
-    st = apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "missing attributes (%s)",
-                      apx_op_info(op)->attrs_type);
-  } else {
-    for (int i = 0; i < n_in && !st; i++) st = check_tensor(ctx, &ins[i], "input", i);
-    for (int i = 0; i < n_out && !st; i++) st = check_tensor(ctx, &outs[i], "output", i);
-    ApxDType t = st ? APX_DT_UNDEFINED : op_type(op, ins, n_in, outs, n_out);
+  } else if ((st = apx_kernel_check_args(op, attrs, ins, n_in, outs, n_out, err, cap)) ==
+             APX_STATUS_OK) {
+    ApxDType t = op_type(op, ins, n_in, outs, n_out);
     if (t != APX_DT_UNDEFINED && !(e->types & dtype_class(t)))
       st = apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: type %s",
                         apx_dtype_name(t));
+    if (!st) st = apx_kernel_check_contract(op, attrs, ins, n_in, outs, n_out, err, cap);
     if (!st)
       st = e->kind == CPU_MATH ? run_math(ctx, e, op, attrs, ins, n_in, outs, n_out)
                                : e->fn(ctx, op, attrs, ins, n_in, outs, n_out);
   }
-  if (st != APX_STATUS_OK) {
-    char detail[sizeof ctx->err];
-    memcpy(detail, ctx->err, sizeof detail);
-    snprintf(ctx->err, sizeof ctx->err, "%s: %s", apx_op_name(op), detail[0] ? detail : "failed");
-  }
+  if (st != APX_STATUS_OK) apx_kernel_error_prefix(op, err, cap);
   return st;
 }

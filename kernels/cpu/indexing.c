@@ -9,13 +9,6 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/index_plan.h"
 
-static ApxStatus io1(ApxCpuCtx *ctx, const ApxTensor *ins, int n_in, ApxTensor *outs, int n_out) {
-  ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
-    return s;
-  return APX_STATUS_OK;
-}
-
 /* One element of es bytes (1, 2, 4 or 8). */
 static inline void put_elem(char *dst, const char *src, size_t es) {
   switch (es) {
@@ -40,7 +33,7 @@ static ApxStatus check_elem_size(ApxCpuCtx *ctx, const ApxTensor *t) {
  * falls in constant padding; along the row the inside run is one copy. */
 APX_CPU_KERNEL(apx_cpu_pad) {
   ApxStatus s;
-  if ((s = io1(ctx, ins, n_in, outs, n_out)) || (s = check_elem_size(ctx, &ins[0]))) return s;
+  if ((s = check_elem_size(ctx, &ins[0]))) return s;
   const ApxAttrPad *a = attrs;
   const ApxTensor *x = &ins[0];
   ApxTensor *y = &outs[0];
@@ -97,7 +90,6 @@ APX_CPU_KERNEL(apx_cpu_pad) {
  * (o_d mod dim_d), copied repeats[last] times. */
 APX_CPU_KERNEL(apx_cpu_tile) {
   ApxStatus s;
-  if ((s = io1(ctx, ins, n_in, outs, n_out))) return s;
   const ApxAttrTile *a = attrs;
   const ApxTensor *x = &ins[0];
   ApxTensor *y = &outs[0];
@@ -133,7 +125,6 @@ APX_CPU_KERNEL(apx_cpu_tile) {
  * zero bytes (0, false, +0.0 in every dtype). Output may alias the input. */
 APX_CPU_KERNEL(apx_cpu_trilu) {
   ApxStatus s;
-  if ((s = io1(ctx, ins, n_in, outs, n_out))) return s;
   const ApxAttrTrilu *a = attrs;
   int64_t batch, rows, cols;
   if ((s = apx_shape_status(apx_trilu_plan(&ins[0], &outs[0], &batch, &rows, &cols, ctx->err,
@@ -184,8 +175,7 @@ static inline int64_t ge_offset(int64_t t, const int64_t *id, const int64_t *ds,
 
 APX_CPU_KERNEL(apx_cpu_gather_elements) {
   ApxStatus s;
-  if ((s = io1(ctx, ins, n_in, outs, n_out)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1)) ||
-      (s = check_elem_size(ctx, &ins[0])))
+  if ((s = check_elem_size(ctx, &ins[0])))
     return s;
   int axis = (int)((const ApxAttrAxis *)attrs)->axis;
   const ApxTensor *x = &ins[0], *idx = &ins[1];
@@ -232,7 +222,6 @@ static ApxStatus check_tuples(ApxCpuCtx *ctx, const ApxGatherNDPlan *p, const Ap
 
 APX_CPU_KERNEL(apx_cpu_gather_nd) {
   ApxStatus s;
-  if ((s = io1(ctx, ins, n_in, outs, n_out)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1))) return s;
   ApxGatherNDPlan p;
   const ApxTensor *idx = &ins[1];
   if ((s = apx_shape_status(apx_gather_nd_plan(((const ApxAttrGatherND *)attrs)->batch_dims, &ins[0],
@@ -265,7 +254,6 @@ APX_CPU_KERNEL(apx_cpu_gather_nd) {
 /* PadGrad(dY) -> dX (dX: the forward input's shape) */
 APX_CPU_KERNEL(apx_cpu_pad_grad) {
   ApxStatus s;
-  if ((s = io1(ctx, ins, n_in, outs, n_out))) return s;
   const ApxAttrPad *a = attrs;
   if ((s = apx_shape_status(apx_pad_plan(a, &outs[0], &ins[0], ctx->err, sizeof ctx->err)))) return s;
   int nt = apx_cpu_threads(ctx);
@@ -279,7 +267,6 @@ APX_CPU_KERNEL(apx_cpu_pad_grad) {
 /* GatherElementsGrad(dY, indices) -> dData */
 APX_CPU_KERNEL(apx_cpu_gather_elements_grad) {
   ApxStatus s;
-  if ((s = io1(ctx, ins, n_in, outs, n_out)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1))) return s;
   int axis = (int)((const ApxAttrAxis *)attrs)->axis;
   const ApxTensor *dd = &outs[0], *idx = &ins[1];
   if ((s = apx_shape_status(apx_gather_elements_plan(axis, dd, idx, &ins[0], ctx->err, sizeof ctx->err))) ||
@@ -296,7 +283,6 @@ APX_CPU_KERNEL(apx_cpu_gather_elements_grad) {
 /* GatherNDGrad(dY, indices) -> dData */
 APX_CPU_KERNEL(apx_cpu_gather_nd_grad) {
   ApxStatus s;
-  if ((s = io1(ctx, ins, n_in, outs, n_out)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1))) return s;
   ApxGatherNDPlan p;
   const ApxTensor *idx = &ins[1];
   if ((s = apx_shape_status(apx_gather_nd_plan(((const ApxAttrGatherND *)attrs)->batch_dims, &outs[0],

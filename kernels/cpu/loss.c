@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/validate.h"
 
 #define APX_REAL_F64 0
 #include "kernels/cpu/real_begin.h"
@@ -26,54 +27,28 @@ typedef struct LossShape {
   int64_t N, C, inner;
 } LossShape;
 
-/* x: (N, C, D...), labels: (N, D...), weights: (C) */
-static ApxStatus loss_shape(ApxCpuCtx *ctx, const ApxTensor *x, const ApxTensor *labels,
-                            const ApxTensor *w, LossShape *sh) {
-  ApxStatus s = apx_shape_status(
-      apx_loss_shape(x, labels, &sh->N, &sh->C, &sh->inner, ctx->err, sizeof ctx->err));
-  if (s) return s;
-  if (labels->dtype != APX_DT_I64)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "labels must be integers, got %s",
-                        apx_dtype_name(labels->dtype));
-  if (w && w->data && (apx_tensor_numel(w) != sh->C || w->dtype != x->dtype))
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "weights must be (C) = (%lld) of type %s",
-                        (long long)sh->C, apx_dtype_name(x->dtype));
-  return APX_STATUS_OK;
+/* x: (N, C, D...), labels: (N, D...) (checked by kernels/validate.h) */
+static void loss_shape(const ApxTensor *x, LossShape *sh) {
+  sh->N = x->dims[0];
+  sh->C = x->dims[1];
+  sh->inner = apx_dims_prod(x->dims, 2, x->rank);
 }
 
 static ApxStatus bad_label(ApxCpuCtx *ctx, const ApxTensor *labels, int64_t bad, int64_t C) {
-  return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "label %lld at position %lld outside [0, %lld)",
+  return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, APX_MSG_LABEL_RANGE,
                       (long long)((const int64_t *)labels->data)[bad - 1], (long long)(bad - 1),
                       (long long)C);
 }
 
-static ApxStatus check_reduction(ApxCpuCtx *ctx, const ApxAttrLoss *a) {
-  if (a->reduction < APX_RED_MEAN || a->reduction > APX_RED_NONE)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "bad reduction %d", a->reduction);
-  return APX_STATUS_OK;
-}
-
 APX_CPU_KERNEL(apx_cpu_loss) {
-  ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1)) ||
-      (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
-    return s;
   const ApxAttrLoss *a = attrs;
-  if ((s = check_reduction(ctx, a))) return s;
   int fused = op == APX_OP_FusedXentropy, sce = fused || op == APX_OP_SoftmaxCrossEntropyLoss;
   const ApxTensor *x = &ins[0], *w = !fused && apx_cpu_has(ins, n_in, 2) ? &ins[2] : NULL;
   LossShape sh;
-  if ((s = loss_shape(ctx, x, &ins[1], w, &sh))) return s;
+  loss_shape(x, &sh);
   ApxTensor *lp = sce && !fused && apx_cpu_has(outs, n_out, 1) ? &outs[1] : NULL;
   ApxTensor *saved = fused && apx_cpu_has(outs, n_out, 1) ? &outs[1] : NULL;
   int64_t nl = sh.N * sh.inner;
-  if (saved && (apx_tensor_numel(saved) != nl || saved->dtype != x->dtype))
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "saved must have the labels' shape");
-  if (apx_tensor_numel(&outs[0]) != (a->reduction == APX_RED_NONE ? nl : 1) ||
-      outs[0].dtype != x->dtype)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "loss output shape/type does not match");
-  if (lp && (!apx_same_dims(lp, x) || lp->dtype != x->dtype))
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "log_prob must have the scores' shape");
   size_t es = apx_dtype_size(x->dtype);
   char *buf = malloc((size_t)(2 * nl + 1) * es);
   if (!buf) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory");
@@ -100,29 +75,15 @@ APX_CPU_KERNEL(apx_cpu_loss) {
  * (the forward input's shape is the output's); FusedXentropyGrad: dLoss, scores, labels,
  * saved. */
 APX_CPU_KERNEL(apx_cpu_loss_grad) {
-  ApxStatus s;
   int fused = op == APX_OP_FusedXentropyGrad;
   int sce = fused || op == APX_OP_SoftmaxCrossEntropyLossGrad;
   int li = sce ? 2 : 1; /* labels input */
-  for (int i = 0; i <= li + fused; i++)
-    if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
-  if ((s = apx_cpu_need_out(ctx, outs, n_out, 0))) return s;
   const ApxAttrLoss *a = attrs;
-  if ((s = check_reduction(ctx, a))) return s;
   ApxTensor *dx = &outs[0];
   const ApxTensor *w = !fused && apx_cpu_has(ins, n_in, li + 1) ? &ins[li + 1] : NULL;
   LossShape sh;
-  if ((s = loss_shape(ctx, dx, &ins[li], w, &sh))) return s;
-  if (sce && (!apx_same_dims(&ins[1], dx) || ins[1].dtype != dx->dtype))
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%s must have dScores' shape",
-                        fused ? "scores" : "log_prob");
-  int64_t nl = sh.N * sh.inner;
+  loss_shape(dx, &sh);
   const void *lse = fused ? ins[3].data : NULL;
-  if (fused && (apx_tensor_numel(&ins[3]) != nl || ins[3].dtype != dx->dtype))
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "saved must have the labels' shape");
-  if (apx_tensor_numel(&ins[0]) != (a->reduction == APX_RED_NONE ? nl : 1) ||
-      ins[0].dtype != dx->dtype)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "dLoss shape/type does not match");
   int nt = apx_cpu_threads(ctx);
   int64_t bad;
   const void *x = sce ? ins[1].data : NULL;

@@ -23,18 +23,6 @@
 #include "kernels/cpu/norm_real.inc"
 #include "kernels/cpu/real_end.h"
 
-static ApxStatus need_numel(ApxCpuCtx *ctx, const ApxTensor *t, int64_t n, const char *what,
-                            ApxDType dt) {
-  if (!t->data) return APX_STATUS_OK;
-  if (apx_tensor_numel(t) != n)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%s has %lld elements, expected %lld", what,
-                        (long long)apx_tensor_numel(t), (long long)n);
-  if (t->dtype != dt)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%s has type %s, expected %s", what,
-                        apx_dtype_name(t->dtype), apx_dtype_name(dt));
-  return APX_STATUS_OK;
-}
-
 static const ApxTensor none = {0};
 static const ApxTensor *opt_in(const ApxTensor *t, int n, int i) {
   return i < n ? &t[i] : &none;
@@ -43,33 +31,19 @@ static ApxTensor *opt_out(ApxTensor *t, int n, int i) {
   return i < n && t[i].data ? &t[i] : (ApxTensor *)&none;
 }
 
-static ApxStatus layer_norm_shape(ApxCpuCtx *ctx, const ApxTensor *x, int64_t axis,
-                                  int64_t *rows, int64_t *D) {
-  if (axis < 0 || axis >= x->rank)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
-                        (long long)axis, x->rank);
+/* rows x D around axis (in [0, rank): kernels/validate.h) */
+static void layer_norm_shape(const ApxTensor *x, int64_t axis, int64_t *rows, int64_t *D) {
   *rows = apx_dims_prod(x->dims, 0, (int)axis);
   *D = apx_dims_prod(x->dims, (int)axis, x->rank);
-  return APX_STATUS_OK;
 }
 
 APX_CPU_KERNEL(apx_cpu_layer_norm) {
-  ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1)) ||
-      (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
-    return s;
   const ApxAttrLayerNorm *a = attrs;
   const ApxTensor *x = &ins[0];
   ApxDType dt = x->dtype;
   int64_t rows = 0, D = 0;
-  if ((s = layer_norm_shape(ctx, x, a->axis, &rows, &D))) return s;
+  layer_norm_shape(x, a->axis, &rows, &D);
   ApxTensor *mean = opt_out(outs, n_out, 1), *istd = opt_out(outs, n_out, 2);
-  if ((s = need_numel(ctx, &ins[1], D, "Scale", dt)) ||
-      (s = need_numel(ctx, opt_in(ins, n_in, 2), D, "B", dt)) ||
-      (s = need_numel(ctx, &outs[0], rows * D, "Y", dt)) ||
-      (s = need_numel(ctx, mean, rows, "Mean", dt)) ||
-      (s = need_numel(ctx, istd, rows, "InvStdDev", dt)))
-    return s;
   int nt = apx_cpu_threads(ctx);
   if (dt == APX_DT_F64)
     layer_norm_f64(x->data, ins[1].data, opt_in(ins, n_in, 2)->data, outs[0].data, mean->data,
@@ -81,23 +55,13 @@ APX_CPU_KERNEL(apx_cpu_layer_norm) {
 }
 
 APX_CPU_KERNEL(apx_cpu_layer_norm_grad) {
-  ApxStatus s;
-  for (int i = 0; i < 5; i++)
-    if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
   const ApxAttrLayerNorm *a = attrs;
   const ApxTensor *x = &ins[1];
   ApxDType dt = x->dtype;
   int64_t rows = 0, D = 0;
-  if ((s = layer_norm_shape(ctx, x, a->axis, &rows, &D))) return s;
+  layer_norm_shape(x, a->axis, &rows, &D);
   ApxTensor *dx = opt_out(outs, n_out, 0), *dsc = opt_out(outs, n_out, 1),
             *db = opt_out(outs, n_out, 2);
-  if ((s = need_numel(ctx, &ins[0], rows * D, "dY", dt)) ||
-      (s = need_numel(ctx, &ins[2], D, "Scale", dt)) ||
-      (s = need_numel(ctx, &ins[3], rows, "Mean", dt)) ||
-      (s = need_numel(ctx, &ins[4], rows, "InvStdDev", dt)) ||
-      (s = need_numel(ctx, dx, rows * D, "dX", dt)) ||
-      (s = need_numel(ctx, dsc, D, "dScale", dt)) || (s = need_numel(ctx, db, D, "dB", dt)))
-    return s;
   int nt = apx_cpu_threads(ctx);
   if (dt == APX_DT_F64)
     layer_norm_grad_f64(ins[0].data, x->data, ins[2].data, ins[3].data, ins[4].data, dx->data,
@@ -108,34 +72,20 @@ APX_CPU_KERNEL(apx_cpu_layer_norm_grad) {
   return APX_STATUS_OK;
 }
 
-static ApxStatus bn_shape(ApxCpuCtx *ctx, const ApxTensor *x, int64_t *N, int64_t *C,
-                          int64_t *S) {
-  if (x->rank < 2)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "X must have rank >= 2, got %d", x->rank);
+/* X (N, C, spatial...) (rank >= 2: kernels/validate.h) */
+static void bn_shape(const ApxTensor *x, int64_t *N, int64_t *C, int64_t *S) {
   *N = x->dims[0];
   *C = x->dims[1];
   *S = apx_dims_prod(x->dims, 2, x->rank);
-  return APX_STATUS_OK;
 }
 
 /* BatchNormalization and BatchNormRelu */
 APX_CPU_KERNEL(apx_cpu_batch_norm) {
-  ApxStatus s;
-  for (int i = 0; i < 5; i++)
-    if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
-  if ((s = apx_cpu_need_out(ctx, outs, n_out, 0))) return s;
   const ApxAttrBatchNorm *a = attrs;
   const ApxTensor *x = &ins[0];
   ApxDType dt = x->dtype;
   int64_t N = 0, C = 0, S = 0;
-  if ((s = bn_shape(ctx, x, &N, &C, &S))) return s;
-  static const char *names[5] = {"scale", "B", "input_mean", "input_var", ""};
-  for (int i = 1; i < 5; i++)
-    if ((s = need_numel(ctx, &ins[i], C, names[i - 1], dt))) return s;
-  static const char *onames[5] = {"Y", "running_mean", "running_var", "saved_mean",
-                                  "saved_inv_std"};
-  for (int i = 0; i < 5; i++)
-    if ((s = need_numel(ctx, opt_out(outs, n_out, i), i ? C : N * C * S, onames[i], dt))) return s;
+  bn_shape(x, &N, &C, &S);
   int nt = apx_cpu_threads(ctx);
   int relu = op == APX_OP_BatchNormRelu;
   if (dt == APX_DT_F64) {
@@ -155,23 +105,13 @@ APX_CPU_KERNEL(apx_cpu_batch_norm) {
 }
 
 APX_CPU_KERNEL(apx_cpu_batch_norm_grad) {
-  ApxStatus s;
-  for (int i = 0; i < 5; i++)
-    if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
   const ApxAttrBatchNorm *a = attrs;
   const ApxTensor *x = &ins[1];
   ApxDType dt = x->dtype;
   int64_t N = 0, C = 0, S = 0;
-  if ((s = bn_shape(ctx, x, &N, &C, &S))) return s;
+  bn_shape(x, &N, &C, &S);
   ApxTensor *dx = opt_out(outs, n_out, 0), *dsc = opt_out(outs, n_out, 1),
             *db = opt_out(outs, n_out, 2);
-  if ((s = need_numel(ctx, &ins[0], N * C * S, "dY", dt)) ||
-      (s = need_numel(ctx, &ins[2], C, "scale", dt)) ||
-      (s = need_numel(ctx, &ins[3], C, "mean", dt)) ||
-      (s = need_numel(ctx, &ins[4], C, a->training_mode ? "saved_inv_std" : "var", dt)) ||
-      (s = need_numel(ctx, dx, N * C * S, "dX", dt)) ||
-      (s = need_numel(ctx, dsc, C, "dscale", dt)) || (s = need_numel(ctx, db, C, "dB", dt)))
-    return s;
   int nt = apx_cpu_threads(ctx);
   if (dt == APX_DT_F64)
     batch_norm_grad_f64(ins[0].data, x->data, ins[2].data, ins[3].data, ins[4].data, dx->data,
@@ -205,10 +145,6 @@ void *apx_cpu_relu_mask_grad(const ApxTensor *dy, const ApxTensor *y, int nt) {
 
 APX_CPU_KERNEL(apx_cpu_batch_norm_relu_grad) {
   ApxStatus s;
-  for (int i = 0; i < 6; i++)
-    if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
-  if (!apx_same_dims(&ins[0], &ins[1]) || ins[0].dtype != ins[1].dtype)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "dY and Y must have one shape and type");
   void *g = apx_cpu_relu_mask_grad(&ins[0], &ins[1], apx_cpu_threads(ctx));
   if (!g) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory");
   ApxTensor rest[5] = {ins[0], ins[2], ins[3], ins[4], ins[5]};

@@ -20,31 +20,18 @@
 #include "kernels/cpu/pool_real.inc"
 #include "kernels/cpu/real_end.h"
 
-/* x (N, C, H, W), y (N, C, OH, OW): kernels/shape.h's geometry. */
+/* x (N, C, H, W), y (N, C, OH, OW): kernels/shape.h's geometry (checked by
+ * kernels/validate.h). */
 static ApxStatus pool_geom(ApxCpuCtx *ctx, const ApxAttrPool *a, const ApxTensor *x,
                            const ApxTensor *y, ApxPoolGeom *g) {
   return apx_shape_status(apx_pool_geom(a, x, y, g, ctx->err, sizeof ctx->err));
 }
 
-static ApxStatus same_type(ApxCpuCtx *ctx, const ApxTensor *a, const ApxTensor *b) {
-  if (a->dtype == b->dtype) return APX_STATUS_OK;
-  return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "types differ: %s and %s",
-                      apx_dtype_name(a->dtype), apx_dtype_name(b->dtype));
-}
-
 APX_CPU_KERNEL(apx_cpu_pool) {
   ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
-    return s;
   ApxPoolGeom g;
-  if ((s = pool_geom(ctx, attrs, &ins[0], &outs[0], &g)) || (s = same_type(ctx, &ins[0], &outs[0])))
-    return s;
-  int64_t *idx = NULL;
-  if (op == APX_OP_MaxPool && apx_cpu_has(outs, n_out, 1)) {
-    if (outs[1].dtype != APX_DT_I64 || !apx_same_dims(&outs[0], &outs[1]))
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "Indices must be int64 of Y's shape");
-    idx = outs[1].data;
-  }
+  if ((s = pool_geom(ctx, attrs, &ins[0], &outs[0], &g))) return s;
+  int64_t *idx = op == APX_OP_MaxPool && apx_cpu_has(outs, n_out, 1) ? outs[1].data : NULL;
   int nt = apx_cpu_threads(ctx);
   int f64 = ins[0].dtype == APX_DT_F64;
   if (ins[0].dtype == APX_DT_I64) {
@@ -77,15 +64,8 @@ APX_CPU_KERNEL(apx_cpu_pool) {
 APX_CPU_KERNEL(apx_cpu_pool_grad) {
   ApxStatus s;
   int is_max = op == APX_OP_MaxPoolGrad;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) ||
-      (is_max && (s = apx_cpu_need_in(ctx, ins, n_in, 1))) ||
-      (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
-    return s;
   ApxPoolGeom g;
-  if ((s = pool_geom(ctx, attrs, &outs[0], &ins[0], &g)) || (s = same_type(ctx, &ins[0], &outs[0])))
-    return s;
-  if (is_max && (!apx_same_dims(&ins[1], &outs[0]) || ins[1].dtype != outs[0].dtype))
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "X and dX must have one shape and type");
+  if ((s = pool_geom(ctx, attrs, &outs[0], &ins[0], &g))) return s;
   int nt = apx_cpu_threads(ctx);
   const void *x = is_max ? ins[1].data : NULL;
   if (outs[0].dtype == APX_DT_F64)
@@ -95,24 +75,16 @@ APX_CPU_KERNEL(apx_cpu_pool_grad) {
   return APX_STATUS_OK;
 }
 
-/* x (N, C, spatial...) and y (N, C, 1, ...): planes and spatial size, checked. */
-static ApxStatus gap_shape(ApxCpuCtx *ctx, const ApxTensor *x, const ApxTensor *y,
-                           int64_t *planes, int64_t *S) {
-  if (x->rank < 3 || x->dtype != y->dtype)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "X must be (N, C, spatial...) of Y's type");
+/* x (N, C, spatial...), y N * C elements (checked by kernels/validate.h): planes and the
+ * spatial size. */
+static void gap_shape(const ApxTensor *x, int64_t *planes, int64_t *S) {
   *planes = x->dims[0] * x->dims[1];
   *S = apx_dims_prod(x->dims, 2, x->rank);
-  if (apx_tensor_numel(y) != *planes)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "Y must have N * C elements");
-  return APX_STATUS_OK;
 }
 
 APX_CPU_KERNEL(apx_cpu_global_avg_pool) {
-  ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
-    return s;
   int64_t planes = 0, S = 0;
-  if ((s = gap_shape(ctx, &ins[0], &outs[0], &planes, &S))) return s;
+  gap_shape(&ins[0], &planes, &S);
   int nt = apx_cpu_threads(ctx);
   if (outs[0].dtype == APX_DT_F64)
     global_avg_pool_f64(ins[0].data, outs[0].data, planes, S, nt);
@@ -123,11 +95,8 @@ APX_CPU_KERNEL(apx_cpu_global_avg_pool) {
 
 /* GlobalAveragePoolGrad(dY) -> dX (dX's shape is the forward input's) */
 APX_CPU_KERNEL(apx_cpu_global_avg_pool_grad) {
-  ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
-    return s;
   int64_t planes = 0, S = 0;
-  if ((s = gap_shape(ctx, &outs[0], &ins[0], &planes, &S))) return s;
+  gap_shape(&outs[0], &planes, &S);
   int nt = apx_cpu_threads(ctx);
   if (outs[0].dtype == APX_DT_F64)
     global_avg_pool_grad_f64(ins[0].data, outs[0].data, planes, S, nt);

@@ -6,37 +6,19 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/validate.h"
 
-static ApxStatus same_type(ApxCpuCtx *ctx, const ApxTensor *a, const ApxTensor *b,
-                           const char *what) {
-  if (a->dtype == b->dtype) return APX_STATUS_OK;
-  return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%s: types differ (%s, %s)", what,
-                      apx_dtype_name(a->dtype), apx_dtype_name(b->dtype));
-}
-
-static ApxStatus io1(ApxCpuCtx *ctx, const ApxTensor *ins, int n_in, ApxTensor *outs, int n_out) {
-  ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
-    return s;
-  return same_type(ctx, &ins[0], &outs[0], "input and output");
-}
+/* Shapes and dtypes are checked by kernels/validate.h before any of these runs. */
 
 /* Reshape, Flatten, Squeeze, Unsqueeze, Identity: the bytes are unchanged (the runtime may
  * alias output and input; then there is nothing to do). */
 APX_CPU_KERNEL(apx_cpu_copy) {
-  ApxStatus s;
-  if ((s = io1(ctx, ins, n_in, outs, n_out))) return s;
-  if (apx_tensor_numel(&ins[0]) != apx_tensor_numel(&outs[0]))
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output has %lld elements, input %lld",
-                        (long long)apx_tensor_numel(&outs[0]),
-                        (long long)apx_tensor_numel(&ins[0]));
   if (outs[0].data != ins[0].data) memmove(outs[0].data, ins[0].data, apx_tensor_bytes(&ins[0]));
   return APX_STATUS_OK;
 }
 
 APX_CPU_KERNEL(apx_cpu_transpose) {
   ApxStatus s;
-  if ((s = io1(ctx, ins, n_in, outs, n_out))) return s;
   const ApxAttrTranspose *a = attrs;
   const ApxTensor *x = &ins[0];
   ApxTensor *y = &outs[0];
@@ -80,17 +62,11 @@ static ApxStatus concat_split(ApxCpuCtx *ctx, int split, int64_t axis, ApxTensor
 }
 
 APX_CPU_KERNEL(apx_cpu_concat) {
-  ApxStatus s;
-  if ((s = apx_cpu_need_out(ctx, outs, n_out, 0))) return s;
-  if (n_in < 1) return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "no inputs");
   return concat_split(ctx, 0, ((const ApxAttrAxis *)attrs)->axis, &outs[0], (ApxTensor *)ins,
                       n_in);
 }
 
 APX_CPU_KERNEL(apx_cpu_split) {
-  ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0))) return s;
-  if (n_out < 1) return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "no outputs");
   return concat_split(ctx, 1, ((const ApxAttrSplit *)attrs)->axis, (ApxTensor *)&ins[0], outs,
                       n_out);
 }
@@ -105,7 +81,6 @@ static ApxStatus slice_view(ApxCpuCtx *ctx, const ApxAttrSlice *a, const ApxTens
 
 APX_CPU_KERNEL(apx_cpu_slice) {
   ApxStatus s;
-  if ((s = io1(ctx, ins, n_in, outs, n_out))) return s;
   int64_t base, ss[APX_MAX_RANK], ys[APX_MAX_RANK];
   if ((s = slice_view(ctx, attrs, &ins[0], &outs[0], &base, ss))) return s;
   size_t es = apx_dtype_size(ins[0].dtype);
@@ -118,7 +93,6 @@ APX_CPU_KERNEL(apx_cpu_slice) {
 /* SliceGrad(dY) -> dX: zeros of the forward input's shape with dY written at the slice. */
 APX_CPU_KERNEL(apx_cpu_slice_grad) {
   ApxStatus s;
-  if ((s = io1(ctx, ins, n_in, outs, n_out))) return s;
   int64_t base, ds[APX_MAX_RANK], ys[APX_MAX_RANK];
   if ((s = slice_view(ctx, attrs, &outs[0], &ins[0], &base, ds))) return s;
   size_t es = apx_dtype_size(outs[0].dtype);
@@ -141,15 +115,14 @@ static ApxStatus gather_shape(ApxCpuCtx *ctx, int64_t axis, const ApxTensor *dat
   for (int64_t j = 0; j < ni; j++) {
     int64_t v = apx_cpu_index_at(idx, j);
     if (v < -*A || v >= *A)
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "index %lld at position %lld outside [-%lld, %lld)",
-                          (long long)v, (long long)j, (long long)*A, (long long)*A);
+      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, APX_MSG_INDEX_RANGE, (long long)v,
+                          (long long)j, (long long)*A, (long long)*A);
   }
   return APX_STATUS_OK;
 }
 
 APX_CPU_KERNEL(apx_cpu_gather) {
   ApxStatus s;
-  if ((s = io1(ctx, ins, n_in, outs, n_out)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1))) return s;
   int64_t outer = 0, A = 0, inner = 0;
   if ((s = gather_shape(ctx, ((const ApxAttrAxis *)attrs)->axis, &ins[0], &ins[1], &outs[0],
                         &outer, &A, &inner)))
@@ -180,7 +153,6 @@ APX_CPU_KERNEL(apx_cpu_gather) {
 /* GatherGrad(dY, Indices) -> dData (math kernel: indices arrive as int64) */
 APX_CPU_KERNEL(apx_cpu_gather_grad) {
   ApxStatus s;
-  if ((s = io1(ctx, ins, n_in, outs, n_out)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1))) return s;
   int64_t outer = 0, A = 0, inner = 0;
   if ((s = gather_shape(ctx, ((const ApxAttrAxis *)attrs)->axis, &outs[0], &ins[1], &ins[0],
                         &outer, &A, &inner)))
@@ -196,28 +168,13 @@ APX_CPU_KERNEL(apx_cpu_gather_grad) {
 
 /* Expand(input, shape) -> output (numpy broadcast of input to the output's shape) */
 APX_CPU_KERNEL(apx_cpu_expand) {
-  ApxStatus s;
-  if ((s = io1(ctx, ins, n_in, outs, n_out))) return s;
-  char a[96], b[96];
-  if (apx_cpu_broadcast_copy(&ins[0], &outs[0], apx_cpu_threads(ctx)) != 0)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %s does not broadcast to %s",
-                        apx_dims_str(&ins[0], a, sizeof a),
-                        apx_dims_str(&outs[0], b, sizeof b));
+  apx_cpu_broadcast_copy(&ins[0], &outs[0], apx_cpu_threads(ctx));
   return APX_STATUS_OK;
 }
 
 /* Where(condition, X, Y) -> condition ? X : Y with broadcasting */
 APX_CPU_KERNEL(apx_cpu_where) {
   ApxStatus s;
-  for (int i = 0; i < 3; i++)
-    if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
-  if ((s = apx_cpu_need_out(ctx, outs, n_out, 0)) ||
-      (s = same_type(ctx, &ins[1], &outs[0], "X and output")) ||
-      (s = same_type(ctx, &ins[2], &outs[0], "Y and output")))
-    return s;
-  if (ins[0].dtype != APX_DT_BOOL)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "condition must be bool, got %s",
-                        apx_dtype_name(ins[0].dtype));
   const ApxTensor *tri[3] = {&ins[0], &ins[1], &ins[2]};
   ApxBcast bc;
   if ((s = apx_shape_status(apx_bcast_plan(&bc, &outs[0], tri, 3, ctx->err, sizeof ctx->err))))
@@ -250,19 +207,9 @@ APX_CPU_KERNEL(apx_cpu_where) {
 /* Shape(data) -> int64 dims[start:end] (attrs: opset-15 start/end, negative from the end,
  * clamped) */
 APX_CPU_KERNEL(apx_cpu_shape) {
-  ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
-    return s;
   const ApxAttrShape *a = attrs;
-  int64_t r = ins[0].rank, st = a->start, en = a->end;
-  if (st < 0) st += r;
-  if (en < 0) en += r;
-  st = st < 0 ? 0 : st > r ? r : st;
-  en = en < 0 ? 0 : en > r ? r : en;
-  int64_t n = en > st ? en - st : 0;
-  if (outs[0].dtype != APX_DT_I64 || apx_tensor_numel(&outs[0]) != n)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output must be int64 with %lld elements",
-                        (long long)n);
+  int64_t st, n; /* n: the output's element count (int64) */
+  apx_shape_slice(a->start, a->end, ins[0].rank, &st, &n);
   for (int64_t i = 0; i < n; i++) ((int64_t *)outs[0].data)[i] = ins[0].dims[st + i];
   return APX_STATUS_OK;
 }
@@ -272,7 +219,6 @@ APX_CPU_KERNEL(apx_cpu_shape) {
  * absent: zeros). The shape is the output's. */
 APX_CPU_KERNEL(apx_cpu_constant_of_shape) {
   ApxStatus s;
-  if ((s = apx_cpu_need_out(ctx, outs, n_out, 0))) return s;
   ApxTensor *o = &outs[0];
   size_t es = apx_dtype_size(o->dtype);
   int64_t n = apx_tensor_numel(o);
@@ -280,8 +226,6 @@ APX_CPU_KERNEL(apx_cpu_constant_of_shape) {
     memset(o->data, 0, (size_t)n * es);
     return APX_STATUS_OK;
   }
-  if (apx_tensor_numel(&ins[1]) != 1)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "value must have one element");
   unsigned char v[16];
   if ((s = apx_cpu_convert(ins[1].data, ins[1].dtype, v, o->dtype, 1)))
     return apx_cpu_fail(ctx, s, "cannot convert value to %s", apx_dtype_name(o->dtype));
@@ -292,15 +236,7 @@ APX_CPU_KERNEL(apx_cpu_constant_of_shape) {
 /* Range(start, limit, delta) -> start + i * delta, i < max(ceil((limit - start) / delta), 0)
  * (math kernel: float in the math type, integers as int64) */
 APX_CPU_KERNEL(apx_cpu_range) {
-  ApxStatus s;
-  for (int i = 0; i < 3; i++)
-    if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
-  if ((s = apx_cpu_need_out(ctx, outs, n_out, 0))) return s;
   ApxTensor *o = &outs[0];
-  for (int i = 0; i < 3; i++)
-    if (ins[i].dtype != o->dtype || apx_tensor_numel(&ins[i]) != 1)
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %d must be a scalar of type %s", i,
-                          apx_dtype_name(o->dtype));
   int64_t n = apx_tensor_numel(o), want;
   if (o->dtype == APX_DT_I64) {
     int64_t st = *(const int64_t *)ins[0].data, li = *(const int64_t *)ins[1].data,

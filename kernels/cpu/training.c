@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/validate.h"
 
 #define APX_REAL_F64 0
 #include "kernels/cpu/real_begin.h"
@@ -20,12 +21,7 @@
 #include "kernels/cpu/real_end.h"
 
 APX_CPU_KERNEL(apx_cpu_loss_scale_seed) {
-  ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 1)) || (s = apx_cpu_need_out(ctx, outs, n_out, 0)))
-    return s;
   const ApxAttrLossScaleSeed *a = attrs;
-  if (apx_tensor_numel(&ins[1]) < 1 || ins[1].dtype != outs[0].dtype)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "loss_scale must be a float [1]");
   int64_t n = apx_tensor_numel(&outs[0]);
   if (outs[0].dtype == APX_DT_F64) {
     double v = ((const double *)ins[1].data)[0] * (double)a->multiplier;
@@ -37,47 +33,29 @@ APX_CPU_KERNEL(apx_cpu_loss_scale_seed) {
   return APX_STATUS_OK;
 }
 
+/* src has dst's element count or one element (kernels/validate.h) */
 APX_CPU_KERNEL(apx_cpu_assign_state) {
   ApxStatus s;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0)) || (s = apx_cpu_need_in(ctx, ins, n_in, 1)))
-    return s;
   const ApxTensor *src = &ins[0], *dst = &ins[1];
   int64_t ns = apx_tensor_numel(src), nd = apx_tensor_numel(dst);
   int nt = apx_cpu_threads(ctx);
   if (ns == nd) {
     if (src->data == dst->data && src->dtype == dst->dtype) return APX_STATUS_OK;
     s = apx_cpu_convert_nt(src->data, src->dtype, dst->data, dst->dtype, nd, nt);
-  } else if (ns == 1) {
+  } else {
     size_t es = apx_dtype_size(dst->dtype);
     unsigned char v[16];
     s = apx_cpu_convert(src->data, src->dtype, v, dst->dtype, 1);
     for (int64_t i = 0; s == APX_STATUS_OK && i < nd; i++) memcpy((char *)dst->data + (size_t)i * es, v, es);
-  } else {
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "src has %lld elements, dst %lld",
-                        (long long)ns, (long long)nd);
   }
-  if (s) return apx_cpu_fail(ctx, s, "cannot convert %s to %s", apx_dtype_name(src->dtype),
+  if (s) return apx_cpu_fail(ctx, s, APX_MSG_CONVERT, apx_dtype_name(src->dtype),
                              apx_dtype_name(dst->dtype));
   return APX_STATUS_OK;
 }
 
 APX_CPU_KERNEL(apx_cpu_unscale_check) {
-  ApxStatus s;
   int n = n_in - 1;
-  if ((s = apx_cpu_need_in(ctx, ins, n_in, 0))) return s;
-  if (n < 0 || n_out != 3 + n)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%d gradients need %d outputs, got %d", n,
-                        3 + n, n_out);
-  for (int k = 0; k < 3; k++)
-    if ((s = apx_cpu_need_out(ctx, outs, n_out, k))) return s;
   ApxDType dt = ins[0].dtype; /* math type of the call */
-  for (int i = 0; i < n; i++) {
-    if ((s = apx_cpu_need_in(ctx, ins, n_in, 1 + i))) return s;
-    const ApxTensor *u = &outs[3 + i];
-    if (ins[1 + i].dtype != dt || (u->data && (u->dtype != dt ||
-                                               apx_tensor_numel(u) != apx_tensor_numel(&ins[1 + i]))))
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "u_%d must have g_%d's shape", i, i);
-  }
   int nt = apx_cpu_threads(ctx);
   double sq = 0;
   int64_t first = -1;
@@ -134,19 +112,10 @@ static void put_back(const ApxTensor *t, ApxDType mt, Work *w, int write, int nt
   w->owned = 0;
 }
 
+/* The input layout (kernels/attrs.h) is checked by kernels/validate.h. */
 APX_CPU_KERNEL(apx_cpu_optimizer_step) {
-  ApxStatus s;
   const ApxAttrOptimizer *a = attrs;
-  int n = a->n_params;
-  int k = a->kind == APX_OPTIM_SGD ? (a->momentum != 0.0f ? 1 : 0) : 2;
-  int mw = a->master_weights != 0;
-  if (a->kind < APX_OPTIM_SGD || a->kind > APX_OPTIM_LAMB)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "unknown optimizer kind %d", a->kind);
-  if (n < 0 || n_in != 4 + n * (2 + k + mw))
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%d parameters need %d inputs, got %d", n,
-                        4 + n * (2 + k + mw), n_in);
-  for (int i = 0; i < 4; i++)
-    if ((s = apx_cpu_need_in(ctx, ins, n_in, i))) return s;
+  int n = a->n_params, k = apx_optimizer_state_groups(a), mw = a->master_weights != 0;
   if (scalar_at(&ins[0]) != 0) return APX_STATUS_OK; /* overflow: skipped step */
   int64_t t = 0;
   apx_cpu_convert(ins[3].data, ins[3].dtype, &t, APX_DT_I64, 1);
@@ -162,13 +131,7 @@ APX_CPU_KERNEL(apx_cpu_optimizer_step) {
     const ApxTensor *P = &ins[4 + i], *G = &ins[4 + n + i];
     const ApxTensor *S0 = k > 0 ? &ins[4 + 2 * n + i] : NULL, *S1 = k > 1 ? &ins[4 + 3 * n + i] : NULL;
     const ApxTensor *H = mw ? &ins[4 + (2 + k) * n + i] : NULL;
-    if ((s = apx_cpu_need_in(ctx, ins, n_in, 4 + i)) || (s = apx_cpu_need_in(ctx, ins, n_in, 4 + n + i)))
-      return s;
     int64_t ne = apx_tensor_numel(P);
-    if (apx_tensor_numel(G) != ne || (S0 && apx_tensor_numel(S0) != ne) ||
-        (S1 && apx_tensor_numel(S1) != ne) || (H && H->data && apx_tensor_numel(H) != ne) ||
-        (S0 && !S0->data) || (S1 && !S1->data))
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "parameter %d: tensors differ in size", i);
     ApxDType mt = P->dtype == APX_DT_F64 ? APX_DT_F64 : APX_DT_F32;
     Work wp, wg, w0, w1, wu = {NULL, 0};
     int err = get_work(P, mt, &wp, 1, nt) | get_work(G, mt, &wg, 1, nt) |

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/validate.h"
 
 #define LT_WORKSPACE_BYTES (32u << 20) /* cuBLASLt: 32 MiB is enough for Hopper's kernels */
 
@@ -24,16 +25,6 @@ ApxStatus apx_cuda_fail_call(ApxCudaCtx *ctx, cudaError_t e, const char *call, c
   ApxStatus st = e == cudaErrorMemoryAllocation ? APX_STATUS_OOM : APX_STATUS_RUNTIME;
   return apx_cuda_fail(ctx, st, "%s: %s: %s (%s:%d)", call, cudaGetErrorName(e),
                        cudaGetErrorString(e), base ? base + 1 : file, line);
-}
-
-ApxStatus apx_cu_need_in(ApxCudaCtx *ctx, const ApxTensor *ins, int n_in, int i) {
-  if (apx_cu_has(ins, n_in, i)) return APX_STATUS_OK;
-  return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "input %d missing", i);
-}
-
-ApxStatus apx_cu_need_out(ApxCudaCtx *ctx, ApxTensor *outs, int n_out, int i) {
-  if (apx_cu_has(outs, n_out, i)) return APX_STATUS_OK;
-  return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output %d missing", i);
 }
 
 int apx_cuda_device_count(char *why, size_t cap) {
@@ -128,11 +119,9 @@ ApxStatus apx_cuda_dev_error_check(ApxCudaCtx *ctx, const ApxCudaDevErr *rec, in
   const char *op = apx_op_name((ApxOp)e.op);
   switch (e.code) {
     case APX_CUDA_DERR_LABEL:
-      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "%s: label %lld at position %lld outside [0, %lld)",
-                           op, (long long)e.a, (long long)e.b, (long long)e.c);
+      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "%s: " APX_MSG_LABEL_RANGE, op, (long long)e.a, (long long)e.b, (long long)e.c);
     case APX_CUDA_DERR_INDEX:
-      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT,
-                           "%s: index %lld at position %lld outside [-%lld, %lld)", op,
+      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "%s: " APX_MSG_INDEX_RANGE, op,
                            (long long)e.a, (long long)e.b, (long long)e.c, (long long)e.c);
     case APX_CUDA_DERR_DIV_ZERO:
       return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "%s: integer modulo by zero (divisor element %lld)",

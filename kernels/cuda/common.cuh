@@ -246,9 +246,8 @@ static __device__ __forceinline__ float block_max(float v, float *sh) {
   return sh[32];
 }
 
-/* Checks used by several entries. */
-ApxStatus apx_cu_need_in(ApxCudaCtx *ctx, const ApxTensor *ins, int n_in, int i);
-ApxStatus apx_cu_need_out(ApxCudaCtx *ctx, ApxTensor *outs, int n_out, int i);
+/* Present (data != NULL) input/output i. Required ones and every shape are checked before an
+ * entry runs (kernels/validate.h, dispatch.cu). */
 static inline int apx_cu_has(const ApxTensor *t, int n, int i) { return i < n && t[i].data; }
 
 /* ---- kernel families (entries; each file documents its ops) ----------------------------- */

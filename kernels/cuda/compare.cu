@@ -202,7 +202,6 @@ static ApxStatus bcast2(ApxCudaCtx *ctx, BcastArgs *g, int64_t *n, const ApxTens
 
 /* Inputs 0..need-1 present; every present input of input 0's type. */
 static ApxStatus same_types(ApxCudaCtx *ctx, const ApxTensor *ins, int n_in, int need) {
-  for (int k = 0; k < need; k++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, k));
   for (int k = 1; k < n_in; k++)
     if (ins[k].data && ins[k].dtype != ins[0].dtype)
       return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "input %d has type %s, input 0 %s", k,
@@ -211,7 +210,6 @@ static ApxStatus same_types(ApxCudaCtx *ctx, const ApxTensor *ins, int n_in, int
 }
 
 static ApxStatus need_out_type(ApxCudaCtx *ctx, ApxTensor *outs, int n_out, ApxDType dt) {
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   if (outs[0].dtype != dt)
     return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output has type %s, expected %s",
                          apx_dtype_name(outs[0].dtype), apx_dtype_name(dt));
@@ -280,7 +278,6 @@ APX_CUDA_ENTRY(apx_cuda_logic) {
 
 /* IsNaN(X), IsInf(X) -> bool */
 APX_CUDA_ENTRY(apx_cuda_isclass) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
   APX_TRY(need_out_type(ctx, outs, n_out, APX_DT_BOOL));
   int64_t n = apx_tensor_numel(&ins[0]);
   if (apx_tensor_numel(&outs[0]) != n)
@@ -349,7 +346,6 @@ static ApxStatus bounds(ApxCudaCtx *ctx, const ApxTensor *ins, int n_in, int fir
 
 /* Clip(X, min?, max?) -> Y */
 APX_CUDA_ENTRY(apx_cuda_clip) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
   ApxDType dt = ins[0].dtype;
   APX_TRY(need_out_type(ctx, outs, n_out, dt));
   int64_t n = apx_tensor_numel(&ins[0]);
@@ -392,8 +388,6 @@ APX_CUDA_ENTRY(apx_cuda_mod) {
 
 /* ClipGrad(dY, X, min?, max?) -> dX?, dMin?, dMax?, all of dY's shape */
 APX_CUDA_ENTRY(apx_cuda_clip_grad) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
   ApxDType dt = ins[0].dtype;
   int64_t n = apx_tensor_numel(&ins[0]);
   if (ins[1].dtype != dt || apx_tensor_numel(&ins[1]) != n)

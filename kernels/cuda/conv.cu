@@ -139,17 +139,12 @@ static ApxStatus check_types(ApxCudaCtx *ctx, const ApxTensor *a, const ApxTenso
 }
 
 APX_CUDA_ENTRY(apx_cuda_conv) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   ApxConvGeom g;
   ApxDType dt = outs[0].dtype;
   if (apx_conv_geom((const ApxAttrConv *)attrs, &ins[0], &ins[1], &outs[0], &g, ctx->err, sizeof ctx->err))
     return APX_STATUS_BAD_INPUT;
   APX_TRY(check_types(ctx, &ins[0], &ins[1], dt));
-  const ApxTensor *b = apx_cu_has(ins, n_in, 2) ? &ins[2] : NULL;
-  if (b && (apx_tensor_numel(b) != g.M || !apx_cu_is_float16(b->dtype)))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "B must have M = %lld float elements", (long long)g.M);
+  const ApxTensor *b = apx_cu_has(ins, n_in, 2) ? &ins[2] : NULL; /* M floats of any type (ld_dt) */
   int64_t ny = apx_tensor_numel(&outs[0]);
   if (ny == 0) return APX_STATUS_OK;
   cudnnHandle_t h;
@@ -198,10 +193,10 @@ static ApxStatus conv_grad(ApxCudaCtx *ctx, const ApxAttrConv *a, const ApxTenso
   ApxTensor *dx = apx_cu_has(outs, n_out, 0) ? &outs[0] : NULL;
   ApxTensor *dw = apx_cu_has(outs, n_out, 1) ? &outs[1] : NULL;
   ApxTensor *db = apx_cu_has(outs, n_out, 2) ? &outs[2] : NULL;
-  if ((dx && (!apx_same_dims(dx, x) || dx->dtype != dt)) ||
-      (dw && (!apx_same_dims(dw, w) || dw->dtype != dt)) ||
-      (db && (apx_tensor_numel(db) != g.M || !apx_cu_is_float16(db->dtype))))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dX / dW / dB must match X / W / (M)");
+  /* shapes: kernels/validate.h; dB may be any float type */
+  if ((dx && dx->dtype != dt) || (dw && dw->dtype != dt))
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: dX / dW of another type than %s",
+                         apx_dtype_name(dt));
   if (db) {
     ApxReducePlan p;
     apx_reduce_plan(&p, dy->dims, dy->rank, 0xdu); /* axes 0, 2, 3 */
@@ -256,13 +251,9 @@ static ApxStatus conv_grad(ApxCudaCtx *ctx, const ApxAttrConv *a, const ApxTenso
 
 APX_CUDA_ENTRY(apx_cuda_conv_grad) {
   if (op == APX_OP_ConvBiasReluGrad) {
-    for (int i = 0; i < 4; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
-    if (!apx_same_dims(&ins[0], &ins[1]))
-      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY and Y must have one shape");
     void *g = NULL;
     APX_TRY(apx_cuda_relu_mask(ctx, &ins[0], &ins[1], &g));
     return conv_grad(ctx, (const ApxAttrConv *)attrs, &ins[0], g, &ins[2], &ins[3], outs, n_out);
   }
-  for (int i = 0; i < 3; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
   return conv_grad(ctx, (const ApxAttrConv *)attrs, &ins[0], ins[0].data, &ins[1], &ins[2], outs, n_out);
 }

@@ -6,6 +6,7 @@
  * gives 0, values beyond int64 saturate, then wrap to narrower types; -> bool is x != 0 (NaN
  * is true). fp32 <-> fp16 / bf16 (the casts mixed precision inserts) have their own kernel. */
 #include "kernels/cuda/common.cuh"
+#include "kernels/validate.h"
 
 /* ---- fast path: between fp32, fp16 and bf16 ---------------------------------------------- */
 
@@ -150,7 +151,7 @@ ApxStatus apx_cuda_convert(ApxCudaCtx *ctx, const void *src, ApxDType sdt, int64
                            void *dst, ApxDType ddt, int64_t n) {
   size_t ss = apx_dtype_size(sdt), ds = apx_dtype_size(ddt);
   if (ss == 0 || ds == 0 || sdt == APX_DT_STRING || ddt == APX_DT_STRING)
-    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "cannot convert %s to %s",
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, APX_MSG_CONVERT,
                          apx_dtype_name(sdt), apx_dtype_name(ddt));
   if (n <= 0) return APX_STATUS_OK;
   int fill = n_src == 1 && n != 1;
@@ -177,15 +178,8 @@ ApxStatus apx_cuda_convert(ApxCudaCtx *ctx, const void *src, ApxDType sdt, int64
   return APX_STATUS_OK;
 }
 
+/* Element counts and the target type: kernels/validate.h */
 APX_CUDA_ENTRY(apx_cuda_cast) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   int64_t n = apx_tensor_numel(&ins[0]);
-  if (n != apx_tensor_numel(&outs[0]))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output has %lld elements, input %lld",
-                         (long long)apx_tensor_numel(&outs[0]), (long long)n);
-  if (attrs && ((const ApxAttrCast *)attrs)->to != (int32_t)outs[0].dtype)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "attribute to=%d but output dtype is %s",
-                         ((const ApxAttrCast *)attrs)->to, apx_dtype_name(outs[0].dtype));
   return apx_cuda_convert(ctx, ins[0].data, ins[0].dtype, n, outs[0].data, outs[0].dtype, n);
 }

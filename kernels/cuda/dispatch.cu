@@ -1,10 +1,13 @@
 /* dispatch.cu - apx_cuda_run: the op -> entry table (the CUDA counterpart of
- * kernels/cpu/dispatch.c), the supported-type query, argument checks common to every op, and
- * the release of each op's temporaries. */
+ * kernels/cpu/dispatch.c), the supported-type query, the argument checks every backend shares
+ * (kernels/validate.h: counts, tensors, the op's contract) before an entry runs, and the
+ * release of each op's temporaries. The entries then check only what this backend does not
+ * implement ("not supported yet on cuda: ..."). */
 #include <stdio.h>
 #include <string.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/validate.h"
 
 typedef ApxStatus (*CudaEntry)(ApxCudaCtx *ctx, ApxOp op, const void *attrs, const ApxTensor *ins,
                                int n_in, ApxTensor *outs, int n_out);
@@ -172,49 +175,26 @@ static ApxDType op_type(const ApxTensor *ins, int n_in, const ApxTensor *outs, i
   return n_in > 0 && ins[0].data ? ins[0].dtype : APX_DT_UNDEFINED;
 }
 
-static ApxStatus check_tensor(ApxCudaCtx *ctx, const ApxTensor *t, const char *what, int i) {
-  if (!t->data) return APX_STATUS_OK;
-  if (t->rank < 0 || t->rank > APX_MAX_RANK)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "%s %d: rank %d out of range", what, i, t->rank);
-  for (int d = 0; d < t->rank; d++)
-    if (t->dims[d] < 0)
-      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "%s %d: negative dim %lld", what, i,
-                           (long long)t->dims[d]);
-  if (apx_dtype_size(t->dtype) == 0)
-    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "%s %d: dtype %s not supported", what, i,
-                         apx_dtype_name(t->dtype));
-  return APX_STATUS_OK;
-}
-
 ApxStatus apx_cuda_run(ApxCudaCtx *ctx, ApxOp op, const void *attrs, const ApxTensor *ins,
                        int n_in, ApxTensor *outs, int n_out) {
-  ctx->err[0] = '\0';
+  char *err = ctx->err;
+  size_t cap = sizeof ctx->err;
+  err[0] = '\0';
+  if (apx_kernel_check_op(op, err, cap) != APX_STATUS_OK) return APX_STATUS_BAD_INPUT;
   const CudaOpEntry *e = entry(op);
-  if (!e) {
-    snprintf(ctx->err, sizeof ctx->err, "invalid op %d", (int)op);
-    return APX_STATUS_BAD_INPUT;
-  }
-  ApxStatus st = APX_STATUS_OK;
+  ApxStatus st;
   if (!e->fn) {
     st = apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: %s", apx_op_name(op));
-  } else if (n_in < 0 || n_out < 0 || (n_in && !ins) || (n_out && !outs)) {
-    st = apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "bad input/output counts");
-  } else if (!attrs && strcmp(apx_op_info(op)->attrs_type, "ApxAttrNone") != 0) {
-    st = apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "missing attributes (%s)", apx_op_info(op)->attrs_type);
-  } else {
-    for (int i = 0; i < n_in && !st; i++) st = check_tensor(ctx, &ins[i], "input", i);
-    for (int i = 0; i < n_out && !st; i++) st = check_tensor(ctx, &outs[i], "output", i);
-    ApxDType t = st ? APX_DT_UNDEFINED : op_type(ins, n_in, outs, n_out);
-    if (!st && t != APX_DT_UNDEFINED && !type_ok(e->types, t))
+  } else if ((st = apx_kernel_check_args(op, attrs, ins, n_in, outs, n_out, err, cap)) ==
+             APX_STATUS_OK) {
+    ApxDType t = op_type(ins, n_in, outs, n_out);
+    if (t != APX_DT_UNDEFINED && !type_ok(e->types, t))
       st = apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: type %s%s",
                          apx_dtype_name(t), t == APX_DT_F64 ? " (fp64 runs on the cpu backend)" : "");
+    if (!st) st = apx_kernel_check_contract(op, attrs, ins, n_in, outs, n_out, err, cap);
     if (!st) st = e->fn(ctx, op, attrs, ins, n_in, outs, n_out);
   }
   apx_cuda_tmp_release(ctx);
-  if (st != APX_STATUS_OK) {
-    char detail[sizeof ctx->err];
-    memcpy(detail, ctx->err, sizeof detail);
-    snprintf(ctx->err, sizeof ctx->err, "%s: %s", apx_op_name(op), detail[0] ? detail : "failed");
-  }
+  if (st != APX_STATUS_OK) apx_kernel_error_prefix(op, err, cap);
   return st;
 }

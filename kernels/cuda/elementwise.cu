@@ -191,12 +191,11 @@ static ApxStatus check_float(ApxCudaCtx *ctx, ApxDType dt) {
 }
 
 APX_CUDA_ENTRY(apx_cuda_unary) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   int64_t n = apx_tensor_numel(&ins[0]);
   ApxDType dt = ins[0].dtype;
-  if (apx_tensor_numel(&outs[0]) != n || outs[0].dtype != dt)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output shape/dtype differs from input");
+  if (outs[0].dtype != dt)
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mixed types %s -> %s",
+                         apx_dtype_name(dt), apx_dtype_name(outs[0].dtype));
   APX_TRY(check_float(ctx, dt));
   if (n == 0) return APX_STATUS_OK;
   int block = apx_cu_block(ctx, 256);
@@ -211,13 +210,8 @@ APX_CUDA_ENTRY(apx_cuda_unary) {
 }
 
 APX_CUDA_ENTRY(apx_cuda_unary_grad) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   int64_t n = apx_tensor_numel(&outs[0]);
   ApxDType dt = outs[0].dtype;
-  if (apx_tensor_numel(&ins[0]) != n || apx_tensor_numel(&ins[1]) != n)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY, input 1 and dX must have one shape");
   if (ins[0].dtype != dt || ins[1].dtype != dt)
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
                          "not supported yet on cuda: mixed types %s, %s -> %s",
@@ -295,35 +289,24 @@ static ApxStatus run_binary(ApxCudaCtx *ctx, ApxOp op, const ApxTensor *a, const
 }
 
 APX_CUDA_ENTRY(apx_cuda_binary) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   return run_binary(ctx, op, &ins[0], &ins[1], &outs[0]);
 }
 
 /* Sum(X1, ..., Xn) -> ((X1 + X2) + X3) + ... (the CPU's order) */
 APX_CUDA_ENTRY(apx_cuda_sum) {
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
-  if (n_in < 1) return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "no inputs");
   ApxTensor *o = &outs[0];
-  for (int k = 0; k < n_in; k++) {
-    APX_TRY(apx_cu_need_in(ctx, ins, n_in, k));
+  for (int k = 0; k < n_in; k++)
     if (ins[k].dtype != o->dtype)
-      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "input %d type %s, output %s", k,
-                           apx_dtype_name(ins[k].dtype), apx_dtype_name(o->dtype));
-  }
+      return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: input %d of type %s with %s",
+                           k, apx_dtype_name(ins[k].dtype), apx_dtype_name(o->dtype));
   APX_TRY(check_float(ctx, o->dtype));
   if (n_in == 1) return apx_cuda_broadcast_copy(ctx, &ins[0], o);
-  for (int k = 1; k < n_in; k++)
-    if (ins[k].data == o->data)
-      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "input %d aliases the output", k);
   for (int k = 1; k < n_in; k++)
     APX_TRY(run_binary(ctx, APX_OP_Add, k == 1 ? &ins[0] : o, &ins[k], o));
   return APX_STATUS_OK;
 }
 
 APX_CUDA_ENTRY(apx_cuda_pow_grad) {
-  for (int i = 0; i < 3; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
   const ApxTensor *dy = &ins[0];
   ApxDType dt = dy->dtype;
   if (ins[1].dtype != dt || ins[2].dtype != dt)
@@ -343,8 +326,6 @@ APX_CUDA_ENTRY(apx_cuda_pow_grad) {
       return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output %d has type %s", k,
                            apx_dtype_name(outs[k].dtype));
     mask[k] = apx_sum_to_mask(dy, &outs[k]);
-    if (mask[k] < 0)
-      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output %d shape does not broadcast to dY", k);
     APX_TRY(apx_cuda_tmp(ctx, (size_t)n * sizeof(float), (void **)&full[k]));
   }
   if (n == 0) return APX_STATUS_OK;

@@ -30,12 +30,6 @@ static IdxDims idx_dims(const ApxTensor *a, const ApxTensor *b) {
   return g;
 }
 
-static ApxStatus io1(ApxCudaCtx *ctx, const ApxTensor *ins, int n_in, ApxTensor *outs, int n_out) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
-  return APX_STATUS_OK;
-}
-
 /* ---- Pad -------------------------------------------------------------------------------- */
 
 struct PadArgs {
@@ -75,7 +69,6 @@ static void launch_pad(const U *x, U *y, int64_t n, U value, const PadArgs &p, c
 }
 
 APX_CUDA_ENTRY(apx_cuda_pad) {
-  APX_TRY(io1(ctx, ins, n_in, outs, n_out));
   const ApxAttrPad *a = (const ApxAttrPad *)attrs;
   APX_TRY(apx_shape_status(apx_pad_plan(a, &ins[0], &outs[0], ctx->err, sizeof ctx->err)));
   int64_t n = apx_tensor_numel(&outs[0]);
@@ -133,7 +126,6 @@ static void launch_pad_grad(const T *dy, T *dx, int64_t n, const PadArgs &p, cud
 }
 
 APX_CUDA_ENTRY(apx_cuda_pad_grad) {
-  APX_TRY(io1(ctx, ins, n_in, outs, n_out));
   const ApxAttrPad *a = (const ApxAttrPad *)attrs;
   APX_TRY(apx_shape_status(apx_pad_plan(a, &outs[0], &ins[0], ctx->err, sizeof ctx->err)));
   int64_t n = apx_tensor_numel(&outs[0]);
@@ -168,7 +160,6 @@ static void launch_tile(const U *x, U *y, int64_t n, const IdxDims &g, cudaStrea
 }
 
 APX_CUDA_ENTRY(apx_cuda_tile) {
-  APX_TRY(io1(ctx, ins, n_in, outs, n_out));
   APX_TRY(apx_shape_status(apx_tile_plan((const ApxAttrTile *)attrs, &ins[0], &outs[0], ctx->err, sizeof ctx->err)));
   int64_t n = apx_tensor_numel(&outs[0]);
   if (n == 0) return APX_STATUS_OK;
@@ -200,7 +191,6 @@ static void launch_trilu(const U *x, U *y, int64_t n, int64_t rows, int64_t cols
 }
 
 APX_CUDA_ENTRY(apx_cuda_trilu) {
-  APX_TRY(io1(ctx, ins, n_in, outs, n_out));
   const ApxAttrTrilu *a = (const ApxAttrTrilu *)attrs;
   int64_t batch, rows, cols;
   APX_TRY(apx_shape_status(apx_trilu_plan(&ins[0], &outs[0], &batch, &rows, &cols, ctx->err, sizeof ctx->err)));
@@ -247,8 +237,6 @@ static void launch_gather_elements(const U *data, const void *idx, int idt, U *o
 }
 
 APX_CUDA_ENTRY(apx_cuda_gather_elements) {
-  APX_TRY(io1(ctx, ins, n_in, outs, n_out));
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
   int axis = (int)((const ApxAttrAxis *)attrs)->axis;
   APX_TRY(apx_shape_status(apx_gather_elements_plan(axis, &ins[0], &ins[1], &outs[0], ctx->err, sizeof ctx->err)));
   int64_t n = apx_tensor_numel(&ins[1]);
@@ -315,8 +303,6 @@ static ApxStatus fp32_finish(ApxCudaCtx *ctx, const float *acc, ApxTensor *out) 
 }
 
 APX_CUDA_ENTRY(apx_cuda_gather_elements_grad) {
-  APX_TRY(io1(ctx, ins, n_in, outs, n_out));
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
   int axis = (int)((const ApxAttrAxis *)attrs)->axis;
   APX_TRY(apx_shape_status(apx_gather_elements_plan(axis, &outs[0], &ins[1], &ins[0], ctx->err, sizeof ctx->err)));
   if (!apx_cu_is_float16(outs[0].dtype))
@@ -388,8 +374,6 @@ static void launch_gather_nd(const U *data, const void *idx, int idt, U *out, co
 }
 
 APX_CUDA_ENTRY(apx_cuda_gather_nd) {
-  APX_TRY(io1(ctx, ins, n_in, outs, n_out));
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
   ApxGatherNDPlan p;
   APX_TRY(apx_shape_status(apx_gather_nd_plan(((const ApxAttrGatherND *)attrs)->batch_dims, &ins[0], &ins[1], &outs[0],
                                        &p, ctx->err, sizeof ctx->err)));
@@ -428,8 +412,6 @@ static void launch_gather_nd_grad(const T *dy, const void *idx, int idt, float *
 }
 
 APX_CUDA_ENTRY(apx_cuda_gather_nd_grad) {
-  APX_TRY(io1(ctx, ins, n_in, outs, n_out));
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
   ApxGatherNDPlan p;
   APX_TRY(apx_shape_status(apx_gather_nd_plan(((const ApxAttrGatherND *)attrs)->batch_dims, &outs[0], &ins[1], &ins[0],
                                        &p, ctx->err, sizeof ctx->err)));

@@ -213,16 +213,14 @@ typedef struct LossShape {
   int64_t N, C, inner;
 } LossShape;
 
-static ApxStatus loss_shape(ApxCudaCtx *ctx, const ApxTensor *x, const ApxTensor *labels,
-                            const ApxTensor *w, LossShape *sh) {
+/* x (N, C, D...), labels (N, D...), weights (C) floats of any type (ld_dt): kernels/validate.h;
+ * this backend reads int32 / int64 labels and fp32 / fp16 / bf16 scores. */
+static ApxStatus loss_shape(ApxCudaCtx *ctx, const ApxTensor *x, const ApxTensor *labels, LossShape *sh) {
   if (apx_loss_shape(x, labels, &sh->N, &sh->C, &sh->inner, ctx->err, sizeof ctx->err))
     return APX_STATUS_BAD_INPUT;
   if (labels->dtype != APX_DT_I64 && labels->dtype != APX_DT_I32)
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: labels of type %s",
                          apx_dtype_name(labels->dtype));
-  if (w && (apx_tensor_numel(w) != sh->C || !apx_cu_is_float16(w->dtype)))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "weights must be (C) = (%lld) floats",
-                         (long long)sh->C);
   if (!apx_cu_is_float16(x->dtype))
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: type %s",
                          apx_dtype_name(x->dtype));
@@ -253,28 +251,17 @@ static LossArgs<T> loss_args(const ApxCudaCtx *ctx, ApxOp op, const ApxAttrLoss 
   return a;
 }
 
+/* Shapes, kinds and the reduction: kernels/validate.h; the loss may be fp32 for half scores
+ * (FusedXentropy), log_prob and saved any float type. */
 APX_CUDA_ENTRY(apx_cuda_loss) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   const ApxAttrLoss *at = (const ApxAttrLoss *)attrs;
-  if (at->reduction < APX_RED_MEAN || at->reduction > APX_RED_NONE)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "bad reduction %d", at->reduction);
   int fused = op == APX_OP_FusedXentropy, sce = fused || op == APX_OP_SoftmaxCrossEntropyLoss;
   const ApxTensor *x = &ins[0], *w = !fused && apx_cu_has(ins, n_in, 2) ? &ins[2] : NULL;
   LossShape sh;
-  APX_TRY(loss_shape(ctx, x, &ins[1], w, &sh));
+  APX_TRY(loss_shape(ctx, x, &ins[1], &sh));
   const ApxTensor *lp = sce && !fused && apx_cu_has(outs, n_out, 1) ? &outs[1] : NULL;
   const ApxTensor *saved = fused && apx_cu_has(outs, n_out, 1) ? &outs[1] : NULL;
   int64_t nl = sh.N * sh.inner;
-  if (saved && (apx_tensor_numel(saved) != nl || !apx_cu_is_float16(saved->dtype)))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "saved must be floats of the labels' shape");
-  /* the loss may be fp32 for half scores (FusedXentropy), log_prob any float type */
-  if (apx_tensor_numel(&outs[0]) != (at->reduction == APX_RED_NONE ? nl : 1) ||
-      !apx_cu_is_float16(outs[0].dtype))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "loss output shape/type does not match");
-  if (lp && (!apx_same_dims(lp, x) || !apx_cu_is_float16(lp->dtype)))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "log_prob must have the scores' shape");
   double *sums = NULL;
   APX_TRY(apx_cuda_tmp(ctx, 2 * sizeof(double) + (size_t)(2 * nl) * sizeof(float), (void **)&sums));
   float *loss = (float *)(sums + 2), *wl = loss + nl;
@@ -301,29 +288,18 @@ APX_CUDA_ENTRY(apx_cuda_loss) {
   return APX_STATUS_OK;
 }
 
+/* Shapes and kinds: kernels/validate.h; dScores may be rounded to another float type than the
+ * scores (fuse_casts), dLoss and saved any float type. */
 APX_CUDA_ENTRY(apx_cuda_loss_grad) {
   int fused = op == APX_OP_FusedXentropyGrad;
   int sce = fused || op == APX_OP_SoftmaxCrossEntropyLossGrad;
   int li = sce ? 2 : 1;
-  for (int i = 0; i <= li + fused; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   const ApxAttrLoss *at = (const ApxAttrLoss *)attrs;
-  if (at->reduction < APX_RED_MEAN || at->reduction > APX_RED_NONE)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "bad reduction %d", at->reduction);
   ApxTensor *dx = &outs[0];
   const ApxTensor *w = !fused && apx_cu_has(ins, n_in, li + 1) ? &ins[li + 1] : NULL;
   LossShape sh;
-  APX_TRY(loss_shape(ctx, dx, &ins[li], w, &sh));
-  /* dScores may be rounded to another float type than the scores (fuse_casts) */
-  if (sce && (!apx_same_dims(&ins[1], dx) || !apx_cu_is_float16(ins[1].dtype)))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "%s must have dScores' shape",
-                         fused ? "scores" : "log_prob");
+  APX_TRY(loss_shape(ctx, dx, &ins[li], &sh));
   int64_t nl = sh.N * sh.inner;
-  if (fused && (apx_tensor_numel(&ins[3]) != nl || !apx_cu_is_float16(ins[3].dtype)))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "saved must have the labels' shape");
-  if (apx_tensor_numel(&ins[0]) != (at->reduction == APX_RED_NONE ? nl : 1) ||
-      !apx_cu_is_float16(ins[0].dtype))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dLoss shape/type does not match");
   if (nl == 0) return APX_STATUS_OK;
   double *denom = NULL;
   cudaStream_t s = apx_cu_stream(ctx);

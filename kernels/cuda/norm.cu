@@ -95,11 +95,9 @@ struct StoreDt {
   __device__ void operator()(int64_t o, double v) const { st_dt(out, dt, o, (float)v); }
 };
 
-static ApxStatus need_numel(ApxCudaCtx *ctx, const ApxTensor *t, int64_t n, const char *what) {
+/* t (when present) is fp32, fp16 or bf16; element counts: kernels/validate.h */
+static ApxStatus need_float16(ApxCudaCtx *ctx, const ApxTensor *t, const char *what) {
   if (!t || !t->data) return APX_STATUS_OK;
-  if (apx_tensor_numel(t) != n)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "%s has %lld elements, expected %lld", what,
-                         (long long)apx_tensor_numel(t), (long long)n);
   if (!apx_cu_is_float16(t->dtype))
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: %s of type %s",
                          what, apx_dtype_name(t->dtype));
@@ -113,22 +111,16 @@ static int dt_of(const ApxTensor *t) { return t ? (int)t->dtype : 0; }
 static unsigned row_grid(int64_t rows) { return (unsigned)(rows < 65535 * 16 ? rows : 65535 * 16); }
 
 APX_CUDA_ENTRY(apx_cuda_layer_norm) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   const ApxAttrLayerNorm *a = (const ApxAttrLayerNorm *)attrs;
   const ApxTensor *x = &ins[0];
-  if (a->axis < 0 || a->axis >= x->rank)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
-                         (long long)a->axis, x->rank);
   int64_t rows = apx_dims_prod(x->dims, 0, (int32_t)a->axis), D = apx_dims_prod(x->dims, (int32_t)a->axis, x->rank);
   const ApxTensor *b = opt(ins, n_in, 2), *mean = opt(outs, n_out, 1), *istd = opt(outs, n_out, 2);
-  APX_TRY(need_numel(ctx, &ins[1], D, "Scale"));
-  APX_TRY(need_numel(ctx, b, D, "B"));
-  APX_TRY(need_numel(ctx, mean, rows, "Mean"));
-  APX_TRY(need_numel(ctx, istd, rows, "InvStdDev"));
+  APX_TRY(need_float16(ctx, &ins[1], "Scale"));
+  APX_TRY(need_float16(ctx, b, "B"));
+  APX_TRY(need_float16(ctx, mean, "Mean"));
+  APX_TRY(need_float16(ctx, istd, "InvStdDev"));
   /* Y may have another float type than X (a Cast folded into the op: passes/fuse_casts.c) */
-  APX_TRY(need_numel(ctx, &outs[0], rows * D, "Y"));
+  APX_TRY(need_float16(ctx, &outs[0], "Y"));
   if (rows * D == 0) return APX_STATUS_OK;
   int block = apx_cu_block(ctx, D >= 1024 ? 512 : 256);
   APX_CU_FLOAT_SWITCH(ctx, x->dtype, T, {
@@ -141,22 +133,18 @@ APX_CUDA_ENTRY(apx_cuda_layer_norm) {
 }
 
 APX_CUDA_ENTRY(apx_cuda_layer_norm_grad) {
-  for (int i = 0; i < 5; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
   const ApxAttrLayerNorm *a = (const ApxAttrLayerNorm *)attrs;
   const ApxTensor *x = &ins[1];
-  if (a->axis < 0 || a->axis >= x->rank)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
-                         (long long)a->axis, x->rank);
   int64_t rows = apx_dims_prod(x->dims, 0, (int32_t)a->axis), D = apx_dims_prod(x->dims, (int32_t)a->axis, x->rank);
   const ApxTensor *dx = opt(outs, n_out, 0), *dsc = opt(outs, n_out, 1), *db = opt(outs, n_out, 2);
   /* dY and dX may have other float types than X (passes/fuse_casts.c) */
-  APX_TRY(need_numel(ctx, &ins[0], rows * D, "dY"));
-  APX_TRY(need_numel(ctx, dx, rows * D, "dX"));
-  APX_TRY(need_numel(ctx, &ins[2], D, "Scale"));
-  APX_TRY(need_numel(ctx, &ins[3], rows, "Mean"));
-  APX_TRY(need_numel(ctx, &ins[4], rows, "InvStdDev"));
-  APX_TRY(need_numel(ctx, dsc, D, "dScale"));
-  APX_TRY(need_numel(ctx, db, D, "dB"));
+  APX_TRY(need_float16(ctx, &ins[0], "dY"));
+  APX_TRY(need_float16(ctx, dx, "dX"));
+  APX_TRY(need_float16(ctx, &ins[2], "Scale"));
+  APX_TRY(need_float16(ctx, &ins[3], "Mean"));
+  APX_TRY(need_float16(ctx, &ins[4], "InvStdDev"));
+  APX_TRY(need_float16(ctx, dsc, "dScale"));
+  APX_TRY(need_float16(ctx, db, "dB"));
   if (rows * D == 0) return APX_STATUS_OK;
   cudaStream_t s = apx_cu_stream(ctx);
   int gdt = ins[0].dtype;
@@ -312,36 +300,30 @@ APX_CU_KERNEL(bn_grad_stats_kernel)(const void *s1, const void *s2, int dt, floa
   }
 }
 
-static ApxStatus bn_shape(ApxCudaCtx *ctx, const ApxTensor *x, int64_t *N, int64_t *C, int64_t *S) {
-  if (x->rank < 2)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "X must have rank >= 2, got %d", x->rank);
+/* X (N, C, spatial...) (rank >= 2: kernels/validate.h) */
+static void bn_shape(const ApxTensor *x, int64_t *N, int64_t *C, int64_t *S) {
   *N = x->dims[0];
   *C = x->dims[1];
   *S = apx_dims_prod(x->dims, 2, x->rank);
-  return APX_STATUS_OK;
 }
 
 APX_CUDA_ENTRY(apx_cuda_batch_norm) {
-  for (int i = 0; i < 5; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   const ApxAttrBatchNorm *a = (const ApxAttrBatchNorm *)attrs;
   const ApxTensor *x = &ins[0];
   int64_t N = 0, C = 0, S = 0;
-  APX_TRY(bn_shape(ctx, x, &N, &C, &S));
-  static const char *names[4] = {"scale", "B", "input_mean", "input_var"};
-  for (int i = 1; i < 5; i++) APX_TRY(need_numel(ctx, &ins[i], C, names[i - 1]));
+  bn_shape(x, &N, &C, &S);
+  for (int i = 1; i < 5; i++) APX_TRY(need_float16(ctx, &ins[i], i < 3 ? "BatchNorm parameter" : "BatchNorm statistic"));
   if (ins[2].dtype != ins[1].dtype || ins[4].dtype != ins[3].dtype)
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mixed parameter types");
-  static const char *onames[4] = {"running_mean", "running_var", "saved_mean", "saved_inv_std"};
   ApxDType odt = APX_DT_UNDEFINED;
   for (int i = 1; i < 5; i++) {
     const ApxTensor *o = opt(outs, n_out, i);
-    APX_TRY(need_numel(ctx, o, C, onames[i - 1]));
+    APX_TRY(need_float16(ctx, o, "BatchNorm statistic"));
     if (o && odt != APX_DT_UNDEFINED && o->dtype != odt)
       return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mixed statistics types");
     if (o) odt = o->dtype;
   }
-  APX_TRY(need_numel(ctx, &outs[0], N * C * S, "Y")); /* any float type (fuse_casts) */
+  APX_TRY(need_float16(ctx, &outs[0], "Y")); /* any float type (fuse_casts) */
   if (C == 0) return APX_STATUS_OK;
   int training = a->training_mode != 0, relu = op == APX_OP_BatchNormRelu;
   double *bm = NULL, *bv = NULL;
@@ -382,16 +364,14 @@ static ApxStatus bn_grad(ApxCudaCtx *ctx, const ApxAttrBatchNorm *a, const void 
                          const ApxTensor *ins, int n_in, ApxTensor *outs, int n_out) {
   const ApxTensor *x = &ins[1];
   int64_t N = 0, C = 0, S = 0;
-  APX_TRY(bn_shape(ctx, x, &N, &C, &S));
+  bn_shape(x, &N, &C, &S);
   int training = a->training_mode != 0;
   const ApxTensor *dx = opt(outs, n_out, 0), *dsc = opt(outs, n_out, 1), *db = opt(outs, n_out, 2);
-  APX_TRY(need_numel(ctx, &ins[0], N * C * S, "dY")); /* dY, dX: any float types */
-  APX_TRY(need_numel(ctx, dx, N * C * S, "dX"));
-  APX_TRY(need_numel(ctx, &ins[2], C, "scale"));
-  APX_TRY(need_numel(ctx, &ins[3], C, "mean"));
-  APX_TRY(need_numel(ctx, &ins[4], C, training ? "saved_inv_std" : "var"));
-  APX_TRY(need_numel(ctx, dsc, C, "dscale"));
-  APX_TRY(need_numel(ctx, db, C, "dB"));
+  APX_TRY(need_float16(ctx, &ins[0], "dY")); /* dY, dX: any float types */
+  APX_TRY(need_float16(ctx, dx, "dX"));
+  for (int i = 2; i < 5; i++) APX_TRY(need_float16(ctx, &ins[i], "BatchNorm statistic"));
+  APX_TRY(need_float16(ctx, dsc, "dscale"));
+  APX_TRY(need_float16(ctx, db, "dB"));
   if (ins[4].dtype != ins[3].dtype || (dsc && db && dsc->dtype != db->dtype))
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mixed statistics types");
   if (C == 0) return APX_STATUS_OK;
@@ -430,15 +410,11 @@ static ApxStatus bn_grad(ApxCudaCtx *ctx, const ApxAttrBatchNorm *a, const void 
 
 APX_CUDA_ENTRY(apx_cuda_batch_norm_grad) {
   if (op == APX_OP_BatchNormReluGrad) {
-    for (int i = 0; i < 6; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
-    if (apx_tensor_numel(&ins[0]) != apx_tensor_numel(&ins[1]))
-      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY and Y must have one shape");
     void *g = NULL;
     APX_TRY(apx_cuda_relu_mask(ctx, &ins[0], &ins[1], &g));
     ApxTensor rest[5] = {ins[0], ins[2], ins[3], ins[4], ins[5]};
     return bn_grad(ctx, (const ApxAttrBatchNorm *)attrs, g, ins[0].dtype, rest, 5, outs, n_out);
   }
-  for (int i = 0; i < 5; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
   return bn_grad(ctx, (const ApxAttrBatchNorm *)attrs, ins[0].data, ins[0].dtype, ins, n_in, outs,
                  n_out);
 }
@@ -452,9 +428,7 @@ APX_CU_KERNEL(relu_mask_kernel)(const T *dy, const void *y, int ydt, T *g, int64
 }
 
 ApxStatus apx_cuda_relu_mask(ApxCudaCtx *ctx, const ApxTensor *dy, const ApxTensor *y, void **g) {
-  int64_t n = apx_tensor_numel(dy);
-  if (!apx_cu_is_float16(y->dtype) || apx_tensor_numel(y) != n)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Y must be a float of dY's shape");
+  int64_t n = apx_tensor_numel(dy); /* Y: a float of dY's shape (kernels/validate.h) */
   APX_TRY(apx_cuda_tmp(ctx, (size_t)n * apx_dtype_size(dy->dtype), g));
   if (n == 0) return APX_STATUS_OK;
   int block = apx_cu_block(ctx, 256);

@@ -143,17 +143,18 @@ APX_CU_KERNEL(gap_grad_kernel)(const T *dy, T *dx, int64_t planes, int64_t S) {
 /* ---- entries ---------------------------------------------------------------------------------- */
 
 APX_CUDA_ENTRY(apx_cuda_pool) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   ApxPoolGeom pg;
   if (apx_pool_geom((const ApxAttrPool *)attrs, &ins[0], &outs[0], &pg, ctx->err, sizeof ctx->err))
     return APX_STATUS_BAD_INPUT;
   ApxDType dt = ins[0].dtype;
-  if (outs[0].dtype != dt) return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "X and Y: types differ");
+  if (outs[0].dtype != dt)
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: X and Y of types %s and %s",
+                         apx_dtype_name(dt), apx_dtype_name(outs[0].dtype));
   long long *idx = NULL;
   if (op == APX_OP_MaxPool && apx_cu_has(outs, n_out, 1)) {
-    if (outs[1].dtype != APX_DT_I64 || !apx_same_dims(&outs[0], &outs[1]))
-      return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Indices must be int64 of Y's shape");
+    if (outs[1].dtype != APX_DT_I64)
+      return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: Indices of type %s",
+                           apx_dtype_name(outs[1].dtype));
     idx = (long long *)outs[1].data;
   }
   int64_t n = apx_tensor_numel(&outs[0]);
@@ -174,16 +175,13 @@ APX_CUDA_ENTRY(apx_cuda_pool) {
 
 APX_CUDA_ENTRY(apx_cuda_pool_grad) {
   int is_max = op == APX_OP_MaxPoolGrad;
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  if (is_max) APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   ApxPoolGeom pg;
   if (apx_pool_geom((const ApxAttrPool *)attrs, &outs[0], &ins[0], &pg, ctx->err, sizeof ctx->err))
     return APX_STATUS_BAD_INPUT;
   ApxDType dt = outs[0].dtype;
-  if (ins[0].dtype != dt) return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY and dX: types differ");
-  if (is_max && (!apx_same_dims(&ins[1], &outs[0]) || ins[1].dtype != dt))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "X and dX must have one shape and type");
+  if (ins[0].dtype != dt || (is_max && ins[1].dtype != dt))
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mixed types (dX %s)",
+                         apx_dtype_name(dt));
   if (pg.H * pg.W > 0x7fffffff)
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: planes beyond 2^31");
   int64_t nx = apx_tensor_numel(&outs[0]), ny = apx_tensor_numel(&ins[0]);
@@ -209,20 +207,18 @@ APX_CUDA_ENTRY(apx_cuda_pool_grad) {
   return APX_STATUS_OK;
 }
 
+/* x (N, C, spatial...), y N * C elements (kernels/validate.h): planes, spatial size; one type */
 static ApxStatus gap_shape(ApxCudaCtx *ctx, const ApxTensor *x, const ApxTensor *y, int64_t *planes,
                            int64_t *S) {
-  if (x->rank < 3 || x->dtype != y->dtype)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "X must be (N, C, spatial...) of Y's type");
+  if (x->dtype != y->dtype)
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: X and Y of types %s and %s",
+                         apx_dtype_name(x->dtype), apx_dtype_name(y->dtype));
   *planes = x->dims[0] * x->dims[1];
   *S = apx_dims_prod(x->dims, 2, x->rank);
-  if (apx_tensor_numel(y) != *planes)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Y must have N * C elements");
   return APX_STATUS_OK;
 }
 
 APX_CUDA_ENTRY(apx_cuda_global_avg_pool) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   int64_t planes = 0, S = 0;
   APX_TRY(gap_shape(ctx, &ins[0], &outs[0], &planes, &S));
   int64_t dims[2] = {planes, S};
@@ -233,8 +229,6 @@ APX_CUDA_ENTRY(apx_cuda_global_avg_pool) {
 }
 
 APX_CUDA_ENTRY(apx_cuda_global_avg_pool_grad) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   int64_t planes = 0, S = 0;
   APX_TRY(gap_shape(ctx, &outs[0], &ins[0], &planes, &S));
   if (planes * S == 0) return APX_STATUS_OK;

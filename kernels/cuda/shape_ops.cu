@@ -89,25 +89,11 @@ ApxStatus apx_cuda_broadcast_copy(ApxCudaCtx *ctx, const ApxTensor *src, ApxTens
                       apx_dtype_size(dst->dtype));
 }
 
-static ApxStatus io1(ApxCudaCtx *ctx, const ApxTensor *ins, int n_in, ApxTensor *outs, int n_out) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
-  if (ins[0].dtype != outs[0].dtype)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "input and output: types differ (%s, %s)",
-                         apx_dtype_name(ins[0].dtype), apx_dtype_name(outs[0].dtype));
-  if (apx_dtype_size(ins[0].dtype) == 0)
-    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: type %s",
-                         apx_dtype_name(ins[0].dtype));
-  return APX_STATUS_OK;
-}
-
 /* ---- entries ----------------------------------------------------------------------------------- */
 
+/* Dtypes (one, with a size) and shapes are checked by kernels/validate.h. */
+
 APX_CUDA_ENTRY(apx_cuda_copy) {
-  APX_TRY(io1(ctx, ins, n_in, outs, n_out));
-  if (apx_tensor_numel(&ins[0]) != apx_tensor_numel(&outs[0]))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output has %lld elements, input %lld",
-                         (long long)apx_tensor_numel(&outs[0]), (long long)apx_tensor_numel(&ins[0]));
   size_t bytes = apx_tensor_bytes(&ins[0]);
   if (outs[0].data != ins[0].data && bytes)
     APX_CUDA_TRY(ctx, cudaMemcpyAsync(outs[0].data, ins[0].data, bytes, cudaMemcpyDeviceToDevice,
@@ -116,7 +102,6 @@ APX_CUDA_ENTRY(apx_cuda_copy) {
 }
 
 APX_CUDA_ENTRY(apx_cuda_transpose) {
-  APX_TRY(io1(ctx, ins, n_in, outs, n_out));
   int64_t ss[APX_MAX_RANK], ys[APX_MAX_RANK];
   if (apx_transpose_plan((const ApxAttrTranspose *)attrs, &ins[0], &outs[0], ss, ctx->err,
                             sizeof ctx->err))
@@ -153,19 +138,14 @@ static ApxStatus concat_split(ApxCudaCtx *ctx, int split, int64_t axis, const Ap
 }
 
 APX_CUDA_ENTRY(apx_cuda_concat) {
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
-  if (n_in < 1) return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "no inputs");
   return concat_split(ctx, 0, ((const ApxAttrAxis *)attrs)->axis, &outs[0], ins, n_in);
 }
 
 APX_CUDA_ENTRY(apx_cuda_split) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  if (n_out < 1) return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "no outputs");
   return concat_split(ctx, 1, ((const ApxAttrSplit *)attrs)->axis, &ins[0], outs, n_out);
 }
 
 APX_CUDA_ENTRY(apx_cuda_slice) {
-  APX_TRY(io1(ctx, ins, n_in, outs, n_out));
   int64_t base, ss[APX_MAX_RANK], ys[APX_MAX_RANK];
   if (apx_slice_view((const ApxAttrSlice *)attrs, &ins[0], &outs[0], &base, ss, ctx->err,
                         sizeof ctx->err))
@@ -177,7 +157,6 @@ APX_CUDA_ENTRY(apx_cuda_slice) {
 }
 
 APX_CUDA_ENTRY(apx_cuda_slice_grad) {
-  APX_TRY(io1(ctx, ins, n_in, outs, n_out));
   int64_t base, ds[APX_MAX_RANK], ys[APX_MAX_RANK];
   if (apx_slice_view((const ApxAttrSlice *)attrs, &outs[0], &ins[0], &base, ds, ctx->err,
                         sizeof ctx->err))
@@ -190,7 +169,6 @@ APX_CUDA_ENTRY(apx_cuda_slice_grad) {
 }
 
 APX_CUDA_ENTRY(apx_cuda_expand) {
-  APX_TRY(io1(ctx, ins, n_in, outs, n_out));
   return apx_cuda_broadcast_copy(ctx, &ins[0], &outs[0]);
 }
 
@@ -216,8 +194,6 @@ APX_CU_KERNEL(gather_kernel)(const U *data, const void *idx, int idt, U *out, in
 }
 
 APX_CUDA_ENTRY(apx_cuda_gather) {
-  APX_TRY(io1(ctx, ins, n_in, outs, n_out));
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
   int64_t outer = 0, A = 0, inner = 0;
   if (apx_cu_gather_shape(((const ApxAttrAxis *)attrs)->axis, &ins[0], &ins[1], &outs[0], &outer,
                           &A, &inner, ctx->err, sizeof ctx->err))
@@ -259,13 +235,6 @@ APX_CU_KERNEL(where_kernel)(const uint8_t *c, const U *x, const U *y, U *o, int6
 }
 
 APX_CUDA_ENTRY(apx_cuda_where) {
-  for (int i = 0; i < 3; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
-  if (ins[1].dtype != outs[0].dtype || ins[2].dtype != outs[0].dtype)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "X, Y and output: types differ");
-  if (ins[0].dtype != APX_DT_BOOL)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "condition must be bool, got %s",
-                         apx_dtype_name(ins[0].dtype));
   const ApxTensor *tri[3] = {&ins[0], &ins[1], &ins[2]};
   ApxBcast bc;
   if (apx_bcast_plan(&bc, &outs[0], tri, 3, ctx->err, sizeof ctx->err)) return APX_STATUS_BAD_INPUT;

@@ -236,29 +236,23 @@ static void launch_softmax_grad_rows(const ApxCudaCtx *ctx, ACC a, int64_t rows,
 
 /* ---- entries -------------------------------------------------------------------------------- */
 
-static ApxStatus split_axis(ApxCudaCtx *ctx, const ApxTensor *t, int64_t axis, int64_t *outer,
-                            int64_t *L, int64_t *inner) {
+/* The lines along axis (in [0, rank): kernels/validate.h); a scalar is one line of length 1. */
+static void split_axis(const ApxTensor *t, int64_t axis, int64_t *outer, int64_t *L, int64_t *inner) {
   if (t->rank == 0) {
     *outer = *L = *inner = 1;
-    return APX_STATUS_OK;
+    return;
   }
-  if (axis < 0 || axis >= t->rank)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "axis %lld out of range for rank %d",
-                         (long long)axis, t->rank);
   *outer = apx_dims_prod(t->dims, 0, (int32_t)axis);
   *L = t->dims[axis];
   *inner = apx_dims_prod(t->dims, (int32_t)axis + 1, t->rank);
-  return APX_STATUS_OK;
 }
 
 APX_CUDA_ENTRY(apx_cuda_softmax) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   const ApxTensor *x = &ins[0];
-  if (!apx_same_dims(x, &outs[0]) || outs[0].dtype != x->dtype)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "output shape/type differs from input");
+  if (outs[0].dtype != x->dtype)
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mixed types");
   int64_t outer = 0, L = 0, inner = 0;
-  APX_TRY(split_axis(ctx, x, ((const ApxAttrAxis *)attrs)->axis, &outer, &L, &inner));
+  split_axis(x, ((const ApxAttrAxis *)attrs)->axis, &outer, &L, &inner);
   if (outer * L * inner == 0) return APX_STATUS_OK;
   int is_log = op == APX_OP_LogSoftmax;
   cudaStream_t s = apx_cu_stream(ctx);
@@ -286,16 +280,11 @@ APX_CUDA_ENTRY(apx_cuda_softmax) {
 }
 
 APX_CUDA_ENTRY(apx_cuda_softmax_grad) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
-  if (!apx_same_dims(&ins[0], &ins[1]) || !apx_same_dims(&ins[0], &outs[0]))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY, Y and dX must have one shape");
   ApxDType dt = outs[0].dtype;
   if (ins[0].dtype != dt || ins[1].dtype != dt)
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mixed types");
   int64_t outer = 0, L = 0, inner = 0;
-  APX_TRY(split_axis(ctx, &ins[0], ((const ApxAttrAxis *)attrs)->axis, &outer, &L, &inner));
+  split_axis(&ins[0], ((const ApxAttrAxis *)attrs)->axis, &outer, &L, &inner);
   if (outer * L * inner == 0) return APX_STATUS_OK;
   int is_log = op == APX_OP_LogSoftmaxGrad;
   cudaStream_t s = apx_cu_stream(ctx);
@@ -322,22 +311,15 @@ APX_CUDA_ENTRY(apx_cuda_softmax_grad) {
 }
 
 APX_CUDA_ENTRY(apx_cuda_fused_softmax) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   const ApxAttrFusedSoftmax *a = (const ApxAttrFusedSoftmax *)attrs;
   const ApxTensor *x = &ins[0];
   const ApxTensor *mask = a->has_mask && apx_cu_has(ins, n_in, 1) ? &ins[1] : NULL;
-  if (a->has_mask && !mask)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "input 1 (Mask) missing");
-  if (!apx_same_dims(x, &outs[0]) || x->rank < 1 || !apx_cu_is_float16(outs[0].dtype))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Y must be floats of X's shape (rank >= 1)");
-  if (mask && !apx_cu_is_float16(mask->dtype))
-    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: mask of type %s",
-                         apx_dtype_name(mask->dtype));
-  ApxBcast bc;
+  if (!apx_cu_is_float16(outs[0].dtype) || (mask && !apx_cu_is_float16(mask->dtype)))
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: Y of type %s, mask %s",
+                         apx_dtype_name(outs[0].dtype), mask ? apx_dtype_name(mask->dtype) : "none");
+  ApxBcast bc; /* Mask broadcasts to X (kernels/validate.h) */
   const ApxTensor *pair[2] = {x, mask};
-  if (apx_bcast_init_t(&bc, &outs[0], pair, mask ? 2 : 1, NULL))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "Mask does not broadcast to X");
+  apx_bcast_init_t(&bc, &outs[0], pair, mask ? 2 : 1, NULL);
   int64_t L = x->dims[x->rank - 1], n = apx_tensor_numel(x), rows = n / (L ? L : 1);
   if (n == 0) return APX_STATUS_OK;
   cudaStream_t s = apx_cu_stream(ctx);
@@ -360,13 +342,7 @@ APX_CUDA_ENTRY(apx_cuda_fused_softmax) {
 }
 
 APX_CUDA_ENTRY(apx_cuda_fused_softmax_grad) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   const ApxAttrFusedSoftmax *a = (const ApxAttrFusedSoftmax *)attrs;
-  if (!apx_same_dims(&ins[0], &ins[1]) || !apx_same_dims(&ins[0], &outs[0]) ||
-      ins[0].rank < 1)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "dY, Y and dX must have one shape");
   ApxDType dt = outs[0].dtype;
   for (const ApxTensor *t : {&ins[0], &ins[1], (const ApxTensor *)&outs[0]})
     if (!apx_cu_is_float16(t->dtype))

@@ -53,11 +53,10 @@ APX_CU_KERNEL(loss_scale_seed_kernel)(const void *scale, int sdt, float mult, vo
 }
 
 APX_CUDA_ENTRY(apx_cuda_loss_scale_seed) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
-  APX_TRY(apx_cu_need_out(ctx, outs, n_out, 0));
   const ApxAttrLossScaleSeed *a = (const ApxAttrLossScaleSeed *)attrs;
-  if (apx_tensor_numel(&ins[1]) < 1 || ins[1].dtype != APX_DT_F32 || !apx_cu_is_float16(outs[0].dtype))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "loss_scale must be fp32 [1], dLoss a float");
+  if (ins[1].dtype != APX_DT_F32 || !apx_cu_is_float16(outs[0].dtype))
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: loss_scale %s, dLoss %s",
+                         apx_dtype_name(ins[1].dtype), apx_dtype_name(outs[0].dtype));
   int64_t n = apx_tensor_numel(&outs[0]);
   if (n == 0) return APX_STATUS_OK;
   int block = apx_cu_block(ctx, 256);
@@ -69,14 +68,10 @@ APX_CUDA_ENTRY(apx_cuda_loss_scale_seed) {
 
 /* ---- AssignState -------------------------------------------------------------------------------- */
 
+/* src has dst's element count or one element (kernels/validate.h) */
 APX_CUDA_ENTRY(apx_cuda_assign_state) {
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 1));
   const ApxTensor *src = &ins[0], *dst = &ins[1];
   int64_t ns = apx_tensor_numel(src), nd = apx_tensor_numel(dst);
-  if (ns != nd && ns != 1)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "src has %lld elements, dst %lld",
-                         (long long)ns, (long long)nd);
   if (src->data == dst->data && src->dtype == dst->dtype) return APX_STATUS_OK;
   return apx_cuda_convert(ctx, src->data, src->dtype, ns, dst->data, dst->dtype, nd);
 }
@@ -158,18 +153,15 @@ static void mt_fill(MtArgs *a, const ApxCuMtLaunch *l, const int64_t *sizes, con
   }
 }
 
+/* The layout (kernels/attrs.h) and shapes are checked by kernels/validate.h. */
 APX_CUDA_ENTRY(apx_cuda_unscale_check) {
   int n = n_in - 1;
-  APX_TRY(apx_cu_need_in(ctx, ins, n_in, 0));
-  if (n < 0 || n_out != 3 + n)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "%d gradients need %d outputs, got %d", n,
-                         3 + n, n_out);
-  for (int k = 0; k < 3; k++) APX_TRY(apx_cu_need_out(ctx, outs, n_out, k));
   if (ins[0].dtype != APX_DT_F32)
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: loss scale of type %s",
                          apx_dtype_name(ins[0].dtype));
   if (outs[1].dtype != APX_DT_I32 && outs[1].dtype != APX_DT_I64)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "first_bad must be int32 or int64");
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: first_bad of type %s",
+                         apx_dtype_name(outs[1].dtype));
   int64_t *sizes = (int64_t *)calloc((size_t)(2 * n + 1), sizeof(int64_t));
   if (!sizes) return apx_cuda_fail(ctx, APX_STATUS_OOM, "out of host memory");
   int64_t *cstart = sizes + n;
@@ -177,11 +169,9 @@ APX_CUDA_ENTRY(apx_cuda_unscale_check) {
   ApxStatus st = APX_STATUS_OK;
   for (int i = 0; i < n && st == APX_STATUS_OK; i++) {
     const ApxTensor *g = &ins[1 + i], *u = &outs[3 + i];
-    st = apx_cu_need_in(ctx, ins, n_in, 1 + i);
-    if (st == APX_STATUS_OK &&
-        (!apx_cu_is_float16(g->dtype) ||
-         (u->data && (!apx_cu_is_float16(u->dtype) || apx_tensor_numel(u) != apx_tensor_numel(g)))))
-      st = apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "u_%d must be a float of g_%d's shape (fp64: cpu only)", i, i);
+    if (!apx_cu_is_float16(g->dtype) || (u->data && !apx_cu_is_float16(u->dtype)))
+      st = apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: gradient %d of type %s (fp64: cpu only)",
+                         i, apx_dtype_name(u->data && apx_cu_is_float16(g->dtype) ? u->dtype : g->dtype));
     sizes[i] = apx_tensor_numel(g);
     cstart[i] = nch;
     nch += (sizes[i] + MT_CHUNK - 1) / MT_CHUNK;
@@ -359,19 +349,13 @@ APX_CU_KERNEL(opt_step_kernel)(const OptScalars *sc, void *step, int sdt) {
     ((int *)step)[0] = (int)sc->t;
 }
 
+/* The input layout (kernels/attrs.h) and sizes are checked by kernels/validate.h. */
 APX_CUDA_ENTRY(apx_cuda_optimizer_step) {
   const ApxAttrOptimizer *a = (const ApxAttrOptimizer *)attrs;
-  int n = a->n_params;
-  int k = a->kind == APX_OPTIM_SGD ? (a->momentum != 0.0f ? 1 : 0) : 2;
-  int mw = a->master_weights != 0;
-  if (a->kind < APX_OPTIM_SGD || a->kind > APX_OPTIM_LAMB)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "unknown optimizer kind %d", a->kind);
-  if (n < 0 || n_in != 4 + n * (2 + k + mw))
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "%d parameters need %d inputs, got %d", n,
-                         4 + n * (2 + k + mw), n_in);
-  for (int i = 0; i < 4; i++) APX_TRY(apx_cu_need_in(ctx, ins, n_in, i));
+  int n = a->n_params, k = apx_optimizer_state_groups(a), mw = a->master_weights != 0;
   if (ins[3].dtype != APX_DT_I64 && ins[3].dtype != APX_DT_I32)
-    return apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "step must be int64 or int32");
+    return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: step of type %s",
+                         apx_dtype_name(ins[3].dtype));
   if (!apx_cu_is_float16(ins[0].dtype) || !apx_cu_is_float16(ins[2].dtype) ||
       (!apx_cu_is_float16(ins[1].dtype) && ins[1].dtype != APX_DT_F64))
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: fp64 scalars");
@@ -385,13 +369,7 @@ APX_CUDA_ENTRY(apx_cuda_optimizer_step) {
   ApxStatus st = APX_STATUS_OK;
   for (int i = 0; i < n && st == APX_STATUS_OK; i++) {
     int64_t ne = apx_tensor_numel(&P[i]);
-    if (!P[i].data || !G[i].data)
-      st = apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "parameter %d: P or G missing", i);
-    else if (apx_tensor_numel(&G[i]) != ne || (S0 && apx_tensor_numel(&S0[i]) != ne) ||
-             (S1 && apx_tensor_numel(&S1[i]) != ne) || (H && H[i].data && apx_tensor_numel(&H[i]) != ne) ||
-             (S0 && !S0[i].data) || (S1 && !S1[i].data))
-      st = apx_cuda_fail(ctx, APX_STATUS_BAD_INPUT, "parameter %d: tensors differ in size", i);
-    else if (!apx_cu_is_float16(P[i].dtype) || !apx_cu_is_float16(G[i].dtype) ||
+    if (!apx_cu_is_float16(P[i].dtype) || !apx_cu_is_float16(G[i].dtype) ||
              (S0 && !apx_cu_is_float16(S0[i].dtype)) || (S1 && !apx_cu_is_float16(S1[i].dtype)) ||
              (H && H[i].data && !apx_cu_is_float16(H[i].dtype)))
       st = apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
