@@ -21,7 +21,10 @@ static const struct {
     {APX_OP_Conv, -1, 22},               {APX_OP_MaxPool, -1, 22},      {APX_OP_AveragePool, -1, 22},
     {APX_OP_GlobalAveragePool, -1, 22},  {APX_OP_NegativeLogLikelihoodLoss, -1, 22},
     {APX_OP_Dropout, 1, 22},             {APX_OP_Range, -1, 0},
-    {APX_OP_HardSigmoid, -1, 22},
+    {APX_OP_HardSigmoid, -1, 22},        {APX_OP_HardSwish, -1, 22},    {APX_OP_Softplus, -1, 22},
+    {APX_OP_IsInf, -1, 20},              {APX_OP_LessOrEqual, -1, 16},  {APX_OP_GreaterOrEqual, -1, 16},
+    {APX_OP_CastLike, -1, 15},           {APX_OP_Trilu, -1, 14},        {APX_OP_RandomUniformLike, -1, 22},
+    {APX_OP_SplitToSequence, -1, 0},     {APX_OP_SequenceAt, -1, 0},
 };
 
 /* Opsets at which a node written in the older form becomes invalid, and when that applies. */
@@ -37,6 +40,7 @@ static const struct {
     {APX_OP_BatchNormalization, 14, WHEN_ALWAYS, 0, NULL, "its outputs change"},
     {APX_OP_Split, 18, WHEN_NO_INPUT, 1, NULL, "without a split input it needs num_outputs"},
     {APX_OP_ReduceMean, 18, WHEN_ATTR, 0, "axes", "its axes attribute becomes an input"},
+    {APX_OP_ReduceMax, 18, WHEN_ATTR, 0, "axes", "its axes attribute becomes an input"},
 };
 
 int64_t apx_onnx_bf16_since(ApxOp op, int slot) {

@@ -174,7 +174,9 @@ static unsigned prefix_mask(int n) { return n <= 0 ? 0u : n >= 8 ? 0xffu : (1u <
 static ApxStatus check_arity(V *v, ApxOp op, const ApxTensor *ins, int n_in,
                              const ApxTensor *outs, int n_out) {
   const ApxOpInfo *info = apx_op_info(op);
-  Arity table = {1, info->max_in, info->max_out, (uint8_t)prefix_mask(info->min_in),
+  /* static operands (ops.def STATIC_INPUTS) are read into the attributes: passed absent */
+  Arity table = {1, info->max_in, info->max_out,
+                 (uint8_t)(prefix_mask(info->min_in) & ~info->static_inputs),
                  (uint8_t)prefix_mask(info->min_out)};
   const Arity *a = k_arity_exceptions[op].set ? &k_arity_exceptions[op] : &table;
   if (a->max_in >= 0 && n_in > a->max_in)

@@ -23,7 +23,7 @@ while IFS= read -r l; do
   [[ "$l" =~ $line_re ]] && ok || bad "malformed line '$l'"
 done <<< "$err"
 stages=$(awk '{print $2}' <<< "$err" | tr '\n' ' ')
-want="load fold_constants infer_shapes autodiff optimizer overflow_check precision cast_insert cast_cleanup inspect sync_bn master_weights fuse_xentropy fuse_softmax fuse_layernorm fuse_dense fuse_bn_relu fuse_conv fuse_casts bucketing memplan emit_plan write_plan total "
+want="load fold_constants split_sequences infer_shapes autodiff optimizer overflow_check precision cast_insert cast_cleanup inspect sync_bn master_weights fuse_xentropy fuse_softmax fuse_layernorm fuse_dense fuse_bn_relu fuse_conv fuse_casts bucketing memplan emit_plan write_plan total "
 [ "$stages" = "$want" ] && ok || bad "stages '$stages', want '$want'"
 # the stage lines carry the added memory, the total does not
 [ "$(grep -c ' MiB  *+' <<< "$err")" -eq $((n - 1)) ] && ok || bad "'+' column on every stage line"
