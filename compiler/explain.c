@@ -202,6 +202,30 @@ static void write_summary_text(const ApxPrecisionSummary *s, FILE *f) {
           s->n_half, s->n_fp32, s->n_other, s->rows[0], s->rows[1], s->rows[2]);
 }
 
+const char *apx_explain_bn_running_var(const ApxGraph *g, const ApxOptions *o, char *buf, size_t cap) {
+  int n = 0, unbiased = 0;
+  for (int id = 0; id < g->n_nodes; id++) { /* dead ones too: --sync-bn rewrites them */
+    const ApxNode *nd = &g->nodes[id];
+    if ((nd->op != APX_OP_BatchNormalization && nd->op != APX_OP_BatchNormRelu) || !nd->typed) continue;
+    const ApxAttrBatchNorm *a = nd->typed;
+    if (!a->training_mode) continue;
+    n++;
+    unbiased |= a->unbiased_running_var != 0;
+  }
+  if (!n || !cap) return NULL;
+  const char *prod = g->producer_name ? g->producer_name : "";
+  char why[160];
+  if (o->bn_running_var != APX_BN_VAR_AUTO)
+    snprintf(why, sizeof why, "--bn-running-var=%s", unbiased ? "unbiased" : "population");
+  else
+    snprintf(why, sizeof why, "producer_name '%s'; --bn-running-var=%s for %s", prod,
+             unbiased ? "population" : "unbiased", unbiased ? "ONNX's definition" : "PyTorch's");
+  snprintf(buf, cap, "%s (%s; %s)",
+           unbiased ? "unbiased, batch variance x n/(n-1)" : "population, the batch variance",
+           unbiased ? "PyTorch's BatchNorm" : "ONNX's BatchNormalization", why);
+  return buf;
+}
+
 static void header_text(const ApxGraph *g, const ApxOptions *o, FILE *f) {
   ApxPrecSettings s = apx_prec_settings(o);
   fprintf(f, "apexc --explain: %s  -O%d  half=%s  lists=%s  keep_batchnorm_fp32=%s  "
@@ -209,6 +233,8 @@ static void header_text(const ApxGraph *g, const ApxOptions *o, FILE *f) {
           g->file, (int)s.level, apx_dtype_short(s.half), s.lists ? "on" : "off",
           s.keep_bn_fp32 ? "on" : "off", s.master_weights ? "on" : "off",
           s.model_half ? apx_dtype_short(s.half) : "fp32");
+  char bn[320];
+  if (apx_explain_bn_running_var(g, o, bn, sizeof bn)) fprintf(f, "batchnorm running_var: %s\n", bn);
 }
 
 static int write_text(const ApxGraph *g, const ApxOptions *o, FILE *f) {
@@ -315,6 +341,9 @@ static int write_json(const ApxGraph *g, const ApxOptions *o, FILE *f) {
   apx_json_kv_string(&w, "cast_model_type", s.model_half ? apx_dtype_short(s.half) : "fp32");
   apx_json_key(&w, "clamp_constants");
   apx_json_bool(&w, o->clamp_constants != 0);
+  char bn[320];
+  if (apx_explain_bn_running_var(g, o, bn, sizeof bn))
+    apx_json_kv_string(&w, "bn_running_var", !strncmp(bn, "unbiased", 8) ? "unbiased" : "population");
   apx_json_end_object(&w);
   apx_json_key(&w, "nodes");
   apx_json_begin_array(&w);

@@ -17,7 +17,8 @@ For every fixture MODEL/EXPORT/model.onnx and every level (-O0, -O1, -O2, -O2 --
   5. -O0 only, gradients: a second plan with lr = 1e4 trains one step and exports; the
               first-step gradient is (p0 - p1) / lr (exact to fp32 rounding of p1, ~1e-7
               relative), compared per parameter with PyTorch's float64 gradient
-              (grads64.npz), relative L2 <= max(1e-5, 2x PyTorch's own fp32 error).
+              (grads64.npz), relative L2 <= max(1e-5, 2x PyTorch's own fp32 error);
+              BatchNorm scale and bias within 1e-5 (issue 11 item 6).
 
 A case (MODEL/EXPORT/LEVEL) passes when every step it has passes. The table prints every
 case: compiled, trained (skipped steps), max relative loss difference, the export and
@@ -131,6 +132,12 @@ def initializers(path):
     return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
 
 
+def batchnorm_params(path):
+    """Names of the BatchNormalization scale and bias inputs of the model."""
+    return {i for n in onnx.load(path).graph.node if n.op_type == "BatchNormalization"
+            for i in n.input[1:3] if i}
+
+
 def check_export(c, exp_path, ref):
     d = os.path.join(HERE, c.model)
     per_export = os.path.join(d, c.export, "eval_outputs.npz")
@@ -173,6 +180,7 @@ def check_grads(c, args, onnx_path, flags, ref, tmp):
     g64 = np.load(os.path.join(HERE, c.model, "grads64.npz"))
     g32 = np.load(os.path.join(HERE, c.model, "grads.npz"))
     prefix = ref["exports"][c.export].get("param_prefix", "")
+    bn_params = batchnorm_params(onnx_path)
     worst, worst_name, worst_tol = 0.0, "", TOL_GRAD
     for name in g64.files:
         key = prefix + name
@@ -181,7 +189,9 @@ def check_grads(c, args, onnx_path, flags, ref, tmp):
             return
         g = (p0[key].astype(np.float64) - p1[key].astype(np.float64)) / GRAD_LR
         e = rel_l2(g, g64[name])
-        tol = max(TOL_GRAD, 2 * rel_l2(g32[name], g64[name]))
+        # BatchNorm scale/bias: within TOL_GRAD of float64 whatever PyTorch's own fp32 error
+        # (issue 11 item 6); other parameters: max(TOL_GRAD, 2x PyTorch's fp32 error)
+        tol = TOL_GRAD if key in bn_params else max(TOL_GRAD, 2 * rel_l2(g32[name], g64[name]))
         if e / tol > worst / worst_tol:
             worst, worst_name, worst_tol = e, key, tol
     c.grad_diff, c.grad_worst = worst, worst_name
