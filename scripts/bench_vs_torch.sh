@@ -4,7 +4,7 @@
 # 1 and 2 threads, interleaved repetitions, medians and apexrun/PyTorch ratios
 # (scripts/bench/bench_vs_torch.py says how it measures).
 # Usage: scripts/bench_vs_torch.sh [--threads 1,2] [--reps K] [--steps N] [--warmup W]
-#                                  [--models LIST] [--mkldnn on|off|both]
+#                                  [--models LIST] [--mkldnn on|off|both] [--proxies]
 # Environment: BAZEL (the bazel command; BAZEL_BUILD_FLAGS added to its build), TORCH_PYTHON:
 # a python with torch, torchvision and transformers (default /work/torchenv/bin/python, the
 # fixture venv of tests/models/README.md). PyTorch is needed for the peer only: without it

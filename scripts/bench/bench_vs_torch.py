@@ -4,12 +4,16 @@ models of tests/models (issue 12 item 5); run through scripts/bench_vs_torch.sh,
 apexc and apexrun and picks a Python with torch (PyTorch is needed for the peer only).
 
     bench_vs_torch.py BIN_DIR [--threads 1,2] [--reps K] [--steps N] [--warmup W]
-                              [--models LIST] [--mkldnn on|off|both]
+                              [--models LIST] [--mkldnn on|off|both] [--proxies]
 
 The same model, initial weights, data, batch and optimizer on both sides: each model of
 tests/models (its README-recipe export, else the legacy helper's; a model no export of which
 compiles is listed as skipped with apexc's reason), SGD with the fixture's lr (momentum 0,
-weight decay 0), batches in file order (--no-shuffle), fp32.
+weight decay 0), batches in file order (--no-shuffle), fp32. --proxies: for such a model,
+time its dynamo_default export instead when that compiles, marked "dynamo_default*": the same
+layers and shapes, but the exporter's optimizer tied equal initializers and froze scalars
+into trained ones, so it trains another model after the first step (a timing proxy only;
+tests/models/README.md).
   apexc    `apexc MODEL -O0 --optimizer sgd --lr LR -o PLAN`, then `apexrun PLAN --data DIR
            --steps N --no-shuffle --threads T --log F -q`; the step time is each log line's
            "ms" (apexrun's timing of the whole step: batch gather, forward, backward,
@@ -96,18 +100,18 @@ def torch_steps(model, threads, steps, mkldnn):
     return out["ms"], out["first_loss"]
 
 
-def compile_model(apexc, model, tmp):
+def compile_model(apexc, model, tmp, proxies):
     """(plan, export, None) for the first export that compiles, else (None, None, reason)."""
     with open(os.path.join(MODELS_DIR, model, "reference.json")) as f:
         lr = json.load(f)["lr"]
     reason = ""
-    for exp in EXPORTS:
+    for exp in EXPORTS + (("dynamo_default",) if proxies else ()):
         onnx_path = os.path.join(MODELS_DIR, model, exp, "model.onnx")
         plan = os.path.join(tmp, f"{model}_{exp}.apx")
         r = subprocess.run([apexc, onnx_path, "-O0", "--optimizer", "sgd", "--lr", repr(lr), "-q",
                             "-o", plan], capture_output=True, text=True)
         if r.returncode == 0:
-            return plan, exp, None
+            return plan, exp + ("*" if exp not in EXPORTS else ""), None
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         reason = reason or (lines[0].replace(onnx_path + ": ", "") if lines else f"exit {r.returncode}")
     return None, None, reason
@@ -126,6 +130,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--mkldnn", default="on", choices=("on", "off", "both"))
+    ap.add_argument("--proxies", action="store_true",
+                    help="time dynamo_default exports of models nothing else compiles for")
     a = ap.parse_args()
     import torch  # the peer; bench_vs_torch.sh checks it is there
     apexc = os.path.join(a.bin_dir, "compiler", "apexc")
@@ -142,7 +148,7 @@ def main():
     print(f"{'model':<19} {'export':<14} {'batch':>5} {'thr':>3} {'apexrun':>9} "
           + " ".join(f"{c:>14} {'ratio':>6}" for c in cols) + "   first loss apexrun / torch")
     for model in a.models.split(","):
-        plan, exp, why = compile_model(apexc, model, tmp)
+        plan, exp, why = compile_model(apexc, model, tmp, a.proxies)
         if not plan:
             print(f"{model:<19} skipped: apexc does not compile it yet ({why[:150]})", flush=True)
             continue
@@ -164,6 +170,8 @@ def main():
                            for m in mk_modes)
             print(f"{model:<19} {exp:<14} {batch:>5} {t:>3} {A:>9.3f} {row}   "
                   f"{first['apx']:.6f} / {first['torch']:.6f}", flush=True)
+    if a.proxies:
+        print("*: timing proxy (another export of the same layers; trains tied/frozen parameters)")
     return 0
 
 
