@@ -76,6 +76,8 @@ static void print_summary(const ApxGraph *g, const ApxOptions *o) {
   if (g->arena_bytes > 0)
     printf("activation arena: %" PRId64 " bytes (lower bound %" PRId64 ", no reuse %" PRId64 ")\n",
            g->arena_bytes, g->peak_live_bytes, g->no_reuse_bytes);
+  char bn[320];
+  if (apx_explain_bn_running_var(g, o, bn, sizeof bn)) printf("batchnorm running_var: %s\n", bn);
 }
 
 static int dump_plan(const char *path) {

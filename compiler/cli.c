@@ -82,6 +82,9 @@ static const char usage_text[] =
     "                              lamb adds W p to its update); sgd: default 0, L2 added to the\n"
     "                              gradient (torch.optim.SGD)\n"
     "  --clip-grad-norm N (default off)  --accumulate K (default 1)  --seed S (default 0)\n"
+    "  --bn-running-var=auto|population|unbiased   BatchNorm's running variance: the batch\n"
+    "                              variance (ONNX's definition) or x n/(n-1) (PyTorch's); auto\n"
+    "                              (default): unbiased when producer_name is \"pytorch\"\n"
     "  --warmup-steps N (default 0, at most --total-steps)\n"
     "  --lr-schedule constant|cosine|linear (default constant)\n"
     "  --total-steps N             length of the schedule (default: apexrun's --steps)\n"
@@ -209,7 +212,7 @@ static const char *const training_flags[] = {
     "--clip-grad-norm", "--accumulate", "--warmup-steps", "--lr-schedule", "--total-steps",
     "--loss-scale", "--min-loss-scale", "--max-loss-scale", "--scale-window", "--hysteresis",
     "--master-weights", "--bucket-mb", "--first-bucket-mb", "--allreduce-fp32",
-    "--grad-predivide", "--sync-bn", NULL};
+    "--grad-predivide", "--sync-bn", "--bn-running-var", NULL};
 static const char *const dynamic_scaler_flags[] = {"--min-loss-scale", "--max-loss-scale",
                                                    "--scale-window", "--hysteresis", NULL};
 
@@ -599,6 +602,13 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
       if (!s || parse_float(&p, "--grad-predivide", s, 1e-30, 1e30, &o->grad_predivide)) return -1;
     } else if (!strcmp(arg, "--sync-bn")) {
       o->sync_bn = 1;
+    } else if (flag_is(arg, "--bn-running-var", &v)) {
+      const char *s = need_value(&p, "--bn-running-var", v);
+      if (!s) return -1;
+      if (!strcmp(s, "auto")) o->bn_running_var = APX_BN_VAR_AUTO;
+      else if (!strcmp(s, "population")) o->bn_running_var = APX_BN_VAR_POPULATION;
+      else if (!strcmp(s, "unbiased")) o->bn_running_var = APX_BN_VAR_UNBIASED;
+      else return fail(&p, "--bn-running-var: expected auto, population or unbiased, got '%s'", s);
     } else if (!strcmp(arg, "--bucket-report") || !strncmp(arg, "--bucket-report=", 16)) {
       const char *f = arg[15] == '=' ? arg + 16 : "text";
       if (!strcmp(f, "text")) a->bucket_report = 1;

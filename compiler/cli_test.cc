@@ -128,6 +128,8 @@ TEST(Cli, UsageErrorsNameTheFlag) {
       {{"a.onnx", "b.onnx"}, "more than one model"},
       {{"-O2"}, "no model given"},
       {{"m.onnx", "--explain=xml"}, "--explain: expected text, json or dot"},
+      {{"m.onnx", "--bn-running-var=biased"}, "--bn-running-var: expected auto, population or unbiased"},
+      {{"m.onnx", "--inference", "--bn-running-var=unbiased"}, "--bn-running-var"},
   };
   for (auto &c : cases) {
     Parsed p = parse(c.args);
@@ -135,6 +137,13 @@ TEST(Cli, UsageErrorsNameTheFlag) {
     EXPECT_NE(std::string(p.err).find(c.want), std::string::npos) << p.err;
     EXPECT_EQ(std::string(p.err).find('\n'), std::string::npos);
   }
+}
+
+TEST(Cli, BatchNormRunningVariance) {
+  EXPECT_EQ(parse({"m.onnx"}).o.bn_running_var, APX_BN_VAR_AUTO);
+  EXPECT_EQ(parse({"m.onnx", "--bn-running-var=population"}).o.bn_running_var, APX_BN_VAR_POPULATION);
+  EXPECT_EQ(parse({"m.onnx", "--bn-running-var", "unbiased"}).o.bn_running_var, APX_BN_VAR_UNBIASED);
+  EXPECT_EQ(parse({"m.onnx", "--bn-running-var=auto"}).o.bn_running_var, APX_BN_VAR_AUTO);
 }
 
 TEST(Cli, ListsAndBindings) {

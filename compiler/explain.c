@@ -241,6 +241,30 @@ void apx_explain_precision_line(const ApxOptions *o, char *buf, size_t cap) {
            s.level == APX_O0 ? "none (fp32 throughout)" : apx_dtype_short(s.half), ls);
 }
 
+const char *apx_explain_bn_running_var(const ApxGraph *g, const ApxOptions *o, char *buf, size_t cap) {
+  int n = 0, unbiased = 0;
+  for (int id = 0; id < g->n_nodes; id++) { /* dead ones too: --sync-bn rewrites them */
+    const ApxNode *nd = &g->nodes[id];
+    if ((nd->op != APX_OP_BatchNormalization && nd->op != APX_OP_BatchNormRelu) || !nd->typed) continue;
+    const ApxAttrBatchNorm *a = nd->typed;
+    if (!a->training_mode) continue;
+    n++;
+    unbiased |= a->unbiased_running_var != 0;
+  }
+  if (!n || !cap) return NULL;
+  const char *prod = g->producer_name ? g->producer_name : "";
+  char why[160];
+  if (o->bn_running_var != APX_BN_VAR_AUTO)
+    snprintf(why, sizeof why, "--bn-running-var=%s", unbiased ? "unbiased" : "population");
+  else
+    snprintf(why, sizeof why, "producer_name '%s'; --bn-running-var=%s for %s", prod,
+             unbiased ? "population" : "unbiased", unbiased ? "ONNX's definition" : "PyTorch's");
+  snprintf(buf, cap, "%s (%s; %s)",
+           unbiased ? "unbiased, batch variance x n/(n-1)" : "population, the batch variance",
+           unbiased ? "PyTorch's BatchNorm" : "ONNX's BatchNormalization", why);
+  return buf;
+}
+
 static void header_text(const ApxGraph *g, const ApxOptions *o, FILE *f) {
   ApxPrecSettings s = apx_prec_settings(o);
   char line[512];
@@ -251,6 +275,8 @@ static void header_text(const ApxGraph *g, const ApxOptions *o, FILE *f) {
            s.lists ? "on" : "off", s.keep_bn_fp32 ? "on" : "off", s.master_weights ? "on" : "off",
            s.model_half ? apx_dtype_short(s.half) : "fp32");
   apx_text_wrap(f, "  ", 4, line, APX_TEXT_WIDTH);
+  char bn[320];
+  if (apx_explain_bn_running_var(g, o, bn, sizeof bn)) apx_text_wrap(f, "  batchnorm running_var: ", 4, bn, APX_TEXT_WIDTH);
 }
 
 /* Column widths of one section's table (the report is APX_TEXT_WIDTH wide). A name wider
@@ -420,6 +446,9 @@ static int write_json(const ApxGraph *g, const ApxOptions *o, FILE *f) {
   apx_json_kv_number(&w, "loss_scale", o->training ? o->loss_scale : 1.0);
   if (o->training && o->loss_scale_mode == APX_LOSS_SCALE_DYNAMIC)
     apx_json_kv_int(&w, "growth_interval", o->scale_window);
+  char bn[320];
+  if (apx_explain_bn_running_var(g, o, bn, sizeof bn))
+    apx_json_kv_string(&w, "bn_running_var", !strncmp(bn, "unbiased", 8) ? "unbiased" : "population");
   apx_json_end_object(&w);
   apx_json_key(&w, "nodes");
   apx_json_begin_array(&w);

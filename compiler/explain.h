@@ -57,6 +57,13 @@ typedef struct ApxPrecisionSummary {
   int32_t notes;            /* rows with a note */
 } ApxPrecisionSummary;
 
+/* How g's training-mode BatchNormalization nodes update their running variance
+ * (kernels/attrs.def ApxAttrBatchNorm.unbiased_running_var): NULL when g has none, else a
+ * one-line description naming the choice and where it came from (--bn-running-var or the
+ * model's producer_name), written into buf (cap bytes). For the compile summary and
+ * --explain ("batchnorm running_var: ..."). */
+const char *apx_explain_bn_running_var(const ApxGraph *g, const ApxOptions *o, char *buf, size_t cap);
+
 /* Fills s from g (decided and cast). */
 void apx_explain_summarize(const ApxGraph *g, ApxPrecisionSummary *s);
 

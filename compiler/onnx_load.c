@@ -1123,8 +1123,22 @@ static int load_outputs(Loader *L) {
   return 0;
 }
 
+/* Who wrote the model, and what follows from it: BatchNorm's running variance is updated
+ * with the unbiased batch variance for PyTorch's exporters (PyTorch trains so), with the
+ * batch variance itself (ONNX's BatchNormalization) for any other producer, unless
+ * --bn-running-var says which (kernels/attrs.def ApxAttrBatchNorm). */
+static int read_producer(Loader *L, const Onnx__ModelProto *m) {
+  if (m->producer_name && *m->producer_name &&
+      !(L->g->producer_name = apx_arena_strdup(&L->g->arena, m->producer_name)))
+    return loom(L);
+  int pytorch = L->g->producer_name && strcmp(L->g->producer_name, "pytorch") == 0;
+  L->g->bn_unbiased_running_var = L->opt.bn_running_var == APX_BN_VAR_UNBIASED ||
+                                  (L->opt.bn_running_var == APX_BN_VAR_AUTO && pytorch);
+  return 0;
+}
+
 static int load_model(Loader *L, const Onnx__ModelProto *m, size_t len) {
-  if (check_versions(L, m)) return -1;
+  if (check_versions(L, m) || read_producer(L, m)) return -1;
   const Onnx__GraphProto *gp = m->graph;
   if (!gp) return lerr(L, "not a valid ONNX model (no graph, %zu bytes)", len);
   L->gp = gp;

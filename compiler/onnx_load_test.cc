@@ -24,6 +24,7 @@
 
 extern "C" {
 #include "compiler/onnx_load.h"
+#include "ir/infer.h"
 #include "kernels/half.h"
 #include "onnx.pb-c.h"
 }
@@ -1541,6 +1542,41 @@ TEST(OnnxLoad, WarnsAboutBatchNormNotInTrainingMode) {
   old.node("ReduceSum", {"y"}, {"loss"}, "sum", {old.attr_i("keepdims", 0)});
   old.output("loss");
   EXPECT_EQ(load_warnings(old, default_options(), &rc), "");
+}
+
+// PyTorch trains BatchNorm's running variance with the unbiased batch variance, ONNX defines
+// it with the batch variance: the model's producer_name decides (both PyTorch exporters
+// write "pytorch"), --bn-running-var overrides; canonicalization copies the choice into
+// every BatchNormalization's typed attributes (kernels/attrs.def ApxAttrBatchNorm).
+TEST(OnnxLoad, BatchNormRunningVarFollowsTheProducer) {
+  auto run = [](const char *producer, ApxBnRunningVar opt) -> int {
+    Model m;
+    if (producer) m.m.producer_name = m.pool.str(producer);
+    m.input("x", {2, 2, 3, 3});
+    for (const char *n : {"s", "b", "mean", "var"}) m.init_raw(n, APX_DT_F32, {2}, le_floats({1, 1}));
+    m.node("BatchNormalization", {"x", "s", "b", "mean", "var"}, {"y", "rm", "rv"}, "bn",
+           {m.attr_i("training_mode", 1)});
+    m.node("ReduceSum", {"y"}, {"loss"}, "sum", {m.attr_i("keepdims", 0)});
+    m.output("loss");
+    ApxOptions o = default_options();
+    o.bn_running_var = opt;
+    auto L = load(m, &o);
+    EXPECT_EQ(L->rc, 0) << L->d.msg;
+    if (L->rc) return -1;
+    int bn = L->node("bn");
+    EXPECT_EQ(apx_node_canonicalize(&L->g, bn, &L->d), 0) << L->d.msg;
+    int flag = L->g.bn_unbiased_running_var;
+    EXPECT_EQ(APX_NODE_ATTRS(&L->g, bn, ApxAttrBatchNorm)->unbiased_running_var, flag);
+    if (producer) EXPECT_STREQ(L->g.producer_name, producer);
+    else EXPECT_EQ(L->g.producer_name, nullptr);
+    return flag;
+  };
+  EXPECT_EQ(run("pytorch", APX_BN_VAR_AUTO), 1);
+  EXPECT_EQ(run("tf2onnx", APX_BN_VAR_AUTO), 0);
+  EXPECT_EQ(run("backend-test", APX_BN_VAR_AUTO), 0);  // ONNX's own node tests
+  EXPECT_EQ(run(nullptr, APX_BN_VAR_AUTO), 0);
+  EXPECT_EQ(run("pytorch", APX_BN_VAR_POPULATION), 0);
+  EXPECT_EQ(run("tf2onnx", APX_BN_VAR_UNBIASED), 1);
 }
 
 TEST(OnnxLoad, VersionRanges) {

@@ -340,6 +340,7 @@ static int canon_batch_norm(ApxGraph *g, int node, ApxDiag *d) {
     for (int o = 1; o < n->n_out; o++) tm |= n->out[o] >= 0;
   }
   a->training_mode = (int32_t)tm;
+  a->unbiased_running_var = g->bn_unbiased_running_var != 0; /* the model's (the loader's) */
   return 0;
 }
 

@@ -117,6 +117,11 @@ typedef struct ApxGraph {
   const char *name;
   int64_t ir_version;
   int64_t opset;      /* ai.onnx opset version */
+  const char *producer_name; /* the model's producer_name (NULL when absent) */
+  /* BatchNormalization's running variance (attrs.def ApxAttrBatchNorm): 1 unbiased
+   * (PyTorch's), 0 the batch's own (ONNX's); decided by the loader from --bn-running-var
+   * and producer_name, copied into every BatchNorm node's attributes */
+  int32_t bn_unbiased_running_var;
 
   ApxValue *vals;
   int32_t n_vals, cap_vals;

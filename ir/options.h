@@ -21,6 +21,15 @@ typedef enum ApxLossScaleMode {
   APX_LOSS_SCALE_DYNAMIC = 1,
 } ApxLossScaleMode;
 
+/* --bn-running-var: how training-mode BatchNormalization updates its running variance
+ * (kernels/attrs.def ApxAttrBatchNorm). AUTO: UNBIASED when the model's producer_name is
+ * "pytorch" (both PyTorch exporters write it), else POPULATION. */
+typedef enum ApxBnRunningVar {
+  APX_BN_VAR_AUTO = 0,
+  APX_BN_VAR_POPULATION = 1, /* the batch variance itself (ONNX's definition) */
+  APX_BN_VAR_UNBIASED = 2,   /* x n / (n - 1) (PyTorch's BatchNorm) */
+} ApxBnRunningVar;
+
 /* Tri-state for properties an opt level presets and a flag may override. */
 typedef enum ApxTri { APX_TRI_UNSET = -1, APX_TRI_OFF = 0, APX_TRI_ON = 1 } ApxTri;
 
@@ -101,6 +110,7 @@ typedef struct ApxOptions {
   int32_t allreduce_fp32;
   float grad_predivide;
   int32_t sync_bn;
+  ApxBnRunningVar bn_running_var; /* --bn-running-var (default AUTO) */
 
   /* inspection and debugging (DESIGN.md 4, 7) */
   int32_t explain;          /* 0 none, 1 text, 2 json, 3 dot (Graphviz) */

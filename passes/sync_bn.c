@@ -143,7 +143,16 @@ static int rewrite(ApxGraph *g, ApxDiag *d, int bn) {
     return -1;
   int mom = scalar(c, "momentum", at.momentum), omm = scalar(c, "one_minus_momentum", 1.0 - (double)at.momentum);
   if (mom < 0 || omm < 0) return -1;
-  const int stat[2] = {mean, var}, run[2] = {rm, rv};
+  /* PyTorch's running variance (attrs.def ApxAttrBatchNorm.unbiased_running_var): the sum of
+   * squares over CNT - 1 (CNT >= 2 when this rank has 2 or more values per channel; with
+   * one, the batch variance, as the kernel does) */
+  int run_var = var;
+  if (at.unbiased_running_var && cnt > 1) {
+    int cm1 = OP2(Sub, "count_all_minus_one", CNT, one);
+    run_var = cm1 < 0 ? -1 : OP2(Div, "var_unbiased", S2, cm1);
+    if (run_var < 0) return -1;
+  }
+  const int stat[2] = {mean, run_var}, run[2] = {rm, rv};
   const char *hints[2][4] = {{"batch_mean", "running_mean_decayed", "running_mean_batch", "running_mean"},
                              {"batch_var", "running_var_decayed", "running_var_batch", "running_var"}};
   for (int k = 0; k < 2; k++) {

@@ -17,6 +17,8 @@
  *   Y = xhat * Reshape(scale, S) + Reshape(B, S)                        (BN output 0)
  *   running_mean' = mean_in * momentum + Reshape(mean, C) * (1 - momentum)   (output 1)
  *   running_var'  = var_in  * momentum + Reshape(var, C)  * (1 - momentum)   (output 2)
+ *     (with unbiased_running_var, PyTorch's: S2 / (CNT - 1) in place of var, when this
+ *     rank has more than one value per channel)
  *
  * and its BatchNormGrad(dY, X, scale, saved_mean, saved_invstd) -> dX?, dscale?, dB?
  * (BACKWARD) becomes

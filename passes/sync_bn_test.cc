@@ -30,7 +30,9 @@ using apx_testing::GraphBuilder;
 // a cancellation of large terms, ~0.)
 struct Net : GraphBuilder {
   int x, scale, bias, mean, var, bn;
-  explicit Net(bool sync) {
+  // unbiased: PyTorch's running variance (the loader's choice for PyTorch models)
+  explicit Net(bool sync, bool unbiased = false) {
+    g.bn_unbiased_running_var = unbiased;
     o.sync_bn = sync;
     o.optimizer = APX_OPTIM_SGD;
     o.lr = 0.1f;
@@ -81,8 +83,8 @@ TEST(SyncBn, RewritesBatchNormAndItsGradientIntoReducedStatistics) {
   EXPECT_EQ(n.CountOp(APX_OP_Allreduce), 3 + buckets);
 }
 
-TEST(SyncBn, OneProcessTrainsExactlyLikeBatchNormalization) {
-  Net a(false), b(true);
+void TrainsLikeBatchNormalization(bool unbiased) {
+  Net a(false, unbiased), b(true, unbiased);
   ApxEval ea, eb;
   ASSERT_EQ(apx_eval_init(&ea, &a.g), 0) << ea.err;
   ASSERT_EQ(apx_eval_init(&eb, &b.g), 0) << eb.err;
@@ -136,6 +138,40 @@ TEST(SyncBn, OneProcessTrainsExactlyLikeBatchNormalization) {
               worst_name.c_str());
   apx_eval_free(&ea);
   apx_eval_free(&eb);
+}
+
+TEST(SyncBn, OneProcessTrainsExactlyLikeBatchNormalization) { TrainsLikeBatchNormalization(false); }
+
+// PyTorch's running variance, x n / (n - 1): the rewrite's S2 / (CNT - 1) is the kernel's
+TEST(SyncBn, UnbiasedRunningVarianceLikeBatchNormalization) {
+  TrainsLikeBatchNormalization(true);
+  Net pop(false), unb(false, true);
+  ApxEval ep, eu;
+  ASSERT_EQ(apx_eval_init(&ep, &pop.g), 0) << ep.err;
+  ASSERT_EQ(apx_eval_init(&eu, &unb.g), 0) << eu.err;
+  for (ApxEval *e : {&ep, &eu}) {
+    ASSERT_EQ(apx_eval_run(e, APX_EVAL_FORWARD | APX_EVAL_BACKWARD), 0) << e->err;
+    ASSERT_EQ(apx_eval_run(e, APX_EVAL_OPTIMIZER), 0) << e->err;
+  }
+  // running_var' = v0 m + var_b (1 - m): the batch terms differ by n / (n - 1), n = 4 * 9
+  int rv = apx_graph_find_value(&pop.g, "bn.running_var");
+  ASSERT_GE(rv, 0);
+  const double m = 0.8, n = 36;
+  std::vector<double> v0 = {0, 0, 0};
+  {
+    Net fresh(false);
+    ApxEval e0;
+    ASSERT_EQ(apx_eval_init(&e0, &fresh.g), 0) << e0.err;
+    for (int c = 0; c < 3; c++) v0[c] = apx_eval_get(&e0, rv, c);
+    apx_eval_free(&e0);
+  }
+  for (int c = 0; c < 3; c++) {
+    double bp = (apx_eval_get(&ep, rv, c) - v0[c] * m) / (1 - m);
+    double bu = (apx_eval_get(&eu, apx_graph_find_value(&unb.g, "bn.running_var"), c) - v0[c] * m) / (1 - m);
+    EXPECT_NEAR(bu, bp * n / (n - 1), 1e-6 * bu) << "channel " << c;
+  }
+  apx_eval_free(&ep);
+  apx_eval_free(&eu);
 }
 
 TEST(SyncBn, NoopWithoutTheOption) {

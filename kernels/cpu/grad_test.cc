@@ -354,7 +354,7 @@ TEST(Grad, LayerNorm) {
 
 TEST(Grad, BatchNormTrainingAndInference) {
   for (int training = 0; training < 2; training++) {
-    ApxAttrBatchNorm a = {1e-5f, 0.9f, training};
+    ApxAttrBatchNorm a = {1e-5f, 0.9f, training, 0};
     std::vector<int64_t> dims = {3, 2, 2, 3};
     Tensor x = rand(APX_DT_F64, dims, -2, 2, 19), s = rand(APX_DT_F64, {2}, 0.5, 1.5, 20),
            bb = rand(APX_DT_F64, {2}, -1, 1, 21), m = rand(APX_DT_F64, {2}, -0.5, 0.5, 22),
@@ -644,7 +644,7 @@ TEST(Grad, FusedXentropy) {
 }
 
 TEST(Grad, BatchNormReluAndConvBiasRelu) {
-  ApxAttrBatchNorm bn = {1e-5f, 0.9f, 1};
+  ApxAttrBatchNorm bn = {1e-5f, 0.9f, 1, 0};
   std::vector<int64_t> dims = {3, 2, 2, 3};
   Tensor x = rand(APX_DT_F64, dims, -2, 2, 50), s = rand(APX_DT_F64, {2}, 0.5, 1.5, 51),
          bb = rand(APX_DT_F64, {2}, -0.2, 0.2, 52), m(APX_DT_F64, {2}), v = rand(APX_DT_F64, {2}, 1, 2, 53);

@@ -92,13 +92,15 @@ APX_CPU_KERNEL(apx_cpu_batch_norm) {
     BnArgs_f64 b = {x->data, ins[1].data, ins[2].data, ins[3].data, ins[4].data, outs[0].data,
                     opt_out(outs, n_out, 1)->data, opt_out(outs, n_out, 2)->data,
                     opt_out(outs, n_out, 3)->data, opt_out(outs, n_out, 4)->data, N, C, S,
-                    a->epsilon, a->momentum, a->training_mode != 0, relu};
+                    a->epsilon, a->momentum, a->training_mode != 0, relu,
+                    a->unbiased_running_var != 0};
     batch_norm_f64(&b, nt);
   } else {
     BnArgs_f32 b = {x->data, ins[1].data, ins[2].data, ins[3].data, ins[4].data, outs[0].data,
                     opt_out(outs, n_out, 1)->data, opt_out(outs, n_out, 2)->data,
                     opt_out(outs, n_out, 3)->data, opt_out(outs, n_out, 4)->data, N, C, S,
-                    a->epsilon, a->momentum, a->training_mode != 0, relu};
+                    a->epsilon, a->momentum, a->training_mode != 0, relu,
+                    a->unbiased_running_var != 0};
     batch_norm_f32(&b, nt);
   }
   return APX_STATUS_OK;

@@ -63,8 +63,9 @@ struct BnRef {
   std::vector<double> y, sy, rm, rv, sm, si;
 };
 
+// unbiased: running_var from the batch variance x n / (n - 1) (PyTorch's), not the variance
 BnRef ref_bn(const Tensor &x, const Tensor &s, const Tensor &b, const Tensor &m, const Tensor &v,
-             float eps, float mom, bool training) {
+             float eps, float mom, bool training, bool unbiased = false) {
   int64_t N = x.dims[0], C = x.dims[1], S = x.numel() / (N * C);
   std::vector<double> xv = x.values();
   BnRef r;
@@ -95,7 +96,8 @@ BnRef ref_bn(const Tensor &x, const Tensor &s, const Tensor &b, const Tensor &m,
                   std::fabs(b.get(c));
       }
     r.rm.push_back(m.get(c) * (double)mom + mean * (1 - (double)mom));
-    r.rv.push_back(v.get(c) * (double)mom + var * (1 - (double)mom));
+    double n = (double)(N * S), rvar = training && unbiased && n > 1 ? var * n / (n - 1) : var;
+    r.rv.push_back(v.get(c) * (double)mom + rvar * (1 - (double)mom));
     r.sm.push_back(mean);
     r.si.push_back(is);
   }
@@ -104,12 +106,15 @@ BnRef ref_bn(const Tensor &x, const Tensor &s, const Tensor &b, const Tensor &m,
 
 }  // namespace
 
+// mode 0 inference, 1 training (ONNX's running variance), 2 training with PyTorch's
+// unbiased running variance; {1, 2, 1}: one value per channel keeps the batch variance
 TEST(BatchNorm, InferenceAndTrainingEveryFloatType) {
-  const std::vector<std::vector<int64_t>> shapes = {{3, 4, 5, 6}, {8, 3}, {2, 5, 7}};
+  const std::vector<std::vector<int64_t>> shapes = {{3, 4, 5, 6}, {8, 3}, {2, 5, 7}, {1, 2, 1}};
   for (const auto &sh : shapes)
     for (ApxDType dt : kFloatTypes)
-      for (int training = 0; training < 2; training++)
+      for (int mode = 0; mode < 3; mode++)
         for (int fp32_params = 0; fp32_params < 2; fp32_params++) {
+          int training = mode > 0, unbiased = mode == 2;
           if (fp32_params && !apx_dtype_is_half(dt)) continue;
           ApxDType pt = fp32_params ? APX_DT_F32 : dt;
           int64_t C = sh[1], cnt = numel_of(sh) / C;
@@ -117,12 +122,12 @@ TEST(BatchNorm, InferenceAndTrainingEveryFloatType) {
                  b = rand(pt, {C}, -1, 1, 63), m = rand(pt, {C}, -0.5, 0.5, 64),
                  v = rand(pt, {C}, 0.5, 2, 65);
           Tensor y(dt, sh), rm(pt, {C}), rv(pt, {C}), sm(pt, {C}), si(pt, {C});
-          ApxAttrBatchNorm a = {1e-5f, 0.9f, training};
+          ApxAttrBatchNorm a = {1e-5f, 0.9f, training, unbiased};
           if (training)
             run_ok(APX_OP_BatchNormalization, &a, {&x, &s, &b, &m, &v}, {&y, &rm, &rv, &sm, &si});
           else
             run_ok(APX_OP_BatchNormalization, &a, {&x, &s, &b, &m, &v}, {&y});
-          BnRef r = ref_bn(x, s, b, m, v, 1e-5f, 0.9f, training);
+          BnRef r = ref_bn(x, s, b, m, v, 1e-5f, 0.9f, training, unbiased);
           double c = training ? (double)cnt + 4 : 4;
           expect_close(y, r.y, c, &r.sy, "BatchNorm Y");
           if (!training) continue;
@@ -143,7 +148,7 @@ TEST(BatchNormRelu, IsBatchNormThenRelu) {
          b = rand(APX_DT_F32, {3}, -1, 1, 3), m = rand(APX_DT_F32, {3}, -0.5, 0.5, 4),
          v = rand(APX_DT_F32, {3}, 0.5, 2, 5);
   Tensor y1(APX_DT_F32, {4, 3, 5}), y2(APX_DT_F32, {4, 3, 5}), y3(APX_DT_F32, {4, 3, 5});
-  ApxAttrBatchNorm a = {1e-5f, 0.9f, 1};
+  ApxAttrBatchNorm a = {1e-5f, 0.9f, 1, 0};
   run_ok(APX_OP_BatchNormalization, &a, {&x, &s, &b, &m, &v}, {&y1});
   run_ok(APX_OP_Relu, nullptr, {&y1}, {&y2});
   run_ok(APX_OP_BatchNormRelu, &a, {&x, &s, &b, &m, &v}, {&y3});
@@ -156,7 +161,7 @@ TEST(Norm, ThreadCountDoesNotChangeBits) {
   Tensor y1(APX_DT_F32, x.dims), y2(APX_DT_F32, x.dims);
   RunOpts two;
   two.threads = 2;
-  ApxAttrBatchNorm a = {1e-5f, 0.9f, 1};
+  ApxAttrBatchNorm a = {1e-5f, 0.9f, 1, 0};
   run_ok(APX_OP_BatchNormalization, &a, {&x, &s, &b, &m, &v}, {&y1});
   run_ok(APX_OP_BatchNormalization, &a, {&x, &s, &b, &m, &v}, {&y2}, two);
   expect_same_bits(y1, y2, "BatchNorm");

@@ -27,7 +27,7 @@ TEST(Sums, BatchNormStatisticsOfALargeChannel) {
          b(APX_DT_F32, {C}), m(APX_DT_F32, {C}), v = rand(APX_DT_F32, {C}, 1, 1, 9);
   Tensor y(APX_DT_F32, x.dims), sm(APX_DT_F32, {C}), si(APX_DT_F32, {C});
   Tensor y2(APX_DT_F32, x.dims), sm2(APX_DT_F32, {C}), si2(APX_DT_F32, {C});
-  ApxAttrBatchNorm a = {1e-5f, 0.9f, 1};
+  ApxAttrBatchNorm a = {1e-5f, 0.9f, 1, 0};
   run_ok(APX_OP_BatchNormalization, &a, {&x, &s, &b, &m, &v}, {&y, nullptr, nullptr, &sm, &si});
   run_ok(APX_OP_BatchNormalization, &a, {&x, &s, &b, &m, &v}, {&y2, nullptr, nullptr, &sm2, &si2},
          threads(2));
@@ -55,7 +55,7 @@ TEST(Sums, BatchNormGradSumsWithCancellation) {
          is = rand(APX_DT_F32, {C}, 0.5, 0.7, 15);
   Tensor dx(APX_DT_F32, x.dims), ds(APX_DT_F32, {C}), db(APX_DT_F32, {C});
   Tensor dx2(APX_DT_F32, x.dims), ds2(APX_DT_F32, {C}), db2(APX_DT_F32, {C});
-  ApxAttrBatchNorm a = {1e-5f, 0.9f, 1};
+  ApxAttrBatchNorm a = {1e-5f, 0.9f, 1, 0};
   run_ok(APX_OP_BatchNormGrad, &a, {&dy, &x, &s, &m, &is}, {&dx, &ds, &db});
   run_ok(APX_OP_BatchNormGrad, &a, {&dy, &x, &s, &m, &is}, {&dx2, &ds2, &db2}, threads(2));
   std::vector<double> g = dy.values(), xv = x.values(), rs(C), rb(C), ss(C), sb(C);

@@ -215,17 +215,19 @@ struct StoreD {
 };
 
 /* Per-channel statistics: m, is (fp32 scratch) and the optional outputs. Training (the CPU's
- * formulas): m = (float)md, v = (float)vd, is = (float)(1 / sqrt(vd + eps)); inference:
+ * formulas): m = (float)md, is = (float)(1 / sqrt(vd + eps)), running variance term
+ * v = (float)vd, or (float)(vd * cnt / (cnt - 1)) when unbiased and cnt > 1; inference:
  * is = 1 / sqrtf(var + eps). */
 APX_CU_KERNEL(bn_stats_kernel)(const double *bm, const double *bv, const void *in_mean,
                                 const void *in_var, int vdt, float *m, float *is, void *run_mean,
                                 void *run_var, void *saved_mean, void *saved_istd, int odt,
-                                int64_t C, float eps, float mo, int training) {
+                                int64_t C, float eps, float mo, int training, int unbiased,
+                                double cnt) {
   APX_CU_GRID_STRIDE(c, C) {
     float mc, vc, isc;
     if (training) {
       mc = (float)bm[c];
-      vc = (float)bv[c];
+      vc = (float)(unbiased && cnt > 1 ? bv[c] * cnt / (cnt - 1) : bv[c]);
       isc = (float)(1.0 / sqrt(bv[c] + (double)eps));
     } else {
       mc = ld_dt(in_mean, vdt, c);
@@ -347,7 +349,8 @@ APX_CUDA_ENTRY(apx_cuda_batch_norm) {
     bn_stats_kernel<<<apx_cu_grid(ctx, C, block), block, 0, s>>>(
         bm, bv, ins[3].data, ins[4].data, ins[3].dtype, m, is, data_of(opt(outs, n_out, 1)),
         data_of(opt(outs, n_out, 2)), data_of(opt(outs, n_out, 3)), data_of(opt(outs, n_out, 4)),
-        odt, C, a->epsilon, a->momentum, training);
+        odt, C, a->epsilon, a->momentum, training, a->unbiased_running_var != 0,
+        (double)(N * S));
     APX_CUDA_LAUNCHED(ctx);
     if (n > 0) {
       bn_apply_kernel<T><<<apx_cu_grid(ctx, n, block), block, 0, s>>>(

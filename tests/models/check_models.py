@@ -10,14 +10,25 @@ For every fixture MODEL/EXPORT/model.onnx and every level (-O0, -O1, -O2, -O2 --
               (-O0 also --export-onnx)
   3. losses:  max over the 20 steps of |loss - ref| / |ref| against PyTorch's losses:
               -O0 within 1e-5 of the fp32 run (of the fp64 run where reference.json says
-              o0_reference fp64), -O1/-O2/bf16 within 2e-2 of the fp32 run;
+              o0_reference fp64), -O1/-O2/bf16 within 2e-2 of the fp32 run, or within twice
+              what PyTorch's own mixed precision moves the losses from its fp32 run when
+              that is more (reference.json amp_fp16 / amp_bf16: torch.autocast on the same
+              steps; resnet18's fp16 autocast run is 4.4e-2 from fp32, bf16 8.0e-2, so
+              2e-2 asks of apexc what PyTorch's AMP does not reach). fp16 levels use
+              dynamic loss scaling from 1024 (--max-loss-scale 1024, Apex's way to set the
+              dynamic scaler's start; GradScaler(init_scale=1024) in the reference): from
+              the default 2^16 resnet18's first step overflows, in apexc as in PyTorch's
+              GradScaler, and skips; every later step then trains another model than
+              PyTorch's fp32 run at that step, so a step-by-step comparison means nothing.
+              A skipped step still fails the case;
   4. -O0 only, export: the --export-onnx model in onnxruntime on MODEL/eval/ against
               PyTorch eval() of the trained model (eval_outputs.npz), relative L2 <= 1e-5
               per output;
   5. -O0 only, gradients: a second plan with lr = 1e4 trains one step and exports; the
               first-step gradient is (p0 - p1) / lr (exact to fp32 rounding of p1, ~1e-7
               relative), compared per parameter with PyTorch's float64 gradient
-              (grads64.npz), relative L2 <= max(1e-5, 2x PyTorch's own fp32 error).
+              (grads64.npz), relative L2 <= max(1e-5, 2x PyTorch's own fp32 error);
+              BatchNorm scale and bias within 1e-5 (issue 11 item 6).
 
 A case (MODEL/EXPORT/LEVEL) passes when every step it has passes. The table prints every
 case: compiled, trained (skipped steps), max relative loss difference, the export and
@@ -56,9 +67,13 @@ import junit  # noqa: E402
 
 MODELS = ("resnet18", "mobilenet_v3_small", "vit", "gpt2", "bert", "mlp")
 EXPORTS = ("readme", "helper_legacy", "helper_dynamo", "dynamo_default")
-LEVELS = (("O0", ["-O0"]), ("O1", ["-O1"]), ("O2", ["-O2"]), ("O2-bf16", ["-O2", "--half=bf16"]))
+# fp16 levels: the dynamic loss scale starts at 1024 (see 3. above), not 2^16
+FP16_SCALE = ["--max-loss-scale", "1024"]
+LEVELS = (("O0", ["-O0"]), ("O1", ["-O1", *FP16_SCALE]), ("O2", ["-O2", *FP16_SCALE]),
+          ("O2-bf16", ["-O2", "--half=bf16"]))
 TOL_O0 = 1e-5
 TOL_MIXED = 2e-2
+AMP_FACTOR = 2  # mixed levels: within max(TOL_MIXED, AMP_FACTOR x PyTorch autocast's deviation)
 TOL_EXPORT = 1e-5
 TOL_GRAD = 1e-5
 GRAD_LR = 1e4
@@ -101,6 +116,7 @@ class Case:
         self.compiled = self.trained = False
         self.skipped = 0
         self.loss_diff = self.loss_diff5 = None
+        self.tol = None  # the loss tolerance applied (mixed levels: see mixed_tolerance)
         self.export_diff = self.grad_diff = None
         self.grad_worst = ""
         self.reason = ""
@@ -129,6 +145,12 @@ def read_log(path):
 
 def initializers(path):
     return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+
+
+def batchnorm_params(path):
+    """Names of the BatchNormalization scale and bias inputs of the model."""
+    return {i for n in onnx.load(path).graph.node if n.op_type == "BatchNormalization"
+            for i in n.input[1:3] if i}
 
 
 def check_export(c, exp_path, ref):
@@ -173,6 +195,7 @@ def check_grads(c, args, onnx_path, flags, ref, tmp):
     g64 = np.load(os.path.join(HERE, c.model, "grads64.npz"))
     g32 = np.load(os.path.join(HERE, c.model, "grads.npz"))
     prefix = ref["exports"][c.export].get("param_prefix", "")
+    bn_params = batchnorm_params(onnx_path)
     worst, worst_name, worst_tol = 0.0, "", TOL_GRAD
     for name in g64.files:
         key = prefix + name
@@ -181,12 +204,26 @@ def check_grads(c, args, onnx_path, flags, ref, tmp):
             return
         g = (p0[key].astype(np.float64) - p1[key].astype(np.float64)) / GRAD_LR
         e = rel_l2(g, g64[name])
-        tol = max(TOL_GRAD, 2 * rel_l2(g32[name], g64[name]))
+        # BatchNorm scale/bias: within TOL_GRAD of float64 whatever PyTorch's own fp32 error
+        # (issue 11 item 6); other parameters: max(TOL_GRAD, 2x PyTorch's fp32 error)
+        tol = TOL_GRAD if key in bn_params else max(TOL_GRAD, 2 * rel_l2(g32[name], g64[name]))
         if e / tol > worst / worst_tol:
             worst, worst_name, worst_tol = e, key, tol
     c.grad_diff, c.grad_worst = worst, worst_name
     if not worst <= worst_tol:
         c.fail(f"gradients: '{worst_name}' rel. L2 {worst:.2e} vs PyTorch fp64 > {worst_tol:.1e}")
+
+
+def mixed_tolerance(c, ref):
+    """(tolerance, explanation) of a mixed level's losses against PyTorch fp32: TOL_MIXED, or
+    AMP_FACTOR x how far PyTorch's own autocast run of the same half type is from its fp32
+    run (reference.json amp_fp16 / amp_bf16) when that is more."""
+    half = "bf16" if "bf16" in c.level else "fp16"
+    amp = ref.get("amp_" + half)
+    if not amp or not AMP_FACTOR * amp["vs_fp32_max_rel"] > TOL_MIXED:
+        return TOL_MIXED, ""
+    return (AMP_FACTOR * amp["vs_fp32_max_rel"],
+            f" ({AMP_FACTOR}x PyTorch autocast {half}'s own {amp['vs_fp32_max_rel']:.1e})")
 
 
 def run_case(c, args):
@@ -224,10 +261,11 @@ def run_case(c, args):
             return c
         d = [abs(a - b) / abs(b) for a, b in zip(losses, against)]
         c.loss_diff, c.loss_diff5 = max(d), max(d[:5])
-        tol = TOL_O0 if c.level == "O0" else TOL_MIXED
+        tol, why = (TOL_O0, "") if c.level == "O0" else mixed_tolerance(c, ref)
+        c.tol = tol
         if not c.loss_diff <= tol:
             step = int(np.argmax(d)) + 1
-            c.fail(f"losses: max rel. difference {c.loss_diff:.2e} (step {step}) > {tol:g}"
+            c.fail(f"losses: max rel. difference {c.loss_diff:.2e} (step {step}) > {tol:.2g}{why}"
                    + (f"; first 5 steps {c.loss_diff5:.2e}" if c.level == "O0" else "")
                    + (f"; {c.skipped} step{'s' if c.skipped > 1 else ''} skipped (loss-scale "
                       "overflow), which PyTorch's fp32 run never skips" if c.skipped else ""))
@@ -369,12 +407,12 @@ def main(argv=None):
         list(pool.map(lambda c: run_case(c, args), cases))
 
     print(f"{'model':<19} {'export':<14} {'level':<8} {'compiled':<9} {'trained':<8} "
-          f"{'loss diff':<9} {'(5 steps)':<9} {'export':<8} {'grad':<8} result")
+          f"{'loss diff':<9} {'(5 steps)':<9} {'loss tol':<8} {'export':<8} {'grad':<8} result")
     for c in cases:
         tr = ("yes" + (f" {c.skipped}sk" if c.skipped else "")) if c.trained else "no"
         print(f"{c.model:<19} {c.export:<14} {c.level:<8} {'yes' if c.compiled else 'no':<9} "
-              f"{tr:<8} {fmt(c.loss_diff):<9} {fmt(c.loss_diff5):<9} {fmt(c.export_diff):<8} "
-              f"{fmt(c.grad_diff):<8} {'pass' if c.ok else 'FAIL: ' + c.reason}")
+              f"{tr:<8} {fmt(c.loss_diff):<9} {fmt(c.loss_diff5):<9} {fmt(c.tol):<8} "
+              f"{fmt(c.export_diff):<8} {fmt(c.grad_diff):<8} {'pass' if c.ok else 'FAIL: ' + c.reason}")
 
     # apexc's warnings at -O0 (the exporter hazards of compiler/export_hazards.h)
     warned = [c for c in cases if c.level == "O0" and c.warnings]

@@ -39,6 +39,17 @@ and PyTorch's reference (torch.backends.mkldnn.enabled = False), shared by the e
     MODEL/eval_outputs.npz   model outputs (output_0, ...) of the fp32 model after the 20 steps,
                              in eval() mode, on eval/ (what `apexrun --export-onnx` must give)
 
+and PyTorch's own mixed precision on the same steps, the yardstick for apexc's -O1/-O2 (how
+far mixed precision itself moves the losses from fp32 on this model), in reference.json:
+
+    amp_fp16                 torch.autocast("cpu", float16) with torch.amp.GradScaler(
+                             init_scale=AMP_INIT_SCALE): per-step losses, skipped steps, max
+                             relative difference from losses_fp32 (all steps, first 5)
+    amp_bf16                 torch.autocast("cpu", bfloat16), no loss scaling: the same
+
+`make_models.py --amp-only [MODEL ...]` adds just these to existing fixtures (rebuilding the
+same initial weights, checked against the stored fp32 losses) and changes nothing else.
+
 SGD: torch.optim.SGD(lr, momentum 0, weight decay 0) = `apexc --optimizer sgd --lr LR`.
 Deterministic (fixed seeds); run again, it writes the same numbers on the same versions.
 """
@@ -64,6 +75,7 @@ import apexc_torch  # noqa: E402
 
 STEPS = 20
 BATCHES = 4  # distinct training batches, cycled: step k trains on batch k % BATCHES
+AMP_INIT_SCALE = 1024.0  # GradScaler's initial scale; check_models.py gives apexc the same
 EXPORTS = ("readme", "helper_legacy", "helper_dynamo", "dynamo_default")
 
 
@@ -240,6 +252,47 @@ def train_reference(spec, model, data, dtype):
     return losses, grads, model
 
 
+def train_amp(spec, model, data, half):
+    """20 SGD steps under PyTorch's CPU autocast (half: "fp16" with a GradScaler from
+    AMP_INIT_SCALE, "bf16" without loss scaling). Returns the reference.json entry."""
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[half]
+    model = model.to(torch.float32)
+    model.train()
+    w = ReadmeWrapper(model, spec)
+    names = spec["inputs"] + spec["targets"]
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=spec["lr"])
+    scaler = torch.amp.GradScaler("cpu", init_scale=AMP_INIT_SCALE, enabled=half == "fp16")
+    losses, skipped = [], 0
+    for k in range(STEPS):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=dtype):
+            loss, _ = w(*_to_torch(_batch(data, names, k, spec["batch"]), torch.float32))
+        before = scaler.get_scale() if half == "fp16" else 1.0
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        if half == "fp16" and scaler.get_scale() < before:
+            skipped += 1
+        losses.append(float(loss.item()))
+    return losses, skipped
+
+
+def amp_references(spec, build_model, data, losses32):
+    """reference.json's amp_fp16 and amp_bf16 entries (see the module docstring)."""
+    out = {}
+    for half in ("fp16", "bf16"):
+        losses, skipped = train_amp(spec, build_model(), data, half)
+        d = [abs(a - b) / abs(b) for a, b in zip(losses, losses32)]
+        out["amp_" + half] = {
+            "losses": losses, "skipped": skipped, "vs_fp32_max_rel": max(d),
+            "vs_fp32_max_rel_first5": max(d[:5]),
+            "how": (f"torch.autocast('cpu', {'float16' if half == 'fp16' else 'bfloat16'})"
+                    + (f", GradScaler(init_scale={AMP_INIT_SCALE:g})" if half == "fp16"
+                       else ", no loss scaling")),
+        }
+    return out
+
+
 def eval_outputs(spec, model, batch_arrays):
     """PyTorch eval() outputs (everything but the loss) on one batch."""
     model.eval()
@@ -399,6 +452,13 @@ def make(name, spec, out_root):
     m64.load_state_dict(init_state)
     losses64, grads64, _ = train_reference(spec, m64, data, torch.float64)
 
+    def fresh():
+        torch.manual_seed(0)
+        m = spec["build"]()
+        m.load_state_dict(init_state)
+        return m
+    amp = amp_references(spec, fresh, data, losses32)
+
     np.savez(os.path.join(outdir, "grads.npz"), **grads32)
     np.savez(os.path.join(outdir, "grads64.npz"), **grads64)
     np.savez(os.path.join(outdir, "eval_outputs.npz"), **ev)
@@ -419,6 +479,7 @@ def make(name, spec, out_root):
         "losses_fp64": losses64,
         "fp32_vs_fp64_max_rel": drift,
         "fp32_vs_fp64_max_rel_first5": drift5,
+        **amp,
         "parameters": int(sum(p.numel() for p in model.parameters())),
         "exports": info,
         "versions": versions(),
@@ -430,6 +491,33 @@ def make(name, spec, out_root):
     print(f"{name}: {ref['parameters']} parameters, losses {losses32[0]:.4f} -> {losses32[-1]:.4f}, "
           f"fp32 vs fp64 max rel {drift:.2e} (first 5: {drift5:.2e}), {size / 1e6:.2f} MB")
     return size
+
+
+def amp_only(name, spec, out_root):
+    """Adds amp_fp16 / amp_bf16 to an existing MODEL/reference.json, nothing else."""
+    path = os.path.join(out_root, name, "reference.json")
+    with open(path) as f:
+        ref = json.load(f)
+    torch.manual_seed(0)
+    model = spec["build"]()
+    init_state = {k: v.clone() for k, v in model.state_dict().items()}
+    data = spec["data"](np.random.default_rng(1234), BATCHES * spec["batch"])
+
+    def fresh():
+        torch.manual_seed(0)
+        m = spec["build"]()
+        m.load_state_dict(init_state)
+        return m
+    losses32, _, _ = train_reference(spec, fresh(), data, torch.float32)
+    if losses32 != ref["losses_fp32"]:
+        raise SystemExit(f"{name}: the rebuilt model does not reproduce reference.json's fp32 "
+                         "losses (other versions?); regenerate the fixtures instead")
+    ref.update(amp_references(spec, fresh, data, losses32))
+    with open(path, "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+    print(f"{name}: autocast fp16 vs fp32 max rel {ref['amp_fp16']['vs_fp32_max_rel']:.2e} "
+          f"({ref['amp_fp16']['skipped']} skipped), bf16 {ref['amp_bf16']['vs_fp32_max_rel']:.2e}")
 
 
 def versions():
@@ -447,6 +535,8 @@ def main():
     ap = argparse.ArgumentParser(description="writes tests/models fixtures (needs torch)")
     ap.add_argument("models", nargs="*", help="default: all")
     ap.add_argument("--out", default=HERE)
+    ap.add_argument("--amp-only", action="store_true",
+                    help="only add PyTorch's autocast references to existing fixtures")
     a = ap.parse_args()
     torch.backends.mkldnn.enabled = False
     torch.use_deterministic_algorithms(True)
@@ -456,7 +546,12 @@ def main():
     for n in todo:
         if n not in models:
             raise SystemExit(f"make_models: no model '{n}' ({', '.join(models)})")
+        if a.amp_only:
+            amp_only(n, models[n], a.out)
+            continue
         total += make(n, models[n], a.out)
+    if a.amp_only:
+        return
     print(f"total {total / 1e6:.2f} MB; versions {json.dumps(versions())}")
 
 
