@@ -106,7 +106,8 @@ int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *c
     return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: unknown lr schedule %d", plan_name(plan), po->schedule);
   t->lr.total = po->total_steps > 0 ? po->total_steps : cfg->steps;
   ApxScalerConfig sc = {po->loss_scale_mode == 1, po->loss_scale, po->min_loss_scale,
-                        po->max_loss_scale, po->scale_window, po->hysteresis};
+                        po->max_loss_scale, po->scale_window, po->hysteresis,
+                        po->growth_factor, po->backoff_factor};
   t->scale_clamped = apx_scaler_init(&t->scaler, &sc);
   t->sampler_seed = cfg->seed_set ? cfg->seed : po->seed;
 
