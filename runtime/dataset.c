@@ -208,6 +208,41 @@ static int elem_nonfinite(const void *data, ApxDType dt, int64_t i, double *v) {
   }
 }
 
+/* 1 when any of the n elements at p (a float dtype) is NaN or +-Inf: an OR of the exponent
+ * test over the run, no branch per element (the per-element detail is only worked out for a
+ * run that has one). */
+static int any_nonfinite(const uint8_t *p, ApxDType dt, int64_t n) {
+  unsigned bad = 0;
+  switch (dt) {
+    case APX_DT_F16:
+    case APX_DT_BF16: {
+      const uint16_t m = dt == APX_DT_F16 ? 0x7C00u : 0x7F80u;
+      for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        bad |= (h & m) == m;
+      }
+      break;
+    }
+    case APX_DT_F32:
+      for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, p + 4 * i, 4);
+        bad |= (u & 0x7F800000u) == 0x7F800000u;
+      }
+      break;
+    case APX_DT_F64:
+      for (int64_t i = 0; i < n; i++) {
+        uint64_t u;
+        memcpy(&u, p + 8 * i, 8);
+        bad |= (u & 0x7FF0000000000000ull) == 0x7FF0000000000000ull;
+      }
+      break;
+    default: break;
+  }
+  return bad != 0;
+}
+
 /* A finite element's value (the file's, for the warning about an overflowing conversion). */
 static double elem_value(const void *data, ApxDType dt, int64_t i) {
   switch (dt) {
@@ -226,7 +261,10 @@ static int scan_nonfinite(ApxDataset *ds, int32_t i, const void *file, ApxDType 
   ApxDataNonFinite *nf = &ds->nonfinite[i];
   nf->first_sample = nf->first_element = -1;
   int64_t n = a->dims[0], per = n > 0 ? a->numel / n : 0;
+  size_t esz = apx_dtype_size(a->dtype);
+  if (!any_nonfinite(a->data, a->dtype, a->numel)) return 0; /* clean data: one pass */
   for (int64_t s = 0; s < n; s++) {
+    if (!any_nonfinite((const uint8_t *)a->data + (size_t)(s * per) * esz, a->dtype, per)) continue;
     int bad = 0, file_bad = 0;
     for (int64_t e = 0; e < per; e++) {
       double v, fv;
@@ -260,9 +298,12 @@ int apx_dataset_find_nonfinite(const ApxDataset *ds, const int64_t *idx, int64_t
     const ApxDataNonFinite *nf = &ds->nonfinite[i];
     if (nf->samples == 0) continue;
     int64_t per = a->numel / a->dims[0];
+    size_t esz = apx_dtype_size(a->dtype);
     for (int64_t j = 0; j < n; j++) {
       int64_t s = idx[j];
-      if (s < 0 || s >= a->dims[0]) continue;
+      if (s < 0 || s >= a->dims[0] ||
+          !any_nonfinite((const uint8_t *)a->data + (size_t)(s * per) * esz, a->dtype, per))
+        continue;
       for (int64_t e = 0; e < per; e++) {
         double v;
         if (!elem_nonfinite(a->data, a->dtype, s * per + e, &v)) continue;
