@@ -1,6 +1,9 @@
 /* cli.c - apexc argument parsing: every flag of DESIGN.md 13 into ApxOptions. Accepts both
- * "--flag=value" and "--flag value". Unknown flags, missing values and malformed numbers
- * are usage errors (exit 2) with one line naming the flag. */
+ * "--flag=value" and "--flag value", and the spellings users bring from Apex and PyTorch's
+ * GradScaler (ir/suggest.h): underscores for dashes (--loss_scale, --keep_batchnorm_fp32=False),
+ * --opt-level O2, --init-scale, --growth-interval (= --scale-window), --growth-factor,
+ * --backoff-factor. Unknown flags ("did you mean --X?" when one is near), missing values and
+ * malformed numbers are usage errors (exit 2) with one line naming the flag. */
 #include "compiler/cli.h"
 
 #include <errno.h>
@@ -15,6 +18,7 @@
 #include <unistd.h>
 
 #include "ir/fileio.h"
+#include "ir/suggest.h"
 
 static const char usage_text[] =
     "usage: apexc MODEL.onnx [-O0|-O1|-O2|-O3] [-o PLAN.apx] [options]\n"
@@ -36,10 +40,13 @@ static const char usage_text[] =
     "  --keep-batchnorm-fp32[=true|false]   --master-weights[=true|false]\n"
     "  --loss-scale=dynamic|N      dynamic (init 2^16) or a static scale N (defaults: dynamic\n"
     "                              at -O1/-O2, static 1 at -O0/-O3 and with bf16)\n"
+    "  --init-scale S              dynamic, starting at S (GradScaler's init_scale)\n"
     "  dynamic scaling only:       --min-loss-scale S (default none)  --max-loss-scale S\n"
-    "                              (default 2^24)  --scale-window N (clean steps before the\n"
-    "                              scale grows, default 2000)  --hysteresis N (overflows\n"
-    "                              tolerated before backing off, default 1)\n"
+    "                              (default 2^24)  --scale-window N (= --growth-interval: clean\n"
+    "                              steps before the scale grows, default 2000)\n"
+    "                              --growth-factor F (> 1, default 2)  --backoff-factor F (in\n"
+    "                              (0, 1), default 0.5)  --hysteresis N (overflows tolerated\n"
+    "                              before backing off, default 1)\n"
     "  --half-ops A,B  --fp32-ops A,B  --promote-ops A,B   per-op overrides (op types)\n"
     "  --fp32-nodes PATTERN        keep nodes whose name matches the glob in fp32 (repeatable)\n"
     "  --policy FILE.json          decisions from a file (the --explain=json schema)\n"
@@ -99,6 +106,8 @@ static const char usage_text[] =
     "                              writing, one line each on stderr (also with -q)\n"
     "  -q, --quiet                 print errors only (no summary, no warnings)\n"
     "\n"
+    "Apex's and PyTorch's spellings are accepted: underscores for dashes (--loss_scale 128,\n"
+    "--keep_batchnorm_fp32=False, --master_weights=True), --opt-level O2 (= -O2), True/False.\n"
     "Outputs (-o, --emit-onnx, --explain-out) must not be the input model; contradictory\n"
     "flags (e.g. --nesterov without --momentum, --betas with sgd) are usage errors.\n"
     "Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input.\n";
@@ -181,15 +190,10 @@ static int parse_int(Parser *p, const char *flag, const char *s, long long lo, l
 }
 
 static int parse_bool(Parser *p, const char *flag, const char *s, ApxTri *out) {
-  if (!s || !strcmp(s, "true") || !strcmp(s, "1") || !strcmp(s, "on")) {
-    *out = APX_TRI_ON;
-    return 0;
-  }
-  if (!strcmp(s, "false") || !strcmp(s, "0") || !strcmp(s, "off")) {
-    *out = APX_TRI_OFF;
-    return 0;
-  }
-  return fail(p, "%s: expected true or false, got '%s'", flag, s);
+  int b = apx_bool_parse(s); /* true/false, True/False (Apex's Python spelling), 1/0, on/off */
+  if (b < 0) return fail(p, "%s: expected true or false, got '%s'", flag, s);
+  *out = b ? APX_TRI_ON : APX_TRI_OFF;
+  return 0;
 }
 
 /* Appends comma-separated items of s to list (s is copied so items can be split). */
@@ -211,10 +215,29 @@ static const char *const training_flags[] = {
     "--optimizer", "--lr", "--momentum", "--nesterov", "--betas", "--eps", "--weight-decay",
     "--clip-grad-norm", "--accumulate", "--warmup-steps", "--lr-schedule", "--total-steps",
     "--loss-scale", "--min-loss-scale", "--max-loss-scale", "--scale-window", "--hysteresis",
+    "--init-scale", "--growth-interval", "--growth-factor", "--backoff-factor",
     "--master-weights", "--bucket-mb", "--first-bucket-mb", "--allreduce-fp32",
     "--grad-predivide", "--sync-bn", "--bn-running-var", NULL};
 static const char *const dynamic_scaler_flags[] = {"--min-loss-scale", "--max-loss-scale",
-                                                   "--scale-window", "--hysteresis", NULL};
+                                                   "--scale-window", "--hysteresis",
+                                                   "--growth-interval", "--growth-factor",
+                                                   "--backoff-factor", NULL};
+
+/* Every option apx_cli_parse accepts (after ir/suggest.h normalization), for "did you mean". */
+static const char *const all_flags[] = {
+    "-O0", "-O1", "-O2", "-O3", "-o", "-h", "--help", "--version", "--list-ops", "--dump-plan",
+    "--explain-out", "--explain", "--emit-onnx", "--half", "--keep-batchnorm-fp32",
+    "--master-weights", "--loss-scale", "--init-scale", "--min-loss-scale", "--max-loss-scale",
+    "--scale-window", "--growth-interval", "--growth-factor", "--backoff-factor", "--hysteresis",
+    "--half-ops", "--fp32-ops", "--promote-ops", "--fp32-nodes", "--policy", "--clamp-constants",
+    "--dim", "--loss", "--frozen", "--inference", "--allow-old-opset", "--optimizer", "--lr",
+    "--momentum", "--nesterov", "--betas", "--eps", "--weight-decay", "--clip-grad-norm",
+    "--accumulate", "--warmup-steps", "--lr-schedule", "--total-steps", "--seed", "--no-fuse",
+    "--fusion-report", "--bucket-mb", "--first-bucket-mb", "--allreduce-fp32", "--grad-predivide",
+    "--sync-bn", "--bucket-report", "--disable-pass", "--dump-after", "--verify-each-pass",
+    "--quiet", "-q", "--opt-level", NULL};
+
+const char *const *apx_cli_flag_names(void) { return all_flags; }
 
 /* Apex accepts the dynamic scaler's settings with a static loss scale (they are unused):
  * a one-line warning in a->warning naming the flags given (bit i: dynamic_scaler_flags[i]). */
@@ -394,11 +417,17 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
   apx_options_init(o);
   err[0] = '\0';
   int explicit_level = 0, inspect = 0, momentum_seen = 0, betas_seen = 0, eps_seen = 0;
+  int init_scale_seen = 0, static_scale_seen = 0; /* --init-scale, --loss-scale N */
   const char *training_flag = NULL;
   unsigned scaler_seen = 0; /* bit i: dynamic_scaler_flags[i] given */
   for (; p.i < argc; p.i++) {
     const char *arg = argv[p.i], *v = NULL;
     long long iv;
+    /* Apex's spellings: --loss_scale -> --loss-scale (values, which options keep pointers
+     * to, live in the arena copy as long as o does) */
+    char norm[256];
+    if (apx_flag_normalize(arg, norm, sizeof norm) == 1 && !(arg = apx_arena_strdup(p.strings, norm)))
+      return fail(&p, "out of memory");
     if (!training_flag) training_flag = flag_in(arg, training_flags);
     for (int i = 0; dynamic_scaler_flags[i]; i++)
       if (flag_is(arg, dynamic_scaler_flags[i], &v)) scaler_seen |= 1u << i;
@@ -411,6 +440,14 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
       explicit_level = 1;
     } else if (arg[1] == 'O') {
       return fail(&p, "unknown opt level '%s' (use -O0, -O1, -O2 or -O3)", arg);
+    } else if (flag_is(arg, "--opt-level", &v)) { /* Apex's opt_level="O2" */
+      const char *s = need_value(&p, "--opt-level", v);
+      if (!s) return -1;
+      const char *d = s[0] == 'O' || s[0] == 'o' ? s + 1 : s;
+      if (d[0] < '0' || d[0] > '3' || d[1])
+        return fail(&p, "--opt-level: expected O0, O1, O2 or O3, got '%s'", s);
+      o->opt_level = (ApxOptLevel)(d[0] - '0');
+      explicit_level = 1;
     } else if (!strcmp(arg, "-o")) {
       if (!(o->output_path = need_value(&p, "-o", NULL))) return -1;
       a->write_plan = 1;
@@ -451,22 +488,47 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
       if (!s) return -1;
       if (!strcmp(s, "dynamic")) {
         o->loss_scale_mode = APX_LOSS_SCALE_DYNAMIC;
-        o->loss_scale = 65536.0f;
+        if (!init_scale_seen) o->loss_scale = 65536.0f; /* --init-scale says where it starts */
       } else {
+        if (init_scale_seen)
+          return fail(&p, "--loss-scale %s with --init-scale %g: --init-scale is where a dynamic scale "
+                      "starts (GradScaler's init_scale); give one of them", s, (double)o->loss_scale);
         o->loss_scale_mode = APX_LOSS_SCALE_STATIC;
         if (parse_float(&p, "--loss-scale", s, 1e-30, 3e38, &o->loss_scale)) return -1;
+        static_scale_seen = 1;
       }
       o->loss_scale_set = 1;
+    } else if (flag_is(arg, "--init-scale", &v)) { /* GradScaler(init_scale=S): dynamic from S */
+      const char *s = need_value(&p, "--init-scale", v);
+      float f;
+      if (!s || parse_float(&p, "--init-scale", s, 1e-30, 3e38, &f)) return -1;
+      if (static_scale_seen)
+        return fail(&p, "--init-scale %s with --loss-scale %g (static): --init-scale is where a dynamic "
+                    "scale starts (GradScaler's init_scale); give one of them", s, (double)o->loss_scale);
+      o->loss_scale_mode = APX_LOSS_SCALE_DYNAMIC;
+      o->loss_scale = f;
+      o->loss_scale_set = 1;
+      init_scale_seen = 1;
     } else if (flag_is(arg, "--min-loss-scale", &v)) {
       const char *s = need_value(&p, "--min-loss-scale", v);
       if (!s || parse_float(&p, "--min-loss-scale", s, 0, 3e38, &o->min_loss_scale)) return -1;
     } else if (flag_is(arg, "--max-loss-scale", &v)) {
       const char *s = need_value(&p, "--max-loss-scale", v);
       if (!s || parse_float(&p, "--max-loss-scale", s, 1e-30, 3e38, &o->max_loss_scale)) return -1;
-    } else if (flag_is(arg, "--scale-window", &v)) {
-      const char *s = need_value(&p, "--scale-window", v);
-      if (!s || parse_int(&p, "--scale-window", s, 1, 1000000000, &iv)) return -1;
+    } else if (flag_is(arg, "--scale-window", &v) || flag_is(arg, "--growth-interval", &v)) {
+      const char *flag = arg[2] == 's' ? "--scale-window" : "--growth-interval";
+      const char *s = need_value(&p, flag, v);
+      if (!s || parse_int(&p, flag, s, 1, 1000000000, &iv)) return -1;
       o->scale_window = (int32_t)iv;
+    } else if (flag_is(arg, "--growth-factor", &v)) {
+      const char *s = need_value(&p, "--growth-factor", v);
+      if (!s || parse_float(&p, "--growth-factor", s, 1, 1e6, &o->growth_factor)) return -1;
+      if (!(o->growth_factor > 1)) return fail(&p, "--growth-factor: '%s' must be > 1 (default 2)", s);
+    } else if (flag_is(arg, "--backoff-factor", &v)) {
+      const char *s = need_value(&p, "--backoff-factor", v);
+      if (!s || parse_float(&p, "--backoff-factor", s, 0, 1, &o->backoff_factor)) return -1;
+      if (!(o->backoff_factor > 0 && o->backoff_factor < 1))
+        return fail(&p, "--backoff-factor: '%s' must be in (0, 1) (default 0.5)", s);
     } else if (flag_is(arg, "--hysteresis", &v)) {
       const char *s = need_value(&p, "--hysteresis", v);
       if (!s || parse_int(&p, "--hysteresis", s, 1, 1000000, &iv)) return -1;
@@ -628,6 +690,8 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
     } else if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
       o->quiet = 1;
     } else {
+      const char *near = apx_flag_suggest(arg, all_flags);
+      if (near) return fail(&p, "unknown option '%s'; did you mean %s? (see apexc --help)", arg, near);
       return fail(&p, "unknown option '%s' (see apexc --help)", arg);
     }
   }

@@ -46,6 +46,9 @@ void apx_cli_args_free(ApxCliArgs *a);
 int apx_cli_check_outputs(const ApxOptions *o, const ApxCliArgs *a, char *err, size_t cap);
 /* The --help text. */
 const char *apx_cli_usage(void);
+/* Every option name apx_cli_parse accepts ("-O2", "--lr", ...), NULL-terminated: "did you
+ * mean" here, and apexrun's hint that an option belongs to the compiler. */
+const char *const *apx_cli_flag_names(void);
 
 #ifdef __cplusplus
 }

@@ -471,3 +471,79 @@ TEST(Cli, QuietPrintsNoSummary) {
   ASSERT_EQ(q.rc, 0) << q.err;
   EXPECT_EQ(q.o.explain, 1);  // asked-for output is still printed
 }
+
+// Apex's amp.initialize spellings (underscores, opt_level="O2", keep_batchnorm_fp32=False,
+// master_weights=True, loss_scale=128) and PyTorch GradScaler's (init_scale, growth_interval,
+// growth_factor, backoff_factor) mean what they mean there. Values keep their underscores.
+TEST(Cli, ApexAndGradScalerSpellings) {
+  Parsed a = parse({"m.onnx", "--opt_level=O2", "--keep_batchnorm_fp32=False", "--fp32-nodes=my_block*"});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_EQ(a.o.opt_level, APX_O2);
+  EXPECT_EQ(a.o.keep_batchnorm_fp32, APX_TRI_OFF);
+  EXPECT_STREQ(a.o.fp32_nodes.items[0], "my_block*");
+  Parsed b = parse({"m.onnx", "--opt-level", "O3", "--master_weights=True", "--loss_scale", "128"});
+  ASSERT_EQ(b.rc, 0) << b.err;
+  EXPECT_EQ(b.o.opt_level, APX_O3);
+  EXPECT_EQ(b.o.master_weights, APX_TRI_ON);
+  EXPECT_EQ(b.o.loss_scale_mode, APX_LOSS_SCALE_STATIC);
+  EXPECT_EQ(b.o.loss_scale, 128.0f);
+  Parsed c = parse({"m.onnx", "-O2", "--init-scale", "1024", "--growth-interval", "100", "--growth_factor=4",
+                    "--backoff-factor", "0.25"});
+  ASSERT_EQ(c.rc, 0) << c.err;
+  EXPECT_EQ(c.o.loss_scale_mode, APX_LOSS_SCALE_DYNAMIC);
+  EXPECT_EQ(c.o.loss_scale, 1024.0f);
+  EXPECT_EQ(c.o.scale_window, 100);
+  EXPECT_EQ(c.o.growth_factor, 4.0f);
+  EXPECT_EQ(c.o.backoff_factor, 0.25f);
+  EXPECT_STREQ(c.a.warning, "");
+  // --init-scale makes even -O3's static default dynamic (a GradScaler is dynamic)
+  Parsed d = parse({"m.onnx", "-O3", "--init_scale=256"});
+  ASSERT_EQ(d.rc, 0) << d.err;
+  EXPECT_EQ(d.o.loss_scale_mode, APX_LOSS_SCALE_DYNAMIC);
+  EXPECT_EQ(d.o.loss_scale, 256.0f);
+  Parsed e = parse({"m.onnx", "--loss-scale", "dynamic", "--init-scale", "512"});
+  ASSERT_EQ(e.rc, 0) << e.err;
+  EXPECT_EQ(e.o.loss_scale, 512.0f);
+  Parsed f = parse({"m.onnx", "--init-scale", "512", "--loss-scale=dynamic"});
+  ASSERT_EQ(f.rc, 0) << f.err;
+  EXPECT_EQ(f.o.loss_scale, 512.0f) << "--loss-scale dynamic keeps where --init-scale starts it";
+  // defaults: GradScaler's
+  Parsed g = parse({"m.onnx"});
+  EXPECT_EQ(g.o.growth_factor, 2.0f);
+  EXPECT_EQ(g.o.backoff_factor, 0.5f);
+  // with a static scale they have no effect: the warning names them as given
+  Parsed h = parse({"m.onnx", "-O2", "--loss-scale", "8", "--growth-factor", "3", "--growth-interval", "5"});
+  ASSERT_EQ(h.rc, 0) << h.err;
+  EXPECT_STREQ(h.a.warning, "warning: --growth-interval, --growth-factor have no effect with a static loss scale (8)");
+  expect_usage_error({"m.onnx", "--init-scale", "10", "--loss-scale", "5"},
+                     "--loss-scale 5 with --init-scale 10: --init-scale is where a dynamic scale starts "
+                     "(GradScaler's init_scale); give one of them");
+  expect_usage_error({"m.onnx", "--loss-scale", "5", "--init-scale", "10"}, "--init-scale 10 with --loss-scale 5");
+  expect_usage_error({"m.onnx", "--growth-factor", "1"}, "--growth-factor: '1' must be > 1 (default 2)");
+  expect_usage_error({"m.onnx", "--backoff-factor", "1"}, "--backoff-factor: '1' must be in (0, 1) (default 0.5)");
+  expect_usage_error({"m.onnx", "--backoff-factor", "0"}, "--backoff-factor: '0' must be in (0, 1)");
+  expect_usage_error({"m.onnx", "--opt-level", "O4"}, "--opt-level: expected O0, O1, O2 or O3, got 'O4'");
+  expect_usage_error({"m.onnx", "--keep_batchnorm_fp32=Maybe"}, "--keep-batchnorm-fp32: expected true or false");
+  expect_usage_error({"m.onnx", "--inference", "--growth-factor", "3"}, "--growth-factor with --inference");
+}
+
+// An unknown option names the nearest real one when it is near enough to be a typo.
+TEST(Cli, UnknownOptionSuggestsTheNearest) {
+  expect_usage_error({"m.onnx", "--scale-windw", "10"},
+                     "apexc: unknown option '--scale-windw'; did you mean --scale-window? (see apexc --help)");
+  expect_usage_error({"m.onnx", "--weight_decy=0.1"}, "unknown option '--weight-decy=0.1'; did you mean --weight-decay?");
+  expect_usage_error({"m.onnx", "--optimiser", "sgd"}, "did you mean --optimizer?");
+  expect_usage_error({"m.onnx", "--bananas"}, "apexc: unknown option '--bananas' (see apexc --help)");
+}
+
+// Every name in the suggestion table is an option the parser takes (never "unknown option").
+TEST(Cli, EveryListedFlagIsAccepted) {
+  for (const char *const *f = apx_cli_flag_names(); *f; f++) {
+    Parsed p = parse({"m.onnx", *f, "1"});
+    EXPECT_EQ(std::string(p.err).find("unknown option"), std::string::npos) << *f << ": " << p.err;
+  }
+  std::string help = apx_cli_usage();
+  for (const char *f : {"--init-scale", "--growth-interval", "--growth-factor", "--backoff-factor", "--opt-level O2",
+                        "--keep_batchnorm_fp32=False"})
+    EXPECT_NE(help.find(f), std::string::npos) << f << " is not in --help";
+}

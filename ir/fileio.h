@@ -39,6 +39,17 @@ static inline uint64_t apx_le_get_u64(const uint8_t *b) {
   for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
   return v;
 }
+/* A double as the u64 of its bits and back (a double field of a header or an exchange). */
+static inline uint64_t apx_f64_bits(double x) {
+  uint64_t u;
+  __builtin_memcpy(&u, &x, 8);
+  return u;
+}
+static inline double apx_bits_f64(uint64_t u) {
+  double x;
+  __builtin_memcpy(&x, &u, 8);
+  return x;
+}
 
 /* CRC32C (Castagnoli, reflected, as iSCSI/ext4): crc = apx_crc32c(0, buf, n) for a whole
  * buffer, chain by passing the previous result. SSE4.2 instruction when available. */

@@ -17,6 +17,8 @@ void apx_options_init(ApxOptions *o) {
   o->max_loss_scale = 16777216.0f;
   o->scale_window = 2000;
   o->hysteresis = 1;
+  o->growth_factor = 2.0f;
+  o->backoff_factor = 0.5f;
   o->ir_version_min = 7;
   o->opset_min = 13;
   o->training = 1;

@@ -60,6 +60,8 @@ typedef struct ApxOptions {
   float max_loss_scale;        /* 2^24 */
   int32_t scale_window;        /* growth interval: 2000 */
   int32_t hysteresis;          /* 1: back off at the first overflow */
+  float growth_factor;         /* scale *= this after scale_window clean steps: 2 */
+  float backoff_factor;        /* scale *= this on an overflow: 0.5 (GradScaler's names) */
   int32_t loss_scale_set, half_set; /* explicit flags seen */
 
   /* overrides (DESIGN.md 6) */

@@ -72,7 +72,7 @@ extern "C" {
   X(scale_window) X(hysteresis) X(optimizer) X(lr) X(momentum) X(beta1) X(beta2) X(eps)     \
   X(weight_decay) X(nesterov) X(clip_grad_norm) X(accumulate) X(warmup_steps) X(schedule)   \
   X(total_steps) X(seed) X(bucket_mb) X(first_bucket_mb) X(allreduce_fp32)                  \
-  X(grad_predivide) X(sync_bn)
+  X(grad_predivide) X(sync_bn) X(growth_factor) X(backoff_factor)
 
 typedef struct ApxPlanOptions {
   int32_t opt_level;
@@ -92,6 +92,7 @@ typedef struct ApxPlanOptions {
   int32_t allreduce_fp32;
   float grad_predivide;
   int32_t sync_bn;
+  float growth_factor, backoff_factor; /* dynamic scaler; 0 in plans written before them: 2, 0.5 */
 } ApxPlanOptions;
 
 typedef struct ApxPlanBuffer {

@@ -4,8 +4,15 @@
  *           [--half=fp16|bf16] [--dim NAME=V] [--allow-old-opset] [--threads N]
  *           [--device cpu]
  *   apexrun PLAN.apx --data DIR --steps N [--device cpu] [--threads N] [--seed S]
- *           [--no-shuffle] [--log F.jsonl] [--tensorboard DIR] [--checkpoint-dir D [--checkpoint-every N]]
- *           [--resume[=auto]] [--export-onnx F] [--quiet] [--progress]
+ *           [--no-shuffle] [--log F.jsonl] [--tensorboard DIR]
+ *           [--checkpoint-dir D [--checkpoint-every N]]
+ *           [--resume[=auto]] [--export-onnx F] [--quiet] [--progress] [--progress-every N]
+ *           [--lr X] [--weight-decay W] [--lr-schedule S] [--warmup-steps N]
+ *           [--total-steps N] [--clip-grad-norm N]
+ *
+ * Spellings from Apex and PyTorch are accepted (ir/suggest.h): underscores for dashes
+ * (--checkpoint_dir, --weight_decay), infer's --opt-level O2; an unknown option gets "did you
+ * mean --X?", and an apexc option given to apexrun says that the plan fixes it.
  *
  * Training (runtime/train.h): --data DIR holds one NAME.npy per data input; the run goes
  * until N optimizer steps are done (a resumed run continues to the same N).
@@ -17,7 +24,9 @@
  * starts ...) bound from D before folding (compiler/bind_inputs.h).
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input; errors are one line. */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +44,10 @@
 #include "runtime/collective.h"
 #include "runtime/dataset.h"
 #include "runtime/exec.h"
+#include "compiler/cli.h"
 #include "ir/fileio.h"
 #include "runtime/infer_io.h"
+#include "ir/suggest.h"
 #include "plan/plan.h"
 #include "runtime/train.h"
 #include "runtime/backend_registry.h"
@@ -62,7 +73,7 @@ static const char *usage_text =
     "  --seed S              data order and Dropout seed, any S >= 0 (default: the plan's --seed)\n"
     "  --no-shuffle          batches in file order: batch k = samples [kB, (k+1)B), wrapping\n"
     "  --log F.jsonl         one JSON object per step: step, loss, loss_scale, skipped,\n"
-    "                        overflow_at, grad_norm, lr, ms\n"
+    "                        overflow_at, grad_norm, lr, ms (and reason when skipped)\n"
     "  --tensorboard DIR     TensorBoard event files in DIR (one per run): scalars loss,\n"
     "                        loss_scale, lr, grad_norm, ms_per_step, skipped_steps per step\n"
     "                        (tensorboard --logdir DIR)\n"
@@ -75,7 +86,11 @@ static const char *usage_text =
     "  --export-onnx F       write the trained model as ONNX for inference (fp32 weights);\n"
     "                        F's folder is checked for writing before training starts\n"
     "  -q, --quiet           no progress line or overflow notices (the summary stays)\n"
-    "  --progress            progress line per step even when stdout is not a terminal\n"
+    "  progress (rank 0): step/total, loss, loss scale, lr, samples/s, skipped so far, ETA;\n"
+    "                        on a terminal one line updated in place, otherwise (a file, a\n"
+    "                        pipe, mpirun) a plain line every 10 s\n"
+    "  --progress-every N    a plain progress line every N steps instead\n"
+    "  --progress            the updating line (\\r) even when stdout is not a terminal\n"
     "  A run in which every step overflowed exits with 1 when the loss scale cannot recover\n"
     "  (static, below 1, at --min-loss-scale, or 10 overflows in a row); otherwise it warns.\n"
     "  SIGINT/SIGTERM: the step in progress finishes, a checkpoint is written (with\n"
@@ -83,6 +98,19 @@ static const char *usage_text =
     "  once. An output (--log, --export-onnx, checkpoints) over an input (the plan, --data\n"
     "  files, the checkpoint resumed) or over another output is refused (exit 2); a failed\n"
     "  write (a full disk) is exit 1 naming the file.\n"
+    "  A NaN or Inf in --data is reported at start (file, sample, element); a step whose\n"
+    "  loss or gradients are not finite names its cause: the input sample, a non-finite loss\n"
+    "  from finite inputs, or a gradient overflow (the log row's \"reason\").\n"
+    "\n"
+    "run-time hyperparameters: override the plan's values for this run (no recompile); they\n"
+    "  are stored in checkpoints: --resume without them continues with the checkpoint's, and\n"
+    "  one that contradicts the checkpoint is refused (exit 2) naming both values\n"
+    "  --lr X                base learning rate of the schedule (apexc --lr)\n"
+    "  --lr-schedule S       constant, cosine or linear\n"
+    "  --warmup-steps N      linear warmup to the base lr (at most --total-steps)\n"
+    "  --total-steps N       the schedule's length (default: the plan's, else --steps)\n"
+    "  --weight-decay W      the optimizer's weight decay (adamw/lamb decoupled, sgd L2)\n"
+    "  --clip-grad-norm N    clip gradients to global norm N (0: off)\n"
     "\n"
     "data parallelism: mpirun -np K apexrun PLAN.apx --data DIR --steps N ...\n"
     "  each rank trains on its slice of every global batch (K times the plan's batch); the\n"
@@ -96,7 +124,8 @@ static const char *usage_text =
     "                        (always checked at the start and at the end)\n"
     "  Before the first step the ranks compare plan, data (size and contents of every file),\n"
     "  --steps, --seed, --no-shuffle, accumulation, --check-replicas, --checkpoint-dir/-every,\n"
-    "  --resume, --export-onnx and --log; a difference is named on every rank (exit 2). A\n"
+    "  --resume, --export-onnx, --log and the run-time hyperparameters; a difference is named\n"
+    "  on every rank (exit 2). A\n"
     "  SIGINT/SIGTERM to any rank stops every rank after the same step (send it to the apexrun\n"
     "  processes: mpirun itself kills its ranks 1 s after forwarding one).\n"
     "  --no-overlap          each bucket's allreduce blocks inside its kernel instead of\n"
@@ -119,6 +148,8 @@ static const char *usage_text =
     "  --repeat N            then run the forward N more times and print the per-iteration\n"
     "                        time (median, min, mean in ms; benchmarks)\n"
     "\n"
+    "Apex's and PyTorch's spellings are accepted: underscores for dashes (--weight_decay,\n"
+    "--checkpoint_dir), --opt-level O2 for infer's -O2; an unknown option gets \"did you mean\".\n"
     "Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input.\n";
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -135,6 +166,36 @@ static int usage_error(const char *fmt, ...) {
 static int fail(const ApxDiag *d) {
   fprintf(stderr, "%s\n", d->msg);
   return d->code ? d->code : APX_EXIT_RUNTIME;
+}
+
+/* The options each command accepts (after ir/suggest.h normalization), for "did you mean". */
+static const char *const train_flags[] = {
+    "--data", "--steps", "--device", "--threads", "--seed", "--no-shuffle", "--log", "--tensorboard", "--checkpoint-dir",
+    "--checkpoint-every", "--resume", "--export-onnx", "--quiet", "-q", "--progress", "--progress-every",
+    "--collective-timeout", "--no-overlap", "--check-replicas", "--lr", "--weight-decay", "--lr-schedule",
+    "--warmup-steps", "--total-steps", "--clip-grad-norm", "--help", "-h", "--version", NULL};
+static const char *const infer_flags[] = {
+    "--input-dir", "--output-dir", "--device", "--threads", "--repeat", "--half", "--dim",
+    "--allow-old-opset", "-O0", "-O1", "-O2", "-O3", "--opt-level", "--help", "-h", "--version", NULL};
+
+/* 1 when arg's name (before '=') is in names. */
+static int flag_known(const char *arg, const char *const *names) {
+  size_t n = strcspn(arg, "=");
+  for (int i = 0; names[i]; i++)
+    if (strlen(names[i]) == n && !strncmp(arg, names[i], n)) return 1;
+  return 0;
+}
+
+/* An option the command does not take: an apexc option says that the plan fixes it; else
+ * "did you mean" the nearest of `mine` (ir/suggest.h). One line, exit code 2. */
+static int unknown_option(const char *cmd, const char *arg, const char *const *mine) {
+  size_t n = strcspn(arg, "=");
+  if (flag_known(arg, apx_cli_flag_names()))
+    return usage_error("%s'%.*s' is an apexc option: the plan fixes it (recompile the model: apexc MODEL.onnx "
+                       "%.*s ...)", cmd, (int)n, arg, (int)n, arg);
+  const char *near = apx_flag_suggest(arg, mine);
+  if (near) return usage_error("%sunknown option '%s'; did you mean %s?", cmd, arg, near);
+  return usage_error("%sunknown option '%s'", cmd, arg);
 }
 
 typedef struct InferArgs {
@@ -209,8 +270,12 @@ static int parse_infer(int argc, char **argv, InferArgs *a) {
     } else if (!strcmp(arg, "--allow-old-opset")) {
       a->o.opset_min = 1;
       a->o.ir_version_min = 3;
+    } else if ((v = flag_value(argc, argv, &i, "--opt-level"))) { /* Apex's opt_level="O2" */
+      const char *d = v[0] == 'O' || v[0] == 'o' ? v + 1 : v;
+      if (d[0] < '0' || d[0] > '3' || d[1]) return usage_error("--opt-level: expected O0, O1, O2 or O3, got '%s'", v);
+      a->o.opt_level = (ApxOptLevel)(d[0] - '0');
     } else {
-      return usage_error("infer: unknown option '%s'", arg);
+      return unknown_option("infer: ", arg, infer_flags);
     }
   }
   if (!a->model) return usage_error("infer needs a model (MODEL.onnx or PLAN.apx)");
@@ -364,6 +429,17 @@ static int parse_count(const char *flag, const char *v, long long lo, long long 
   return 0;
 }
 
+/* A float flag in [lo, hi], stored as fp32 as apexc stores it. */
+static int parse_real(const char *flag, const char *v, double lo, double hi, float *out) {
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (!*v || *end || errno || !isfinite(x) || x < lo || x > hi)
+    return usage_error("%s: '%s' is not a number in [%g, %g]", flag, v, lo, hi);
+  *out = (float)x;
+  return 0;
+}
+
 static int cmd_train(int argc, char **argv) {
   ApxTrainConfig c;
   apx_train_config_init(&c);
@@ -422,6 +498,34 @@ static int cmd_train(int argc, char **argv) {
       c.quiet = 1;
     } else if (!strcmp(arg, "--progress")) {
       c.progress = APX_PROGRESS_ON;
+    } else if ((v = flag_value(argc, argv, &i, "--progress-every"))) {
+      if (parse_count("--progress-every", v, 1, &n)) return APX_EXIT_BAD_INPUT;
+      c.progress_every = n;
+    } else if ((v = flag_value(argc, argv, &i, "--lr"))) {
+      if (parse_real("--lr", v, 0, 1e6, &c.hp.lr)) return APX_EXIT_BAD_INPUT;
+      c.hp.given |= APX_HP_LR;
+    } else if ((v = flag_value(argc, argv, &i, "--weight-decay"))) {
+      if (parse_real("--weight-decay", v, 0, 1e3, &c.hp.weight_decay)) return APX_EXIT_BAD_INPUT;
+      c.hp.given |= APX_HP_WEIGHT_DECAY;
+    } else if ((v = flag_value(argc, argv, &i, "--clip-grad-norm"))) {
+      if (parse_real("--clip-grad-norm", v, 0, 3e38, &c.hp.clip_grad_norm)) return APX_EXIT_BAD_INPUT;
+      c.hp.given |= APX_HP_CLIP;
+    } else if ((v = flag_value(argc, argv, &i, "--lr-schedule"))) {
+      if (!strcmp(v, "constant")) c.hp.schedule = APX_LR_CONSTANT;
+      else if (!strcmp(v, "cosine")) c.hp.schedule = APX_LR_COSINE;
+      else if (!strcmp(v, "linear")) c.hp.schedule = APX_LR_LINEAR;
+      else return usage_error("--lr-schedule: expected constant, cosine or linear, got '%s'", v);
+      c.hp.given |= APX_HP_SCHEDULE;
+    } else if ((v = flag_value(argc, argv, &i, "--warmup-steps"))) {
+      if (parse_count("--warmup-steps", v, 0, &n)) return APX_EXIT_BAD_INPUT;
+      if (n > INT32_MAX) return usage_error("--warmup-steps: '%s' is more than %d", v, INT32_MAX);
+      c.hp.warmup = n;
+      c.hp.given |= APX_HP_WARMUP;
+    } else if ((v = flag_value(argc, argv, &i, "--total-steps"))) {
+      if (parse_count("--total-steps", v, 1, &n)) return APX_EXIT_BAD_INPUT;
+      if (n > (1LL << 40)) return usage_error("--total-steps: '%s' is more than 2^40", v);
+      c.hp.total = n;
+      c.hp.given |= APX_HP_TOTAL;
     } else if ((v = flag_value(argc, argv, &i, "--collective-timeout"))) {
       char *end;
       double s = strtod(v, &end);
@@ -434,7 +538,7 @@ static int cmd_train(int argc, char **argv) {
       if (parse_count("--check-replicas", v, 1, &n)) return APX_EXIT_BAD_INPUT;
       c.check_replicas = n;
     } else {
-      return usage_error("unknown option '%s'", arg);
+      return unknown_option("", arg, train_flags);
     }
   }
   if (!plan_path) return usage_error("no plan given");
@@ -512,7 +616,22 @@ int main(int argc, char **argv) {
   /* Debian's OpenBLAS does not know newer CPUs and falls back to SSE3 kernels unless
    * OPENBLAS_CORETYPE is set before it loads: set it and re-exec once (docs/runtime.md) */
   apx_cpu_reexec_tuned(argv);
+  /* Apex's spellings: --weight_decay -> --weight-decay (ir/suggest.h), in a copy of argv
+   * that the options point into until the command returns */
+  char **av = calloc((size_t)argc + 1, sizeof *av);
+  if (!av) {
+    fputs("apexrun: out of memory\n", stderr);
+    return APX_EXIT_RUNTIME;
+  }
+  for (int i = 0; i < argc; i++) {
+    char norm[256];
+    av[i] = apx_flag_normalize(argv[i], norm, sizeof norm) == 1 ? strdup(norm) : NULL;
+    if (!av[i]) av[i] = argv[i];
+  }
   /* training: options in any position, before or after PLAN (cmd_train rejects unknown ones) */
-  int rc = !strcmp(argv[1], "infer") ? cmd_infer(argc - 1, argv + 1) : cmd_train(argc - 1, argv + 1);
+  int rc = !strcmp(av[1], "infer") ? cmd_infer(argc - 1, av + 1) : cmd_train(argc - 1, av + 1);
+  for (int i = 0; i < argc; i++)
+    if (av[i] != argv[i]) free(av[i]);
+  free(av);
   return stdout_checked(rc);
 }

@@ -286,6 +286,60 @@ TEST(Apexrun, BadUsageExitsWith2AndOneLine) {
   }
 }
 
+// The spellings users bring from Apex and PyTorch: underscores for dashes (training and infer),
+// infer's --opt-level O0 / --opt_level=O0; an unknown option gets "did you mean" the nearest
+// real one, an apexc option given to apexrun says that the plan fixes it; one line, exit 2.
+TEST(Apexrun, FamiliarSpellingsAndDidYouMean) {
+  struct {
+    const char *args, *want;
+  } cases[] = {
+      {"m.apx --data d --steps 3 --lrr 0.1", "apexrun: unknown option '--lrr'; did you mean --lr? (see apexrun --help)\n"},
+      {"m.apx --data d --steps 3 --weight-decy=0.1",
+       "apexrun: unknown option '--weight-decy=0.1'; did you mean --weight-decay? (see apexrun --help)\n"},
+      {"m.apx --data d --steps 3 --checkpoint_dri d", "did you mean --checkpoint-dir?"},
+      {"m.apx --data d --steps 3 --momentum 0.9",
+       "apexrun: '--momentum' is an apexc option: the plan fixes it (recompile the model: apexc MODEL.onnx "
+       "--momentum ...) (see apexrun --help)\n"},
+      {"m.apx --data d --steps 3 --loss_scale=128", "apexrun: '--loss-scale' is an apexc option: the plan fixes it"},
+      {"m.apx --data d --steps 3 --init-scale 1024", "apexrun: '--init-scale' is an apexc option"},
+      {"m.apx --data d --steps 3 -O2", "apexrun: '-O2' is an apexc option"},
+      {"m.apx --data d --steps 3 --bananas", "apexrun: unknown option '--bananas' (see apexrun --help)\n"},
+      {"infer m.onnx --input-dir d --output-dir o --input-dri d",
+       "apexrun: infer: unknown option '--input-dri'; did you mean --input-dir? (see apexrun --help)\n"},
+      {"infer m.onnx --input-dir d --output-dir o --opt-level O5", "--opt-level: expected O0, O1, O2 or O3, got 'O5'"},
+      {"m.apx --data d --steps 3 --lr-schedule step", "--lr-schedule: expected constant, cosine or linear, got 'step'"},
+      {"m.apx --data d --steps 3 --lr -1", "--lr: '-1' is not a number in [0, 1e+06]"},
+      {"m.apx --data d --steps 3 --clip-grad-norm nan", "--clip-grad-norm: 'nan' is not a number"},
+      {"m.apx --data d --steps 3 --total-steps 0", "--total-steps: '0' is not an integer >= 1"},
+      {"m.apx --data d --steps 3 --progress-every 0", "--progress-every: '0' is not an integer >= 1"},
+  };
+  for (auto &c : cases) {
+    Result r = apexrun(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << ": " << r.out;
+    EXPECT_NE(r.out.find(c.want), std::string::npos) << c.args << ": " << r.out;
+    EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << c.args << ": " << r.out;
+  }
+  // underscores and the run-time hyperparameters parse: the run gets as far as the plan
+  std::string missing = tmp() + "/absent.apx";
+  Result r = apexrun("--check_replicas 2 --weight_decay 0.1 --lr_schedule cosine --warmup_steps 2 --total_steps 10 "
+                     "--clip_grad_norm=1 --progress_every 5 --lr=0.01 " + missing + " --data d --steps 3");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, missing + ": cannot open plan: No such file or directory\n");
+  // infer's opt level in Apex's spelling compiles the model as -O0 does
+  std::string dir = "tests/fixtures/ort/mlp";
+  for (const char *lvl : {"--opt-level O0", "--opt_level=O0"}) {
+    r = apexrun("infer " + dir + "/model.onnx " + lvl + " --input_dir " + dir + "/test_data_set_0 --output-dir " +
+                tmp() + "/o_lvl");
+    EXPECT_EQ(r.code, 0) << lvl << ": " << r.out;
+    expect_outputs_match(dir, tmp() + "/o_lvl", APX_DT_F32);
+  }
+  // the help lists the run-time hyperparameters and the progress options
+  Result h = apexrun("--help");
+  for (const char *opt : {"  --lr X ", "  --weight-decay W ", "  --lr-schedule S ", "  --warmup-steps N ",
+                          "  --total-steps N ", "  --clip-grad-norm N ", "  --progress-every N "})
+    EXPECT_NE(h.out.find(opt), std::string::npos) << opt << " is not in --help";
+}
+
 // --output-dir is checked before the model runs: a regular file there is bad usage (exit 2,
 // one line); a missing folder is created.
 TEST(Apexrun, InferOutputDirIsCheckedBeforeRunning) {

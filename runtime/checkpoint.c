@@ -18,18 +18,15 @@
 #include "runtime/stop.h"
 
 static const char k_magic[8] = {'A', 'P', 'X', 'C', 'K', 'P', 'T', 0};
-enum { HEADER_BYTES = 64, N_STATE_FIELDS = 19, N_STATE_FIELDS_V2 = 18, N_STATE_FIELDS_V1 = 16 };
+enum {
+  HEADER_BYTES = 64,
+  N_STATE_FIELDS = 24,
+  N_STATE_FIELDS_V3 = 19,
+  N_STATE_FIELDS_V2 = 18,
+  N_STATE_FIELDS_V1 = 16
+};
+#define HP_KNOWN_BITS 63u /* train.h APX_HP_ALL */
 
-static uint64_t dbits(double x) {
-  uint64_t u;
-  memcpy(&u, &x, 8);
-  return u;
-}
-static double bitsd(uint64_t u) {
-  double x;
-  memcpy(&x, &u, 8);
-  return x;
-}
 static uint64_t pad_to(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 int apx_checkpoint_saves(const ApxPlanBuffer *b) {
@@ -50,20 +47,24 @@ static void state_encode(const ApxTrainState *s, uint8_t *b) {
   uint64_t f[N_STATE_FIELDS] = {
       (uint64_t)s->step, (uint64_t)s->batches, (uint64_t)s->epoch, (uint64_t)s->epoch_pos,
       s->sampler_seed, (uint64_t)s->order, (uint64_t)s->world, (uint64_t)s->accumulate,
-      (uint64_t)s->dropout_step, s->dropout_seed, dbits(s->scale), (uint64_t)s->scale_clean,
+      (uint64_t)s->dropout_step, s->dropout_seed, apx_f64_bits(s->scale), (uint64_t)s->scale_clean,
       (uint64_t)s->scale_hysteresis_left, (uint64_t)s->scale_overflow_run,
       (uint64_t)s->scale_overflows, (uint64_t)s->scale_below_one_warned, (uint64_t)s->lr_total,
-      (uint64_t)s->lr_warmup, s->data_digest};
+      (uint64_t)s->lr_warmup, s->data_digest, apx_f64_bits(s->lr_base), (uint64_t)s->lr_schedule,
+      apx_f64_bits(s->weight_decay), apx_f64_bits(s->max_grad_norm), s->hp_given};
   for (int i = 0; i < N_STATE_FIELDS; i++) apx_le_put_u64(b + 8 * i, f[i]);
 }
 
-/* n_fields: N_STATE_FIELDS, N_STATE_FIELDS_V2 (the data digest reads as unknown) or
- * N_STATE_FIELDS_V1 (the lr fields too). */
+/* n_fields: N_STATE_FIELDS, N_STATE_FIELDS_V3 (the hyperparameters read as unknown),
+ * N_STATE_FIELDS_V2 (the data digest too) or N_STATE_FIELDS_V1 (the lr fields too). */
 static void state_decode(const uint8_t *b, int n_fields, ApxTrainState *s) {
   uint64_t f[N_STATE_FIELDS] = {0};
   f[16] = 0;                  /* lr_total: unknown */
   f[17] = (uint64_t)-1;       /* lr_warmup: unknown */
   f[18] = 0;                  /* data_digest: unknown */
+  f[19] = f[21] = f[22] = apx_f64_bits(NAN); /* lr_base, weight_decay, max_grad_norm: unknown */
+  f[20] = (uint64_t)-1;       /* lr_schedule: unknown */
+  f[23] = 0;                  /* hp_given: none */
   for (int i = 0; i < n_fields; i++) f[i] = apx_le_get_u64(b + 8 * i);
   s->step = (int64_t)f[0];
   s->batches = (int64_t)f[1];
@@ -75,7 +76,7 @@ static void state_decode(const uint8_t *b, int n_fields, ApxTrainState *s) {
   s->accumulate = (int64_t)f[7];
   s->dropout_step = (int64_t)f[8];
   s->dropout_seed = f[9];
-  s->scale = bitsd(f[10]);
+  s->scale = apx_bits_f64(f[10]);
   s->scale_clean = (int64_t)f[11];
   s->scale_hysteresis_left = (int64_t)f[12];
   s->scale_overflow_run = (int64_t)f[13];
@@ -84,6 +85,11 @@ static void state_decode(const uint8_t *b, int n_fields, ApxTrainState *s) {
   s->lr_total = (int64_t)f[16];
   s->lr_warmup = (int64_t)f[17];
   s->data_digest = f[18];
+  s->lr_base = apx_bits_f64(f[19]);
+  s->lr_schedule = (int64_t)f[20];
+  s->weight_decay = apx_bits_f64(f[21]);
+  s->max_grad_norm = apx_bits_f64(f[22]);
+  s->hp_given = f[23];
 }
 
 /* A state no run can produce, whatever the plan: "" when none, else what is wrong. */
@@ -119,8 +125,22 @@ static const char *state_problem(const ApxTrainState *s, int version, char *buf,
                counters[i].name, counters[i].v, counters[i].lo);
       return buf;
     }
+  const struct {
+    const char *name;
+    double v;
+  } reals[] = {{"lr", s->lr_base}, {"weight decay", s->weight_decay}, {"gradient clipping norm", s->max_grad_norm}};
+  if (version >= 4)
+    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
+      if (!isfinite(reals[i].v) || reals[i].v < 0) {
+        snprintf(buf, cap, "invalid training state (%s %g): it must be finite and >= 0", reals[i].name, reals[i].v);
+        return buf;
+      }
   if (s->order != APX_ORDER_FILE && s->order != APX_ORDER_SHUFFLE)
     snprintf(buf, cap, "invalid training state (sample order %" PRId64 ")", s->order);
+  else if (version >= 4 && (s->lr_schedule < 0 || s->lr_schedule > 2))
+    snprintf(buf, cap, "invalid training state (lr schedule %" PRId64 ")", s->lr_schedule);
+  else if (s->hp_given & ~(uint64_t)HP_KNOWN_BITS)
+    snprintf(buf, cap, "invalid training state (run-time settings mask %#" PRIx64 ")", s->hp_given);
   else if (s->scale_below_one_warned != 0 && s->scale_below_one_warned != 1)
     snprintf(buf, cap, "invalid training state (below-one flag %" PRId64 ")", s->scale_below_one_warned);
   else if (s->scale_overflow_run > s->scale_overflows)
@@ -416,12 +436,15 @@ int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxChe
     goto out;
   }
   uint32_t version = apx_le_get_u32(h + 8);
-  if (version != APX_CHECKPOINT_VERSION && version != 2 && version != 1) {
+  if (version < 1 || version > APX_CHECKPOINT_VERSION) {
     rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: checkpoint version %u, this apexrun reads 1 to %u", path,
                         version, APX_CHECKPOINT_VERSION);
     goto out;
   }
-  const int n_fields = version == 1 ? N_STATE_FIELDS_V1 : version == 2 ? N_STATE_FIELDS_V2 : N_STATE_FIELDS;
+  const int n_fields = version == 1   ? N_STATE_FIELDS_V1
+                       : version == 2 ? N_STATE_FIELDS_V2
+                       : version == 3 ? N_STATE_FIELDS_V3
+                                      : N_STATE_FIELDS;
   uint64_t want_size = apx_le_get_u64(h + 24);
   if (want_size != size) {
     char msg[160];

@@ -16,9 +16,10 @@
  *   24  u64   file_size the whole file; anything else is a truncated/padded file
  *   32  u32   n_tensors
  *   36  u32   checksum  CRC32C of the whole file with these 4 bytes as zero
- *   40  u32   state_len bytes of the training-state block (8 per field: 19 in version 3,
- *                   18 in version 2, which had no data digest, 16 in version 1, which had no
- *                   lr schedule fields either)
+ *   40  u32   state_len bytes of the training-state block (8 per field: 24 in version 4,
+ *                   19 in version 3, which had no run-time hyperparameters, 18 in version 2,
+ *                   which had no data digest either, 16 in version 1, which had no lr
+ *                   schedule fields either)
  *   44  u8    reserved[20] zero (a nonzero byte is a corrupt checkpoint)
  *   64  training state: u64 fields in ApxTrainState order (doubles as their bits)
  *   then per tensor: u32 name_len, name bytes, u32 dtype, u32 rank, i64 dims[rank],
@@ -32,12 +33,13 @@
  * writer SIGKILL its own process after BYTES bytes of step STEP's file;
  * APX_TEST_CHECKPOINT_SIGNALS_AT=STEP:BYTES sends it SIGINT then SIGTERM there instead.)
  * Reading (a bounded read, fileio.h: a FIFO, device or folder is refused at open) takes the
- * 64-byte header first and checks magic, version (1, 2 and 3 are read), the declared size
+ * 64-byte header first and checks magic, version (1 to 4 are read), the declared size
  * against the file's, the plan hash, flags, state layout and reserved bytes, and that the
  * size is one a checkpoint of this plan can have; only then is the rest read (exactly the
  * declared size), the checksum checked and the state validated: loss scale finite and > 0,
  * every counter >= 0 (lr warmup -1 only in version 1), sample order known, overflow run <=
- * overflows, batches = step x accumulation = Dropout counter. Then every tensor against the
+ * overflows, batches = step x accumulation = Dropout counter, and (version 4) the
+ * hyperparameters finite and >= 0, the schedule known, only known bits given. Then every tensor against the
  * plan (name, dtype, shape, and that every saved buffer of the plan is present), then the
  * caller's check (train.c: settings, and ranges that depend on the plan's scaler and data),
  * all before touching the executor: a bad checkpoint changes nothing. Errors are one line
@@ -55,8 +57,9 @@
 extern "C" {
 #endif
 
-#define APX_CHECKPOINT_VERSION 3u /* written; versions 2 (no data digest) and 1 (no lr schedule
-                                     fields either) are still read */
+#define APX_CHECKPOINT_VERSION 4u /* written; versions 3 (no run-time hyperparameters), 2 (no
+                                     data digest either) and 1 (no lr schedule fields either)
+                                     are still read */
 
 /* The run's position and the loss scaler, as saved (fields in file order). */
 typedef struct ApxTrainState {
@@ -79,6 +82,14 @@ typedef struct ApxTrainState {
   int64_t lr_total;        /* lr schedule length T (lr_schedule.h); 0: unknown (version 1) */
   int64_t lr_warmup;       /* lr schedule warmup W; -1: unknown (version 1) */
   uint64_t data_digest;    /* the --data files (dataset.h digest); 0: unknown (versions 1, 2) */
+  /* version 4: the hyperparameters the run trained with (train.h ApxHparams); older
+   * checkpoints read as unknown (lr_schedule -1, the others NaN, hp_given 0): such a run
+   * trained with its plan's values */
+  double lr_base;          /* the schedule's base lr (apexc/apexrun --lr) */
+  int64_t lr_schedule;     /* ApxLrSchedule; -1: unknown */
+  double weight_decay;
+  double max_grad_norm;    /* --clip-grad-norm, 0: off */
+  uint64_t hp_given;       /* APX_HP_* bits given on that run's apexrun command line */
 } ApxTrainState;
 
 /* 1 when buffer b is saved in checkpoints (persistent PARAM or STATE that owns its bytes). */

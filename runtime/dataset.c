@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #include "kernels/attrs.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/half.h"
 #include "kernels/op.h"
 #include "ir/fileio.h"
 
@@ -56,8 +58,10 @@ static int fits(int64_t v, ApxDType t) {
   }
 }
 
-/* Converts a in place to dtype want (float to float, integer to integer: check_header). */
-static int convert(ApxNpy *a, ApxDType want, const char *path, const char *input, ApxDiag *d) {
+/* Converts a in place to dtype want (float to float, integer to integer: check_header). The
+ * file's elements, when they were converted, are handed to the caller in *old (to free). */
+static int convert(ApxNpy *a, ApxDType want, const char *path, const char *input, void **old, ApxDiag *d) {
+  *old = NULL;
   if (a->dtype == want) return 0; /* the kinds agree: check_header */
   if (!apx_dtype_is_float(a->dtype)) {
     for (int64_t i = 0; i < a->numel; i++) {
@@ -78,7 +82,7 @@ static int convert(ApxNpy *a, ApxDType want, const char *path, const char *input
     return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: cannot convert %s to %s", path,
                           apx_dtype_name(a->dtype), apx_dtype_name(want));
   }
-  free(a->data);
+  *old = a->data;
   a->data = dst;
   a->dtype = want;
   a->bytes = bytes;
@@ -167,6 +171,165 @@ static uint64_t file_digest(const ApxNpy *a) {
   return (uint64_t)hi << 32 | lo;
 }
 
+/* ---- non-finite values ------------------------------------------------------------------ */
+
+/* 1 when element i of data (a float dtype) is NaN or +-Inf (exponent all ones), its value in *v. */
+static int elem_nonfinite(const void *data, ApxDType dt, int64_t i, double *v) {
+  switch (dt) {
+    case APX_DT_F16: {
+      uint16_t h = ((const uint16_t *)data)[i];
+      if ((h & 0x7C00u) != 0x7C00u) return 0;
+      *v = apx_f16_to_f32(h);
+      return 1;
+    }
+    case APX_DT_BF16: {
+      uint16_t h = ((const uint16_t *)data)[i];
+      if ((h & 0x7F80u) != 0x7F80u) return 0;
+      *v = apx_bf16_to_f32(h);
+      return 1;
+    }
+    case APX_DT_F32: {
+      uint32_t u;
+      memcpy(&u, (const uint8_t *)data + 4 * i, 4);
+      if ((u & 0x7F800000u) != 0x7F800000u) return 0;
+      float f;
+      memcpy(&f, &u, 4);
+      *v = f;
+      return 1;
+    }
+    case APX_DT_F64: {
+      uint64_t u;
+      memcpy(&u, (const uint8_t *)data + 8 * i, 8);
+      if ((u & 0x7FF0000000000000ull) != 0x7FF0000000000000ull) return 0;
+      memcpy(v, &u, 8);
+      return 1;
+    }
+    default: return 0;
+  }
+}
+
+/* 1 when any of the n elements at p (a float dtype) is NaN or +-Inf: an OR of the exponent
+ * test over the run, no branch per element (the per-element detail is only worked out for a
+ * run that has one). */
+static int any_nonfinite(const uint8_t *p, ApxDType dt, int64_t n) {
+  unsigned bad = 0;
+  switch (dt) {
+    case APX_DT_F16:
+    case APX_DT_BF16: {
+      const uint16_t m = dt == APX_DT_F16 ? 0x7C00u : 0x7F80u;
+      for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        bad |= (h & m) == m;
+      }
+      break;
+    }
+    case APX_DT_F32:
+      for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, p + 4 * i, 4);
+        bad |= (u & 0x7F800000u) == 0x7F800000u;
+      }
+      break;
+    case APX_DT_F64:
+      for (int64_t i = 0; i < n; i++) {
+        uint64_t u;
+        memcpy(&u, p + 8 * i, 8);
+        bad |= (u & 0x7FF0000000000000ull) == 0x7FF0000000000000ull;
+      }
+      break;
+    default: break;
+  }
+  return bad != 0;
+}
+
+/* A finite element's value (the file's, for the warning about an overflowing conversion). */
+static double elem_value(const void *data, ApxDType dt, int64_t i) {
+  switch (dt) {
+    case APX_DT_F16: return apx_f16_to_f32(((const uint16_t *)data)[i]);
+    case APX_DT_BF16: return apx_bf16_to_f32(((const uint16_t *)data)[i]);
+    case APX_DT_F32: return ((const float *)data)[i];
+    case APX_DT_F64: return ((const double *)data)[i];
+    default: return 0;
+  }
+}
+
+/* Input i's non-finite elements (ds->arrays[i] is in the plan input's type; file holds the
+ * same elements as read, in file_dt, or is the same array when nothing was converted). */
+static int scan_nonfinite(ApxDataset *ds, int32_t i, const void *file, ApxDType file_dt, ApxDiag *d) {
+  const ApxNpy *a = &ds->arrays[i];
+  ApxDataNonFinite *nf = &ds->nonfinite[i];
+  nf->first_sample = nf->first_element = -1;
+  int64_t n = a->dims[0], per = n > 0 ? a->numel / n : 0;
+  size_t esz = apx_dtype_size(a->dtype);
+  if (!any_nonfinite(a->data, a->dtype, a->numel)) return 0; /* clean data: one pass */
+  for (int64_t s = 0; s < n; s++) {
+    if (!any_nonfinite((const uint8_t *)a->data + (size_t)(s * per) * esz, a->dtype, per)) continue;
+    int bad = 0, file_bad = 0;
+    for (int64_t e = 0; e < per; e++) {
+      double v, fv;
+      if (!elem_nonfinite(a->data, a->dtype, s * per + e, &v)) continue;
+      int in_file = elem_nonfinite(file, file_dt, s * per + e, &fv);
+      file_bad |= in_file;
+      if (!bad && nf->first_sample < 0) {
+        nf->first_sample = s;
+        nf->first_element = e;
+        nf->first_value = v;
+        nf->first_file_value = in_file ? fv : elem_value(file, file_dt, s * per + e);
+      }
+      bad = 1;
+    }
+    if (!bad) continue;
+    nf->samples++;
+    ds->n_nonfinite++;
+    if (file_bad) continue;
+    nf->conv_samples++;
+    if (!nf->conv && !(nf->conv = calloc((size_t)n / 8 + 1, 1)))
+      return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", ds->paths[i]);
+    nf->conv[s / 8] |= (uint8_t)(1u << (s % 8));
+  }
+  return 0;
+}
+
+int apx_dataset_find_nonfinite(const ApxDataset *ds, const int64_t *idx, int64_t n, ApxDataCulprit *out) {
+  if (ds->n_nonfinite == 0) return 0;
+  for (int32_t i = 0; i < ds->n_inputs; i++) {
+    const ApxNpy *a = &ds->arrays[i];
+    const ApxDataNonFinite *nf = &ds->nonfinite[i];
+    if (nf->samples == 0) continue;
+    int64_t per = a->numel / a->dims[0];
+    size_t esz = apx_dtype_size(a->dtype);
+    for (int64_t j = 0; j < n; j++) {
+      int64_t s = idx[j];
+      if (s < 0 || s >= a->dims[0] ||
+          !any_nonfinite((const uint8_t *)a->data + (size_t)(s * per) * esz, a->dtype, per))
+        continue;
+      for (int64_t e = 0; e < per; e++) {
+        double v;
+        if (!elem_nonfinite(a->data, a->dtype, s * per + e, &v)) continue;
+        out->input = i;
+        out->sample = s;
+        out->element = e;
+        out->value = v;
+        out->from_conversion = nf->conv && (nf->conv[s / 8] >> (s % 8) & 1);
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+void apx_dataset_culprit_text(const ApxDataset *ds, const ApxDataCulprit *c, char *buf, size_t cap) {
+  const char *what = isnan(c->value) ? "nan" : c->value > 0 ? "inf" : "-inf";
+  if (c->from_conversion)
+    snprintf(buf, cap, "%s sample %" PRId64 " element %" PRId64 " is %s as %s, the plan input's type (the "
+             "file's value is beyond its range)", ds->paths[c->input], c->sample, c->element, what,
+             apx_dtype_name(ds->arrays[c->input].dtype));
+  else
+    snprintf(buf, cap, "%s sample %" PRId64 " element %" PRId64 " is %s", ds->paths[c->input], c->sample,
+             c->element, what);
+}
+
 /* The checks that need only the header (file size, dtype, shape): every file is checked this
  * way before any element of any file is read, so a mismatch costs nothing however large the
  * files. */
@@ -221,7 +384,8 @@ int apx_dataset_open(ApxDataset *ds, const ApxPlan *plan, const char *dir, ApxDi
   ds->sample_bytes = calloc((size_t)n, sizeof *ds->sample_bytes);
   ds->paths = calloc((size_t)n, sizeof *ds->paths);
   ds->digests = calloc((size_t)n, sizeof *ds->digests);
-  if (!ds->arrays || !ds->sample_bytes || !ds->paths || !ds->digests)
+  ds->nonfinite = calloc((size_t)n, sizeof *ds->nonfinite);
+  if (!ds->arrays || !ds->sample_bytes || !ds->paths || !ds->digests || !ds->nonfinite)
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", dir);
   ds->n_inputs = n;
   const char *first_path = NULL;
@@ -256,8 +420,13 @@ int apx_dataset_open(ApxDataset *ds, const ApxPlan *plan, const char *dir, ApxDi
       return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: changed while it was being read", ds->paths[i]);
     ds->digests[i] = file_digest(a);
     ds->digest = ds->digest * 1000003u ^ ds->digests[i];
-    if (convert(a, b->dtype, ds->paths[i], b->name, d)) return -1;
+    void *old = NULL;
+    ApxDType file_dtype = a->dtype;
+    if (convert(a, b->dtype, ds->paths[i], b->name, &old, d)) return -1;
     ds->sample_bytes[i] = a->bytes / (size_t)a->dims[0];
+    int rc = apx_dtype_is_float(a->dtype) ? scan_nonfinite(ds, i, old ? old : a->data, file_dtype, d) : 0;
+    free(old);
+    if (rc) return -1;
   }
   for (int32_t i = 0; i < n; i++)
     if (apx_dataset_check_indices(plan, i, &ds->arrays[i], ds->paths[i], d)) return -1;
@@ -268,7 +437,9 @@ void apx_dataset_free(ApxDataset *ds) {
   for (int32_t i = 0; i < ds->n_inputs; i++) {
     if (ds->arrays) apx_npy_free(&ds->arrays[i]);
     if (ds->paths) free(ds->paths[i]);
+    if (ds->nonfinite) free(ds->nonfinite[i].conv);
   }
+  free(ds->nonfinite);
   free(ds->arrays);
   free(ds->sample_bytes);
   free(ds->paths);

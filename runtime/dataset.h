@@ -18,7 +18,16 @@
  * Every file's header is read and checked (shape, sample count, dtype kind) before any
  * element of any file is read, so a mismatch costs two small reads even for 4 GiB files;
  * then each file is loaded whole into memory (exactly the bytes its header declares),
- * digested and converted once. */
+ * digested and converted once.
+ *
+ * Non-finite floats: while a float file is converted, every element is checked (a bit test
+ * per element, next to the conversion itself) for NaN and +-Inf in the plan input's type:
+ * those of the file, and finite file values the conversion made infinite (1e5 in an fp16
+ * input). The data is not refused (a model may mask them: IsNaN, Where); per input the
+ * count and the first are kept for apexrun's warning at start, and a step whose loss or
+ * gradients are not finite asks apx_dataset_find_nonfinite whether its batch held one, so
+ * that the step is reported as non-finite input data (file, sample, element, value), not as
+ * a gradient overflow. Clean data costs nothing per step. */
 #ifndef APX_DATASET_H
 #define APX_DATASET_H
 
@@ -43,7 +52,29 @@ typedef struct ApxDataset {
                              bits) and of every element as read (high 32 bits) */
   uint64_t digest;        /* all files together (0 before open): what checkpoints record and
                              data-parallel ranks compare */
+  struct ApxDataNonFinite *nonfinite; /* [n_inputs] (above) */
+  int64_t n_nonfinite;    /* samples holding a NaN or Inf, over all inputs: 0 for clean data */
 } ApxDataset;
+
+/* The non-finite values of one input (as the plan input's type). */
+typedef struct ApxDataNonFinite {
+  int64_t samples;        /* samples holding a NaN or +-Inf */
+  int64_t conv_samples;   /* of those, samples whose file values are all finite: the conversion
+                             to the input's type overflowed */
+  int64_t first_sample, first_element; /* the first (-1: none) ... */
+  double first_value;     /* ... its value in the input's type (nan, inf, -inf) ... */
+  double first_file_value; /* ... and in the file (the same unless the conversion overflowed) */
+  uint8_t *conv;          /* bit s: sample s holds a value the conversion made infinite;
+                             NULL when none */
+} ApxDataNonFinite;
+
+/* One non-finite element of the data. */
+typedef struct ApxDataCulprit {
+  int32_t input;
+  int64_t sample, element;
+  double value;
+  int32_t from_conversion; /* the file's value is finite: beyond the input type's range */
+} ApxDataCulprit;
 
 /* Returns 0 or -1 (error in d). ds is safe to free in both cases. */
 int apx_dataset_open(ApxDataset *ds, const ApxPlan *plan, const char *dir, ApxDiag *d);
@@ -55,6 +86,13 @@ void apx_dataset_free(ApxDataset *ds);
  * it on every --data file, `apexrun infer` on every input_K.pb. 0 or -1. */
 int apx_dataset_check_indices(const ApxPlan *plan, int32_t i, const ApxNpy *a, const char *path,
                               ApxDiag *d);
+
+/* The first non-finite element of samples idx[0..n-1] (inputs in order, then samples in
+ * idx order): 1 with *out, 0 when they are all finite (at once for clean data). */
+int apx_dataset_find_nonfinite(const ApxDataset *ds, const int64_t *idx, int64_t n, ApxDataCulprit *out);
+/* "data/x.npy sample 37 element 5 is nan", "... is inf in the plan input's float16 (the file's
+ * value is beyond its range)". */
+void apx_dataset_culprit_text(const ApxDataset *ds, const ApxDataCulprit *c, char *buf, size_t cap);
 
 /* Copies samples idx[0..n-1] of input i into dst (n * sample_bytes[i] bytes). */
 void apx_dataset_gather(const ApxDataset *ds, int32_t i, const int64_t *idx, int64_t n, void *dst);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/fileio.h"
 #include "runtime/checkpoint.h"
 #include "runtime/sampler.h"
 
@@ -69,8 +70,13 @@ int apx_dp_init(ApxDp *dp, ApxColl *coll, ApxExec *ex, const ApxPlan *p, int64_t
  * is the one reported). */
 enum {
   F_PLAN, F_SAMPLES, F_BATCH, F_NINPUTS, F_DATA, F_STEPS, F_SEED, F_ORDER, F_ACCUM, F_CHECK,
-  F_CKPT, F_CKPT_EVERY, F_RESUME, F_EXPORT, F_LOG, N_FIELDS
+  F_CKPT, F_CKPT_EVERY, F_RESUME, F_EXPORT, F_LOG, F_LR, F_WD, F_CLIP, F_SCHED, F_WARMUP, F_TOTAL,
+  F_HP_GIVEN, N_FIELDS
 };
+
+/* The run-time hyperparameter flags in the order of the APX_HP_* bits (train.h). */
+static const char *const hp_flags[] = {"--lr", "--weight-decay", "--lr-schedule", "--warmup-steps",
+                                       "--total-steps", "--clip-grad-norm"};
 
 /* One field's difference between rank r (value o) and rank 0 (value z), as text. */
 static void describe(const ApxPlan *p, int f, int32_t r, uint64_t o, uint64_t z, char *buf, size_t cap) {
@@ -93,6 +99,30 @@ static void describe(const ApxPlan *p, int f, int32_t r, uint64_t o, uint64_t z,
     case F_ACCUM: flag = "the accumulation (apexc --accumulate)"; break;
     case F_CHECK: flag = "--check-replicas"; break;
     case F_CKPT_EVERY: flag = "--checkpoint-every"; break;
+    case F_LR:
+    case F_WD:
+    case F_CLIP:
+      snprintf(buf, cap, "%s: rank %d has %g, rank 0 has %g: every rank needs the same settings (the same "
+               "apexrun arguments)", f == F_LR ? "--lr" : f == F_WD ? "--weight-decay" : "--clip-grad-norm",
+               (int)r, apx_bits_f64(o), apx_bits_f64(z));
+      return;
+    case F_SCHED: {
+      static const char *const names[] = {"constant", "cosine", "linear"};
+      snprintf(buf, cap, "--lr-schedule: rank %d has %s, rank 0 has %s: every rank needs the same settings (the "
+               "same apexrun arguments)", (int)r, o < 3 ? names[o] : "?", z < 3 ? names[z] : "?");
+      return;
+    }
+    case F_WARMUP: flag = "--warmup-steps"; break;
+    case F_TOTAL: flag = "the lr schedule's length (--total-steps)"; break;
+    case F_HP_GIVEN: {
+      uint64_t x = o ^ z;
+      int b = 0;
+      while (b < 5 && !(x >> b & 1)) b++;
+      snprintf(buf, cap, "%s is given to rank %d but not to rank %d (with the same value: a resume continues "
+               "with the checkpoint's value where it is not given): every rank needs the same settings (the "
+               "same apexrun arguments)", hp_flags[b], (int)((o >> b & 1) ? r : 0), (int)((o >> b & 1) ? 0 : r));
+      return;
+    }
     case F_ORDER:
       snprintf(buf, cap, "--no-shuffle: rank %d reads batches %s, rank 0 %s: every rank needs the same "
                "settings (the same apexrun arguments)", (int)r,
@@ -140,6 +170,13 @@ int apx_dp_agree(ApxDp *dp, const ApxPlan *p, const ApxDpSettings *s, ApxDiag *d
   mine[F_RESUME] = (uint64_t)s->resume;
   mine[F_EXPORT] = s->export_onnx != 0;
   mine[F_LOG] = s->log != 0;
+  mine[F_LR] = apx_f64_bits(s->lr);
+  mine[F_WD] = apx_f64_bits(s->weight_decay);
+  mine[F_CLIP] = apx_f64_bits(s->clip_grad_norm);
+  mine[F_SCHED] = (uint64_t)s->lr_schedule;
+  mine[F_WARMUP] = (uint64_t)s->warmup;
+  mine[F_TOTAL] = (uint64_t)s->total;
+  mine[F_HP_GIVEN] = s->hp_given;
   size_t w = (size_t)dp->world;
   uint64_t *all = calloc(w * N_FIELDS, sizeof *all);
   uint64_t *files = calloc(w * (size_t)(s->n_inputs > 0 ? s->n_inputs : 1), sizeof *files);

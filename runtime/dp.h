@@ -20,12 +20,15 @@
  *   sample count, batch, number of data files, the data digest (dataset.h: size, dtype, shape
  *   and every byte of each file), --steps, --seed, --no-shuffle, accumulation,
  *   --check-replicas, --checkpoint-dir (given or not: only rank 0 writes), --checkpoint-every,
- *   --resume, --export-onnx and --log (given or not). The first difference is named on every
+ *   --resume, --export-onnx and --log (given or not), the run-time hyperparameters (--lr,
+ *   --weight-decay, --clip-grad-norm, --lr-schedule, --warmup-steps, --total-steps: values
+ *   and which are given). The first difference is named on every
  *   rank, e.g. "--steps: rank 1 has 20, rank 0 10: every rank needs the same settings (the
  *   same apexrun arguments)"; a data difference takes a second allgather of the per-file
  *   digests to name the file. Exit code 2 on every rank (apx_coll_mark_agreed_exit: no
  *   MPI_Abort, each rank prints its line). Settings that cannot change the result are not
- *   compared (--threads, --no-overlap, --collective-timeout, --quiet, --progress).
+ *   compared (--threads, --no-overlap, --collective-timeout, --quiet, --progress,
+ *   --progress-every).
  * apx_dp_run_optimizer replaces running the OPTIMIZER section: it queues it (no host
  *   synchronization: apx_exec_queue_range; the caller synchronizes once per step) up to and including
  *   UnscaleCheck, takes the maximum of found_inf over the ranks (so the loss-scaler decision
@@ -84,6 +87,12 @@ typedef struct ApxDpSettings {
   int64_t checkpoint_every;
   int64_t resume;                 /* 0, 1 (--resume), 2 (--resume=auto) */
   int64_t export_onnx, log;       /* 1: given */
+  /* the run-time hyperparameters this run trains with (train.h ApxHparams: the plan's or
+   * the command line's) and which were given: a resume continues with a checkpoint's value
+   * only where the flag is not given, so both must agree */
+  double lr, weight_decay, clip_grad_norm;
+  int64_t lr_schedule, warmup, total;
+  uint64_t hp_given;
 } ApxDpSettings;
 
 int apx_dp_init(ApxDp *dp, ApxColl *coll, ApxExec *ex, const ApxPlan *plan, int64_t check_every,

@@ -232,7 +232,8 @@ int apx_exec_init(ApxExec *ex, const ApxPlan *plan, const ApxExecConfig *cfg, Ap
   ex->args = calloc((size_t)n_args + 1, sizeof *ex->args);
   ex->arg_off = calloc((size_t)plan->n_kernels + 1, sizeof *ex->arg_off);
   ex->skip = calloc((size_t)plan->n_kernels + 1, 1);
-  if (!ex->views || !ex->args || !ex->arg_off || !ex->skip) {
+  ex->attrs = calloc((size_t)plan->n_kernels + 1, sizeof *ex->attrs);
+  if (!ex->views || !ex->args || !ex->arg_off || !ex->skip || !ex->attrs) {
     apx_exec_free(ex);
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", plan->path);
   }
@@ -248,6 +249,7 @@ int apx_exec_init(ApxExec *ex, const ApxPlan *plan, const ApxExecConfig *cfg, Ap
   int64_t off = 0;
   for (int32_t k = 0; k < plan->n_kernels; k++) {
     const ApxPlanKernel *kn = &plan->kernels[k];
+    ex->attrs[k] = kn->attrs;
     ex->arg_off[k] = off;
     for (int32_t i = 0; i < kn->n_in + kn->n_out; i++) {
       int32_t id = i < kn->n_in ? kn->in[i] : kn->out[i - kn->n_in];
@@ -284,6 +286,7 @@ void apx_exec_free(ApxExec *ex) {
   free(ex->args);
   free(ex->arg_off);
   free(ex->skip);
+  free(ex->attrs);
   /* requests still in flight after a failed run cannot be cancelled (MPI forbids it for
    * nonblocking collectives); the job is ending: their staging stays with the collective */
   free(ex->wait_off);
@@ -298,6 +301,11 @@ const ApxTensor *apx_exec_view(const ApxExec *ex, int32_t buf) {
 }
 
 void apx_exec_set_step(ApxExec *ex, int64_t step) { ex->step = step; }
+
+void apx_exec_set_attrs(ApxExec *ex, int32_t k, const void *attrs) {
+  if (k < 0 || k >= ex->plan->n_kernels) return;
+  ex->attrs[k] = attrs ? attrs : ex->plan->kernels[k].attrs;
+}
 
 static int check_buf(ApxExec *ex, int32_t buf, size_t bytes, ApxDiag *d) {
   if (buf < 0 || buf >= ex->plan->n_bufs)
@@ -513,7 +521,7 @@ int apx_exec_queue_range(ApxExec *ex, int32_t begin, int32_t end, ApxDiag *d) {
       }
       if (ex->n_inflight > 0) ex->n_overlapped++;
     }
-    ApxKernelCall call = {kn->op, kn->attrs, args, kn->n_in, args + kn->n_in, kn->n_out, ex->step,
+    ApxKernelCall call = {kn->op, ex->attrs[k], args, kn->n_in, args + kn->n_in, kn->n_out, ex->step,
                           kn->node};
     be->err[0] = 0;
     ApxStatus st = kn->op == APX_OP_Allreduce ? run_allreduce(ex, k, kn, args)

@@ -48,6 +48,8 @@ typedef struct ApxExec {
   ApxTensor *args;        /* per-kernel input then output views, kernel k at arg_off[k] */
   int64_t *arg_off;       /* [n_kernels] */
   uint8_t *skip;          /* [n_kernels] 1: a SHAPEONLY kernel whose output is its input */
+  const void **attrs;     /* [n_kernels] the attributes each kernel runs with: the plan's,
+                             or the caller's (apx_exec_set_attrs) */
   int64_t step;
   int32_t n_launched;     /* kernels launched by the last run (tests, profiling) */
   /* overlapped gradient buckets (DESIGN.md 11), used when the backend has the
@@ -112,6 +114,11 @@ int apx_exec_readback_fetch(ApxExec *ex, int32_t n, void *host, ApxDiag *d);
 int apx_exec_run_range(ApxExec *ex, int32_t begin, int32_t end, ApxDiag *d);
 /* The training step number kernels see (Dropout's Philox counter). */
 void apx_exec_set_step(ApxExec *ex, int64_t step);
+/* Kernel k runs with `attrs` instead of the plan's attributes from its next launch on:
+ * the same struct type (apx_op_info(op)->attrs_size bytes), owned by the caller, which keeps
+ * it alive while ex runs (apexrun's run-time --weight-decay / --clip-grad-norm patch the
+ * OptimizerStep's copy, train.h). NULL restores the plan's. */
+void apx_exec_set_attrs(ApxExec *ex, int32_t k, const void *attrs);
 /* Uploads every buffer's initial data again and zeroes persistent buffers without data. */
 int apx_exec_reset_persistent(ApxExec *ex, ApxDiag *d);
 

@@ -8,6 +8,8 @@ int apx_scaler_init(ApxScaler *s, const ApxScalerConfig *cfg) {
   s->cfg = *cfg;
   if (s->cfg.window < 1) s->cfg.window = 1;
   if (s->cfg.hysteresis < 1) s->cfg.hysteresis = 1;
+  if (!(s->cfg.growth > 0)) s->cfg.growth = 2.0;    /* plans written before the option */
+  if (!(s->cfg.backoff > 0)) s->cfg.backoff = 0.5;
   s->scale = cfg->init_scale;
   if (cfg->dynamic && s->scale > cfg->max_scale) s->scale = cfg->max_scale;
   if (cfg->dynamic && cfg->min_scale > 0 && s->scale < cfg->min_scale) s->scale = cfg->min_scale;
@@ -26,7 +28,7 @@ int apx_scaler_update(ApxScaler *s, int found_inf) {
       s->clean = 0;
       if (s->hysteresis_left > 0) s->hysteresis_left--;
       if (s->hysteresis_left == 0) {
-        double next = s->scale * 0.5;
+        double next = s->scale * s->cfg.backoff;
         if (s->cfg.min_scale > 0 && next < s->cfg.min_scale) next = s->cfg.min_scale;
         if (next != s->scale) ev |= APX_SCALER_BACKED_OFF;
         s->scale = next;
@@ -35,7 +37,7 @@ int apx_scaler_update(ApxScaler *s, int found_inf) {
   } else {
     s->overflow_run = 0;
     if (s->cfg.dynamic && ++s->clean >= s->cfg.window) {
-      double next = s->scale * 2.0;
+      double next = s->scale * s->cfg.growth;
       if (next > s->cfg.max_scale) next = s->cfg.max_scale;
       if (next != s->scale) ev |= APX_SCALER_GREW;
       s->scale = next;

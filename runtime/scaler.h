@@ -3,9 +3,10 @@
  * Dynamic (Apex LossScaler / Megatron DynamicGradScaler with hysteresis):
  *   init: scale = the plan's loss_scale (2^16), clean = 0, hysteresis_left = hysteresis
  *   step without overflow: clean += 1; when clean reaches window (2000): scale =
- *       min(scale * 2, max_scale) (max 2^24), clean = 0, hysteresis_left = hysteresis
+ *       min(scale * growth (2), max_scale) (max 2^24), clean = 0, hysteresis_left = hysteresis
  *   step with overflow (found_inf): the step is skipped, clean = 0, hysteresis_left -= 1;
- *       when it reaches 0 (at once with hysteresis 1): scale = max(scale * 0.5, min_scale)
+ *       when it reaches 0 (at once with hysteresis 1): scale = max(scale * backoff (0.5),
+ *       min_scale)
  *       (min_scale 0: no floor) and hysteresis_left stays 0, so further overflows keep
  *       halving until the next growth restores it
  * Static: scale never changes; an overflowing step is still skipped (the optimizer kernel
@@ -32,6 +33,8 @@ typedef struct ApxScalerConfig {
   double max_scale;
   int32_t window;           /* growth interval >= 1 */
   int32_t hysteresis;       /* >= 1 */
+  double growth;            /* > 1 (GradScaler's growth_factor); <= 0: 2 */
+  double backoff;           /* in (0, 1) (backoff_factor); <= 0: 0.5 */
 } ApxScalerConfig;
 
 typedef struct ApxScaler {

@@ -15,6 +15,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "runtime/export_onnx.h"
 #include "ir/fileio.h"
+#include "runtime/progress.h"
 #include "runtime/stop.h"
 #include "runtime/tensorboard.h"
 
@@ -88,6 +89,42 @@ static int find_training_kernels(ApxTrainer *t, ApxDiag *d) {
     t->param_names[i] = pb ? pb->name : "?";
   }
   t->lr.base = oa->lr;
+  t->opt_kernel = opt;
+  t->opt_attrs = *oa;
+  return 0;
+}
+
+const char *apx_hparam_flag(uint32_t bit) {
+  switch (bit) {
+    case APX_HP_LR: return "--lr";
+    case APX_HP_WEIGHT_DECAY: return "--weight-decay";
+    case APX_HP_SCHEDULE: return "--lr-schedule";
+    case APX_HP_WARMUP: return "--warmup-steps";
+    case APX_HP_TOTAL: return "--total-steps";
+    case APX_HP_CLIP: return "--clip-grad-norm";
+  }
+  return "?";
+}
+
+/* cfg->hp over the plan's hyperparameters (train.h ApxHparams): the lr schedule in t->lr,
+ * weight decay and clipping in t->opt_attrs, which the executor runs OptimizerStep with. */
+static int apply_hparams(ApxTrainer *t, const ApxTrainConfig *cfg, ApxDiag *d) {
+  const ApxHparams *hp = &cfg->hp;
+  const ApxPlanOptions *po = &t->plan->opts;
+  t->hp_given = hp->given & APX_HP_ALL;
+  if (hp->given & APX_HP_LR) t->lr.base = hp->lr;
+  if (hp->given & APX_HP_SCHEDULE) t->lr.schedule = (ApxLrSchedule)hp->schedule;
+  if (hp->given & APX_HP_WARMUP) t->lr.warmup = hp->warmup;
+  if (hp->given & APX_HP_TOTAL) t->lr.total = hp->total;
+  if (hp->given & APX_HP_WEIGHT_DECAY) t->opt_attrs.weight_decay = hp->weight_decay;
+  if (hp->given & APX_HP_CLIP) t->opt_attrs.max_grad_norm = hp->clip_grad_norm;
+  /* a schedule length that is given (here or in the plan) must hold the warmup, as apexc asks */
+  int64_t total_set = hp->given & APX_HP_TOTAL ? hp->total : po->total_steps;
+  if (total_set > 0 && t->lr.warmup > total_set && (hp->given & (APX_HP_WARMUP | APX_HP_TOTAL)))
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "apexrun: %s %" PRId64 " is more than %s %" PRId64 "%s",
+                          hp->given & APX_HP_WARMUP ? "--warmup-steps" : "the plan's --warmup-steps",
+                          t->lr.warmup, hp->given & APX_HP_TOTAL ? "--total-steps" : "the plan's --total-steps",
+                          total_set, " (the warmup is part of the lr schedule)");
   return 0;
 }
 
@@ -106,8 +143,10 @@ int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *c
   if (po->schedule < 0 || po->schedule > 2)
     return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: unknown lr schedule %d", plan_name(plan), po->schedule);
   t->lr.total = po->total_steps > 0 ? po->total_steps : cfg->steps;
+  if (apply_hparams(t, cfg, d)) return -1;
   ApxScalerConfig sc = {po->loss_scale_mode == 1, po->loss_scale, po->min_loss_scale,
-                        po->max_loss_scale, po->scale_window, po->hysteresis};
+                        po->max_loss_scale, po->scale_window, po->hysteresis,
+                        po->growth_factor, po->backoff_factor};
   t->scale_clamped = apx_scaler_init(&t->scaler, &sc);
   t->sampler_seed = cfg->seed_set ? cfg->seed : po->seed;
 
@@ -118,6 +157,7 @@ int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *c
   }
   if (apx_exec_init(&t->ex, plan, &ec, d)) return -1;
   t->have_ex = 1;
+  apx_exec_set_attrs(&t->ex, t->opt_kernel, &t->opt_attrs); /* run-time weight decay, clipping */
   if (apx_dataset_open(&t->ds, plan, cfg->data_dir, d)) return -1;
   /* a (global) batch of distinct samples: fewer samples would repeat some within a batch */
   int64_t world = cfg->world > 1 ? cfg->world : 1;
@@ -132,12 +172,22 @@ int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *c
   }
   ApxSamplerConfig smp = {t->ds.n_samples, t->ds.batch, cfg->rank, cfg->world, t->sampler_seed, cfg->order};
   if (apx_sampler_init(&t->sampler, &smp, d)) return -1;
+  if (t->ds.n_nonfinite > 0) {
+    /* a step that is not finite looks for the NaN/Inf in every rank's samples (sampler.h: one
+     * process with batch x world sees exactly what the ranks see together) */
+    ApxSamplerConfig g = {t->ds.n_samples, t->ds.batch * world, 0, 1, t->sampler_seed, cfg->order};
+    if (apx_sampler_init(&t->global, &g, d)) return -1;
+    if (!(t->global_idx = calloc((size_t)(t->ds.batch * world), sizeof *t->global_idx)))
+      return apx_diag_error(d, APX_EXIT_RUNTIME, "out of memory");
+  }
   if (apx_dp_init(&t->dp, cfg->coll, &t->ex, plan, cfg->check_replicas, d)) return -1;
   /* every rank the same settings and data, before anything is trained or read (dp.h) */
   ApxDpSettings agree = {t->ds.n_samples, t->ds.batch, t->ds.n_inputs, t->ds.digest, t->ds.digests,
                          t->ds.paths, cfg->steps, t->sampler_seed, cfg->order, t->accumulate,
                          cfg->check_replicas, cfg->ckpt_dir != NULL, cfg->ckpt_every, cfg->resume,
-                         cfg->export_onnx != NULL, cfg->log_path != NULL};
+                         cfg->export_onnx != NULL, cfg->log_path != NULL,
+                         t->lr.base, t->opt_attrs.weight_decay, t->opt_attrs.max_grad_norm,
+                         t->lr.schedule, t->lr.warmup, t->lr.total, t->hp_given};
   if (apx_dp_agree(&t->dp, plan, &agree, d)) return -1;
   t->idx = calloc((size_t)t->ds.batch, sizeof *t->idx);
   t->host = calloc((size_t)t->ds.n_inputs, sizeof *t->host);
@@ -167,6 +217,8 @@ void apx_trainer_free(ApxTrainer *t) {
   apx_dp_free(&t->dp);
   apx_dataset_free(&t->ds);
   apx_sampler_free(&t->sampler);
+  apx_sampler_free(&t->global);
+  free(t->global_idx);
   free(t->idx);
   free(t->loss_host);
   free(t->readback);
@@ -178,6 +230,50 @@ void apx_trainer_free(ApxTrainer *t) {
 static int write_f32(ApxTrainer *t, int32_t buf, double v, ApxDiag *d) {
   float f = (float)v;
   return apx_exec_write_async(&t->ex, buf, &f, 4, d);
+}
+
+/* Why step t->step (being completed: rec holds its loss, scale and overflow_at) was not
+ * finite: its batches hold a NaN/Inf input (every rank's samples, dataset.h), or the loss is
+ * not finite from finite inputs, or the loss is finite and only the gradients are not
+ * (an overflow of the scaled gradients). rec->cause and rec->reason. Returns 0 or -1. */
+static int name_cause(ApxTrainer *t, ApxStepRecord *rec, ApxDiag *d) {
+  if (t->ds.n_nonfinite > 0) {
+    const int64_t n = t->ds.batch * (t->cfg.world > 1 ? t->cfg.world : 1);
+    for (int32_t j = 0; j < t->accumulate; j++) {
+      ApxDataCulprit c;
+      if (apx_sampler_batch(&t->global, t->step * t->accumulate + j, t->global_idx, d)) return -1;
+      if (!apx_dataset_find_nonfinite(&t->ds, t->global_idx, n, &c)) continue;
+      char what[480];
+      apx_dataset_culprit_text(&t->ds, &c, what, sizeof what);
+      rec->cause = APX_CAUSE_DATA;
+      rec->overflow_at = NULL; /* the gradients follow the input: not an overflow */
+      snprintf(t->reason, sizeof t->reason, "non-finite input: %s", what);
+      rec->reason = t->reason;
+      return 0;
+    }
+  }
+  if (!isfinite(rec->loss)) {
+    /* half-precision activations are the usual cause; apexc --explain lists them */
+    const ApxPlanOptions *po = &t->plan->opts;
+    char hint[160] = "";
+    if (po->opt_level > 0 && po->half == APX_DT_F16)
+      snprintf(hint, sizeof hint, " (at -O%d in float16: an activation beyond its range? apexc --explain shows "
+               "which nodes run in half precision)", (int)po->opt_level);
+    rec->cause = APX_CAUSE_LOSS;
+    rec->overflow_at = NULL; /* the gradients follow the loss: not an overflow */
+    snprintf(t->reason, sizeof t->reason, "non-finite loss (%s) from finite inputs: the forward pass produced it%s",
+             isnan(rec->loss) ? "nan" : rec->loss > 0 ? "inf" : "-inf", hint);
+  } else {
+    rec->cause = APX_CAUSE_OVERFLOW;
+    const char *who = rec->overflow_at ? rec->overflow_at : "?";
+    if (!t->scaler.cfg.dynamic && rec->loss_scale <= 1)
+      snprintf(t->reason, sizeof t->reason, "non-finite gradient in '%s' (the loss is finite; at loss scale %g "
+               "this is not a scaling overflow)", who, rec->loss_scale);
+    else
+      snprintf(t->reason, sizeof t->reason, "gradient overflow in '%s' at loss scale %g", who, rec->loss_scale);
+  }
+  rec->reason = t->reason;
+  return 0;
 }
 
 /* One optimizer step with one host synchronization: lr, scale and every micro-batch's inputs
@@ -228,14 +324,15 @@ int apx_trainer_step(ApxTrainer *t, ApxStepRecord *rec, ApxDiag *d) {
   memcpy(&norm_sq, rb + 8 * (K + 2), 4);
   int overflow = found_inf != 0.0f;
   rec->scaler_events = apx_scaler_update(&t->scaler, overflow);
-  t->step++;
-  rec->step = t->step;
+  rec->step = t->step + 1;
   rec->loss = loss_sum / K;
   rec->loss_scale = scale;
   rec->skipped = overflow;
   rec->overflow_at = overflow && first_bad >= 0 && first_bad < t->n_params ? t->param_names[first_bad] : NULL;
   rec->grad_norm = overflow ? NAN : sqrt((double)norm_sq);
   rec->lr = (double)(float)lr;
+  if ((overflow || !isfinite(rec->loss)) && name_cause(t, rec, d)) return -1;
+  t->step++;
   rec->ms = now_ms() - t0;
   rec->overlap_kernels = t->dp.world > 1 ? t->ex.overlapped_total - overlapped0 : -1;
   return 0;
@@ -261,6 +358,11 @@ void apx_trainer_state(const ApxTrainer *t, ApxTrainState *st) {
   st->lr_total = t->lr.total;
   st->lr_warmup = t->lr.warmup;
   st->data_digest = t->ds.digest;
+  st->lr_base = t->lr.base;
+  st->lr_schedule = t->lr.schedule;
+  st->weight_decay = t->opt_attrs.weight_decay;
+  st->max_grad_norm = t->opt_attrs.max_grad_norm;
+  st->hp_given = t->hp_given;
 }
 
 int apx_trainer_save(ApxTrainer *t, char **path_out, ApxDiag *d) {
@@ -269,19 +371,107 @@ int apx_trainer_save(ApxTrainer *t, char **path_out, ApxDiag *d) {
   return apx_checkpoint_write(t->cfg.ckpt_dir, &st, &t->ex, path_out, d);
 }
 
+/* ---- run-time hyperparameters on resume ------------------------------------------------ */
+
+/* The hyperparameters a resume from st trains with (train.h ApxHparams): a value given on
+ * this command line; else the one the checkpoint's run was given on its command line (a
+ * resume need not repeat the flags); else the plan's (the schedule's length: the plan's
+ * --total-steps, or --steps). As a state: lr_base, lr_schedule, lr_warmup, lr_total,
+ * weight_decay, max_grad_norm, hp_given; *adopted: the bits taken from st. */
+static void resume_hparams(const ApxTrainer *t, const ApxTrainState *st, ApxTrainState *h, uint32_t *adopted) {
+  apx_trainer_state(t, h);
+  uint32_t take = (uint32_t)st->hp_given & ~t->cfg.hp.given & APX_HP_ALL;
+  if (take & APX_HP_LR) h->lr_base = st->lr_base;
+  if (take & APX_HP_SCHEDULE) h->lr_schedule = st->lr_schedule;
+  if (take & APX_HP_WARMUP) h->lr_warmup = st->lr_warmup;
+  if (take & APX_HP_TOTAL) h->lr_total = st->lr_total;
+  if (take & APX_HP_WEIGHT_DECAY) h->weight_decay = st->weight_decay;
+  if (take & APX_HP_CLIP) h->max_grad_norm = st->max_grad_norm;
+  h->hp_given |= take;
+  *adopted = take;
+}
+
+/* "--lr 0.01" for bit of state s. */
+static void hparam_text(uint32_t bit, const ApxTrainState *s, char *buf, size_t cap) {
+  const char *f = apx_hparam_flag(bit);
+  switch (bit) {
+    case APX_HP_LR: snprintf(buf, cap, "%s %g", f, s->lr_base); break;
+    case APX_HP_SCHEDULE: snprintf(buf, cap, "%s %s", f, apx_lr_schedule_name((ApxLrSchedule)s->lr_schedule)); break;
+    case APX_HP_WARMUP: snprintf(buf, cap, "%s %" PRId64, f, s->lr_warmup); break;
+    case APX_HP_TOTAL: snprintf(buf, cap, "%s %" PRId64, f, s->lr_total); break;
+    case APX_HP_WEIGHT_DECAY: snprintf(buf, cap, "%s %g", f, s->weight_decay); break;
+    case APX_HP_CLIP: snprintf(buf, cap, "%s %g", f, s->max_grad_norm); break;
+    default: snprintf(buf, cap, "?");
+  }
+}
+
+/* The first hyperparameter (in APX_HP_* order) in which the checkpoint st contradicts what a
+ * resume would train with (h), as "--lr 0.01, this run gives --lr 0.02; resume with ..." in
+ * msg; 0 when none. The schedule's length counts only for a decaying schedule, and when this
+ * run sets it from --steps (no --total-steps anywhere) the caller says more. The warmup and
+ * the length are not compared where st does not record them (version 1). */
+static int hparam_conflict(const ApxTrainer *t, const ApxTrainState *st, const ApxTrainState *h,
+                           int total_from_steps, char *msg, size_t cap) {
+  for (uint32_t bit = 1; bit & APX_HP_ALL; bit <<= 1) {
+    int differs = 0;
+    switch (bit) {
+      case APX_HP_LR: differs = st->lr_base != h->lr_base; break;
+      case APX_HP_SCHEDULE: differs = st->lr_schedule != h->lr_schedule; break;
+      case APX_HP_WARMUP: differs = st->lr_warmup >= 0 && st->lr_warmup != h->lr_warmup; break;
+      case APX_HP_TOTAL:
+        differs = h->lr_schedule != APX_LR_CONSTANT && st->lr_total > 0 && st->lr_total != h->lr_total &&
+                  !total_from_steps;
+        break;
+      case APX_HP_WEIGHT_DECAY: differs = st->weight_decay != h->weight_decay; break;
+      case APX_HP_CLIP: differs = st->max_grad_norm != h->max_grad_norm; break;
+    }
+    if (!differs) continue;
+    char was[96], now[96];
+    hparam_text(bit, st, was, sizeof was);
+    hparam_text(bit, h, now, sizeof now);
+    const char *f = apx_hparam_flag(bit);
+    if (t->cfg.hp.given & bit) {
+      /* without the flag the checkpoint's value is used, except a length that came from its
+       * run's --steps */
+      int without = bit != APX_HP_TOTAL || (st->hp_given & bit) || t->plan->opts.total_steps > 0;
+      snprintf(msg, cap, "%s, this run gives %s (a resume continues the run it saved); resume with %s%s%s",
+               was, now, was, without ? ", or without " : "", without ? f : "");
+    } else {
+      snprintf(msg, cap, "%s, this run's plan has %s; resume with %s", was, strchr(now, ' ') + 1, was);
+    }
+    return 1;
+  }
+  return 0;
+}
+
 /* Refuses a checkpoint whose run settings differ from this run's, or whose scaler and data
  * position this plan cannot have produced (before any upload). */
-static int check_settings(void *ctx, const ApxTrainState *st, const char *path, ApxDiag *d) {
+static int check_settings(void *ctx, const ApxTrainState *st_in, const char *path, ApxDiag *d) {
   const ApxTrainer *t = ctx;
-  ApxTrainState mine_st;
-  apx_trainer_state(t, &mine_st);
+  ApxTrainState st_full = *st_in, mine_st;
+  const ApxTrainState *st = &st_full;
+  if (st_full.lr_schedule < 0) {
+    /* a checkpoint older than version 4 was trained with the plan's hyperparameters (there
+     * were no run-time ones): compared as such */
+    const ApxAttrOptimizer *pa = t->plan->kernels[t->opt_kernel].attrs;
+    st_full.lr_base = pa->lr;
+    st_full.lr_schedule = t->plan->opts.schedule;
+    st_full.weight_decay = pa->weight_decay;
+    st_full.max_grad_norm = pa->max_grad_norm;
+  }
+  uint32_t adopted;
+  resume_hparams(t, st, &mine_st, &adopted); /* the settings a resume from st trains with */
   const ApxTrainState *mine = &mine_st;
   const ApxScalerConfig *sc = &t->scaler.cfg;
   /* the lr schedule's length only matters when the lr decays over it (lr_schedule.h);
-   * lr_total 0 / lr_warmup -1: a version 1 checkpoint, which did not record them */
-  int decays = t->lr.schedule != APX_LR_CONSTANT;
+   * lr_total 0 / lr_warmup -1: a version 1 checkpoint, which did not record them. It is
+   * --steps when neither the plan nor either run's command line set it */
+  int decays = mine->lr_schedule != APX_LR_CONSTANT;
+  int total_from_steps = t->plan->opts.total_steps <= 0 && !(mine->hp_given & APX_HP_TOTAL);
   char msg[480];
-  if (st->sampler_seed != mine->sampler_seed)
+  if (hparam_conflict(t, st, mine, total_from_steps, msg, sizeof msg)) {
+    /* msg names the hyperparameter */
+  } else if (st->sampler_seed != mine->sampler_seed)
     snprintf(msg, sizeof msg, "data seed %" PRIu64 ", this run %" PRIu64 " (--seed); resume with --seed %"
              PRIu64, st->sampler_seed, mine->sampler_seed, st->sampler_seed);
   else if (st->order != mine->order)
@@ -298,21 +488,18 @@ static int check_settings(void *ctx, const ApxTrainState *st, const char *path, 
   else if (st->dropout_seed != mine->dropout_seed)
     snprintf(msg, sizeof msg, "Dropout seed %" PRIu64 ", this run %" PRIu64 " (--seed); resume with --seed %"
              PRIu64, st->dropout_seed, mine->dropout_seed, st->dropout_seed);
-  else if (st->lr_warmup >= 0 && st->lr_warmup != mine->lr_warmup)
-    snprintf(msg, sizeof msg, "%" PRId64 " lr warmup steps, this run %" PRId64 "; resume with the "
-             "settings that wrote it", st->lr_warmup, mine->lr_warmup);
   else if (st->data_digest && st->data_digest != mine->data_digest)
     snprintf(msg, sizeof msg, "other data (digest %016" PRIx64 " of its --data files, %s has %016" PRIx64
              ": a file changed, was replaced or regenerated); resume with the data it was trained on",
              st->data_digest, t->cfg.data_dir ? t->cfg.data_dir : "this run's --data", mine->data_digest);
-  else if (decays && st->lr_total > 0 && st->lr_total != mine->lr_total) {
+  else if (decays && total_from_steps && st->lr_total > 0 && st->lr_total != mine->lr_total) {
     /* its own message: "the same settings" would be resuming at the checkpoint's length */
-    const char *sn = apx_lr_schedule_name(t->lr.schedule);
+    const char *sn = apx_lr_schedule_name((ApxLrSchedule)mine->lr_schedule);
     return apx_diag_error(d, APX_EXIT_BAD_INPUT,
                           "%s: the checkpoint's %s lr schedule runs over %" PRId64 " steps, this run "
-                          "asks for %" PRId64 " (--steps sets the length when the plan has no "
-                          "--total-steps); to train longer with a %s schedule, compile with "
-                          "--total-steps (a new plan; start over), or resume with --steps %" PRId64,
+                          "asks for %" PRId64 " (--steps sets the length when there is no "
+                          "--total-steps); to train longer with a %s schedule, start over with "
+                          "--total-steps (apexc or apexrun), or resume with --steps %" PRId64,
                           path, sn, st->lr_total, mine->lr_total, sn, st->lr_total);
   } else {
     /* what this plan's scaler and this data cannot produce: a corrupt (crafted) state */
@@ -343,8 +530,17 @@ static int check_settings(void *ctx, const ApxTrainState *st, const char *path, 
 }
 
 int apx_trainer_load(ApxTrainer *t, const char *path, ApxDiag *d) {
-  ApxTrainState st;
+  ApxTrainState st, h;
   if (apx_checkpoint_read(path, &st, &t->ex, check_settings, t, d)) return -1;
+  /* the run-time hyperparameters the checkpoint's run was given and this one is not */
+  resume_hparams(t, &st, &h, &t->hp_adopted);
+  t->lr.base = h.lr_base;
+  t->lr.schedule = (ApxLrSchedule)h.lr_schedule;
+  t->lr.warmup = h.lr_warmup;
+  t->lr.total = h.lr_total;
+  t->opt_attrs.weight_decay = (float)h.weight_decay;
+  t->opt_attrs.max_grad_norm = (float)h.max_grad_norm;
+  t->hp_given = (uint32_t)h.hp_given;
   t->step = st.step;
   t->scaler.scale = st.scale;
   t->scaler.clean = st.scale_clean;
@@ -391,12 +587,18 @@ int apx_step_json(const ApxStepRecord *r, char *buf, size_t cap) {
   json_num(lr, sizeof lr, r->lr, "%.8g");
   if (r->overflow_at) json_str(name, sizeof name, r->overflow_at);
   else snprintf(name, sizeof name, "null");
-  char ov[48] = "";
+  char ov[48] = "", why[760] = "";
   if (r->overlap_kernels >= 0) snprintf(ov, sizeof ov, ", \"overlap_kernels\": %" PRId64, r->overlap_kernels);
+  /* a null loss (or a skipped step) always says why */
+  const char *reason = r->reason ? r->reason : !isfinite(r->loss) ? "non-finite loss" : NULL;
+  if (reason) {
+    memcpy(why, ", \"reason\": ", 12);
+    json_str(why + 12, sizeof why - 12, reason);
+  }
   return snprintf(buf, cap,
                   "{\"step\": %" PRId64 ", \"loss\": %s, \"loss_scale\": %s, \"skipped\": %s, "
-                  "\"overflow_at\": %s, \"grad_norm\": %s, \"lr\": %s, \"ms\": %.3f%s}",
-                  r->step, loss, scale, r->skipped ? "true" : "false", name, gn, lr, r->ms, ov);
+                  "\"overflow_at\": %s, \"grad_norm\": %s, \"lr\": %s, \"ms\": %.3f%s%s}",
+                  r->step, loss, scale, r->skipped ? "true" : "false", name, gn, lr, r->ms, ov, why);
 }
 
 /* ---- the log -------------------------------------------------------------------------- */
@@ -529,6 +731,64 @@ static int check_outputs(const ApxTrainer *t, const ApxPlan *plan, const ApxTrai
 
 /* ---- the command ---------------------------------------------------------------------- */
 
+/* What this run did, for the summary. */
+typedef struct RunStats {
+  int64_t first_step, n;     /* n steps from first_step + 1 */
+  double first_loss, last_loss, last_scale, total_ms;
+  int64_t skipped;
+  int64_t by_cause[4];       /* skipped steps by ApxStepCause */
+} RunStats;
+
+/* "overflow" / "1 gradient overflow, 3 non-finite input" (the skipped steps by cause). */
+static const char *skipped_text(const RunStats *rs, char *buf, size_t cap) {
+  static const char *const names[] = {"?", "gradient overflow", "non-finite input", "non-finite loss"};
+  if (rs->by_cause[APX_CAUSE_DATA] == 0 && rs->by_cause[APX_CAUSE_LOSS] == 0) {
+    snprintf(buf, cap, "overflow");
+    return buf;
+  }
+  size_t k = 0;
+  buf[0] = 0;
+  for (int c = 1; c < 4; c++)
+    if (rs->by_cause[c] && k < cap)
+      k += (size_t)snprintf(buf + k, cap - k, "%s%" PRId64 " %s", k ? ", " : "", rs->by_cause[c], names[c]);
+  return buf;
+}
+
+/* The summary line: the last step's loss and loss scale (as its progress line and log row
+ * have them; the scale the next step would use follows when the last step changed it). */
+static void print_summary(FILE *out, const ApxTrainer *t, const ApxTrainConfig *cfg, const RunStats *rs,
+                          const char *exported) {
+  char why[160], scale[96];
+  snprintf(scale, sizeof scale, "%g", rs->last_scale);
+  if (t->scaler.scale != rs->last_scale)
+    snprintf(scale + strlen(scale), sizeof scale - strlen(scale), " (now %g)", t->scaler.scale);
+  fprintf(out, "apexrun: trained steps %" PRId64 "..%" PRId64 " of %" PRId64 " in %.2f s (%.2f ms/step): "
+          "loss %.6f -> %.6f, loss scale %s, %" PRId64 " skipped (%s)%s%s\n", rs->first_step + 1,
+          rs->first_step + rs->n, cfg->steps, rs->total_ms / 1e3, rs->total_ms / (double)rs->n, rs->first_loss,
+          rs->last_loss, scale, rs->skipped, skipped_text(rs, why, sizeof why), exported ? ", exported " : "",
+          exported ? exported : "");
+}
+
+/* apexrun: warning: data/x.npy: 3 of 2048 samples hold NaN or Inf ... (rank 0, at start). */
+static void warn_nonfinite_data(const ApxTrainer *t) {
+  const ApxDataset *ds = &t->ds;
+  for (int32_t i = 0; i < ds->n_inputs && ds->n_nonfinite > 0; i++) {
+    const ApxDataNonFinite *nf = &ds->nonfinite[i];
+    if (nf->samples == 0) continue;
+    const char *what = isnan(nf->first_value) ? "nan" : nf->first_value > 0 ? "inf" : "-inf";
+    if (nf->conv_samples == nf->samples)
+      fprintf(stderr, "apexrun: warning: %s: %" PRId64 " of %" PRId64 " samples hold values beyond the range of "
+              "%s, the plan input '%s''s type (first: sample %" PRId64 " element %" PRId64 ", %g becomes %s); "
+              "steps on them are reported as non-finite input\n", ds->paths[i], nf->samples, ds->n_samples,
+              apx_dtype_name(ds->arrays[i].dtype), t->plan->bufs[t->plan->inputs[i]].name, nf->first_sample,
+              nf->first_element, nf->first_file_value, what);
+    else
+      fprintf(stderr, "apexrun: warning: %s: %" PRId64 " of %" PRId64 " samples hold NaN or Inf (first: sample %"
+              PRId64 " element %" PRId64 " is %s); steps on them are reported as non-finite input\n",
+              ds->paths[i], nf->samples, ds->n_samples, nf->first_sample, nf->first_element, what);
+  }
+}
+
 static int dir_exists(const char *dir) {
   struct stat st;
   return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
@@ -538,9 +798,6 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   ApxTrainConfig cfg = *cfg_in;
   FILE *out = cfg.out ? cfg.out : stdout;
   int lead = cfg.rank == 0; /* only rank 0 prints, logs and checkpoints */
-  int progress = lead && !cfg.quiet &&
-                 (cfg.progress == APX_PROGRESS_ON ||
-                  (cfg.progress == APX_PROGRESS_AUTO && isatty(fileno(out))));
   ApxDiag d;
   apx_diag_init(&d);
   ApxTrainer t;
@@ -548,7 +805,9 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   Log log = {-1, NULL, 0};
   char *resumed_path = NULL;
   ApxTbWriter *tb = NULL; /* --tensorboard */
-  int rc = 0, pending = 0; /* pending: a progress line without its newline */
+  int rc = 0;
+  ApxProgressMeter meter; /* rank 0's progress line (progress.h) */
+  apx_progress_init(&meter, out, APX_PROGRESS_FORM_NONE, 0, cfg.steps, 0, 1, 0);
   int stopped = 0;         /* the signal every rank agreed to stop on (stop.h), 0 */
   /* --export-onnx: a destination that cannot be written fails now, not after the training */
   if (lead && cfg.export_onnx && apx_export_onnx_check(plan, cfg.export_onnx, &d)) goto done;
@@ -559,10 +818,12 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
             t.scaler.cfg.init_scale, t.scaler.cfg.min_scale, t.scaler.cfg.max_scale, t.scaler.scale);
   /* a warmup longer than the run's --steps (the schedule's length when the plan has no
    * --total-steps) is legitimate for a short trial run, but the lr never reaches its base */
-  if (lead && plan->opts.total_steps <= 0 && cfg.steps > 0 && t.lr.warmup > t.lr.total)
+  if (lead && plan->opts.total_steps <= 0 && !(t.hp_given & APX_HP_TOTAL) && cfg.steps > 0 &&
+      t.lr.warmup > t.lr.total)
     fprintf(stderr, "apexrun: warning: the lr warmup (%" PRId64 " steps) is longer than the lr schedule "
-            "(--steps %" PRId64 "; the plan has no --total-steps): the lr never reaches its base %g\n",
+            "(--steps %" PRId64 "; no --total-steps): the lr never reaches its base %g\n",
             t.lr.warmup, t.lr.total, t.lr.base);
+  if (lead) warn_nonfinite_data(&t);
 
   int resumed = 0;
   if (cfg.resume) {
@@ -583,9 +844,21 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
     } else {
       if (lead && check_outputs(&t, plan, &cfg, resumed_path, &d)) goto done; /* before reading it */
       int lrc = apx_trainer_load(&t, resumed_path, &d);
-      if (!lrc && lead && !cfg.quiet)
-        fprintf(out, "apexrun: resumed from %s (step %" PRId64 ", loss scale %g)\n", resumed_path, t.step,
-                t.scaler.scale);
+      if (!lrc && lead && !cfg.quiet) {
+        /* the run-time settings the checkpoint's run was given, which this one continues with */
+        char adopted[400] = "";
+        size_t k = 0;
+        ApxTrainState now;
+        apx_trainer_state(&t, &now);
+        for (uint32_t bit = 1; bit & APX_HP_ALL; bit <<= 1) {
+          if (!(t.hp_adopted & bit) || k >= sizeof adopted) continue;
+          char one[96];
+          hparam_text(bit, &now, one, sizeof one);
+          k += (size_t)snprintf(adopted + k, sizeof adopted - k, "%s%s", k ? " " : "; with its run's ", one);
+        }
+        fprintf(out, "apexrun: resumed from %s (step %" PRId64 ", loss scale %g%s)\n", resumed_path, t.step,
+                t.scaler.scale, adopted);
+      }
       if (lrc) goto done;
       resumed = 1;
     }
@@ -602,10 +875,21 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   /* every rank starts from identical weights (same plan, same checkpoint) */
   if (apx_dp_check_replicas(&t.dp, &t.ex, t.step, t.scaler.scale, 1, &d)) goto done;
 
-  int64_t first_step = t.step;
-  double first_loss = NAN, last_loss = NAN, total_ms = 0, last_print = -1e9;
-  int64_t skipped = 0, last_saved = resumed ? t.step : -1;
-  char line[1024];
+  RunStats rs;
+  memset(&rs, 0, sizeof rs);
+  rs.first_step = t.step;
+  rs.first_loss = rs.last_loss = rs.last_scale = NAN;
+  int64_t last_saved = resumed ? t.step : -1;
+  char line[2048];
+  /* the updating line only on a terminal of our own: under mpirun the ranks' stdout
+   * is a pseudo-terminal of mpirun's, which forwards it into whatever mpirun writes to */
+  int terminal = isatty(fileno(out)) && !apx_coll_launched_by_mpi();
+  ApxProgressForm form = !lead || cfg.quiet || cfg.progress == APX_PROGRESS_OFF ? APX_PROGRESS_FORM_NONE
+                         : cfg.progress_every > 0 ? APX_PROGRESS_FORM_LINES
+                         : cfg.progress == APX_PROGRESS_ON || terminal ? APX_PROGRESS_FORM_TTY
+                                                                       : APX_PROGRESS_FORM_LINES;
+  double samples_per_step = (double)t.ds.batch * (double)(cfg.world > 1 ? cfg.world : 1) * (double)t.accumulate;
+  apx_progress_init(&meter, out, form, cfg.progress_every, cfg.steps, t.step, samples_per_step, now_ms());
   /* SIGINT / SIGTERM from here on: finish the step, checkpoint, say where to resume (stop.h) */
   apx_stop_install();
   while (t.step < cfg.steps) {
@@ -613,34 +897,32 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
     t.dp.stop = (float)apx_stop_requested(); /* K ranks: agreed with found_inf (dp.h) */
     if (apx_trainer_step(&t, &r, &d)) goto done;
     int stop_sig = t.dp.world > 1 ? (int)t.dp.stop : apx_stop_requested();
-    if (isnan(first_loss)) first_loss = r.loss;
-    last_loss = r.loss;
-    total_ms += r.ms;
-    skipped += r.skipped;
+    if (isnan(rs.first_loss) && rs.n == 0) rs.first_loss = r.loss;
+    rs.n++;
+    rs.last_loss = r.loss;
+    rs.last_scale = r.loss_scale;
+    rs.total_ms += r.ms;
+    rs.skipped += r.skipped;
+    if (r.skipped) rs.by_cause[r.cause]++;
     if (log.fd >= 0) {
       int n = apx_step_json(&r, line, sizeof line - 1);
       if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
       line[n] = '\n';
       if (log_write(&log, line, (size_t)n + 1, &d)) goto done;
     }
-    if (tb && tb_write_step(tb, &r, skipped, &d)) goto done;
-    /* on a terminal at most ~20 lines a second (fast models take well under a ms a step) */
-    if (progress && (now_ms() - last_print >= 50 || t.step == cfg.steps || r.skipped)) {
-      fprintf(out, "\rstep %" PRId64 "/%" PRId64 "  loss %10.6f  scale %-9g %8.1f ms", r.step,
-              cfg.steps, r.loss, r.loss_scale, r.ms);
-      fflush(out);
-      pending = 1;
-      last_print = now_ms();
-    }
+    if (tb && tb_write_step(tb, &r, rs.skipped, &d)) goto done;
+    ApxProgressValues pv = {r.step, cfg.steps, r.loss, r.loss_scale, r.lr, -1, rs.skipped, -1};
+    apx_progress_step(&meter, &pv, now_ms(), r.skipped);
     int ev = r.scaler_events;
-    if (lead && (r.skipped && !cfg.quiet)) {
-      if (pending) fputc('\n', out), fflush(out), pending = 0;
-      fprintf(stderr, "apexrun: step %" PRId64 ": gradient overflow in '%s' at loss scale %g: step "
-              "skipped, scale now %g\n", r.step, r.overflow_at ? r.overflow_at : "?", r.loss_scale,
-              t.scaler.scale);
+    if (lead && r.reason && !cfg.quiet) {
+      apx_progress_break(&meter);
+      char after[96] = "";
+      if (r.skipped && t.scaler.cfg.dynamic) snprintf(after, sizeof after, ", scale now %g", t.scaler.scale);
+      fprintf(stderr, "apexrun: step %" PRId64 ": %s: %s%s\n", r.step, r.reason,
+              r.skipped ? "step skipped" : "its gradients are finite: the step was taken", after);
     }
     if (lead && (ev & (APX_SCALER_WARN_BELOW_ONE | APX_SCALER_WARN_RUN))) {
-      if (pending) fputc('\n', out), fflush(out), pending = 0;
+      apx_progress_break(&meter);
       if (ev & APX_SCALER_WARN_RUN)
         fprintf(stderr, "apexrun: warning: %d overflowing steps in a row (loss scale now %g): the "
                 "gradients are not finite at any scale; check the loss and the data\n",
@@ -661,7 +943,7 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
       break;
     }
   }
-  if (pending) fputc('\n', out), pending = 0;
+  apx_progress_break(&meter);
   if (apx_dp_check_replicas(&t.dp, &t.ex, t.step, t.scaler.scale, 0, &d)) goto done; /* summary */
   char *saved = NULL;
   if (lead && cfg.ckpt_dir && last_saved != t.step && t.step > 0) {
@@ -672,11 +954,7 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   if (stopped) {
     /* asked to stop (every rank after the same step): what was trained is saved, not exported */
     if (lead) {
-      int64_t n = t.step - first_step;
-      if (n > 0)
-        fprintf(out, "apexrun: trained steps %" PRId64 "..%" PRId64 " of %" PRId64 " in %.2f s (%.2f ms/step): "
-                "loss %.6f -> %.6f, loss scale %g, %" PRId64 " skipped (overflow)\n", first_step + 1, t.step,
-                cfg.steps, total_ms / 1e3, total_ms / (double)n, first_loss, last_loss, t.scaler.scale, skipped);
+      if (rs.n > 0) print_summary(out, &t, &cfg, &rs, NULL);
       fflush(out);
       if (saved)
         fprintf(stderr, "apexrun: stopped by %s after step %" PRId64 " of %" PRId64 ": checkpoint %s written; "
@@ -693,17 +971,19 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
     goto done;
   }
   free(saved);
-  /* every step of this run overflowed: nothing was learned. A failure (DESIGN.md 9) only when
-   * the scale cannot recover: static, collapsed (below 1 or at the --min-loss-scale floor), or
-   * APX_SCALER_COLLAPSE_RUN overflows in a row. A short run during the scale's normal warm-up
-   * (2^16 halving towards what the model needs) only warns and carries on. The log and the
-   * checkpoint are written (they say so); a failed model is not exported. */
-  int64_t n_run = t.step - first_step;
-  int all_overflowed = n_run > 0 && skipped == n_run;
+  /* every step of this run was skipped: nothing was learned. A failure (DESIGN.md 9) when the
+   * scale cannot recover: static, collapsed (below 1 or at the --min-loss-scale floor), or
+   * APX_SCALER_COLLAPSE_RUN overflows in a row; and when the data made some of them
+   * non-finite (no scale helps there). A short run during the scale's normal warm-up (2^16
+   * halving towards what the model needs) only warns and carries on. Every rank decides the
+   * same (found_inf and the data are agreed). The log and the checkpoint are written (they
+   * say so); a failed model is not exported. */
+  int64_t n_run = rs.n;
+  int all_overflowed = n_run > 0 && rs.skipped == n_run;
   const ApxScaler *sc = &t.scaler;
   int collapsed = !sc->cfg.dynamic || sc->scale < 1 ||
                   (sc->cfg.min_scale > 0 && sc->scale <= sc->cfg.min_scale) ||
-                  sc->overflow_run >= APX_SCALER_COLLAPSE_RUN;
+                  sc->overflow_run >= APX_SCALER_COLLAPSE_RUN || rs.by_cause[APX_CAUSE_DATA] > 0;
   if (all_overflowed && !collapsed) {
     if (lead)
       fprintf(stderr, "apexrun: warning: all %" PRId64 " steps of this run overflowed while the loss scale "
@@ -715,13 +995,8 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
     if (apx_export_onnx(plan, &t.ex, cfg.export_onnx, &d)) goto done;
   }
   if (lead) {
-    int64_t n = n_run;
-    if (n > 0)
-      fprintf(out, "apexrun: trained steps %" PRId64 "..%" PRId64 " of %" PRId64 " in %.2f s (%.2f ms/step): "
-              "loss %.6f -> %.6f, loss scale %g, %" PRId64 " skipped (overflow)%s%s\n",
-              first_step + 1, t.step, cfg.steps, total_ms / 1e3, total_ms / (double)n, first_loss,
-              last_loss, t.scaler.scale, skipped, exported ? ", exported " : "",
-              exported ? cfg.export_onnx : "");
+    if (n_run > 0)
+      print_summary(out, &t, &cfg, &rs, exported ? cfg.export_onnx : NULL);
     else
       fprintf(out, "apexrun: nothing to train: at step %" PRId64 " of %" PRId64 "%s%s\n", t.step,
               cfg.steps, cfg.export_onnx ? ", exported " : "", cfg.export_onnx ? cfg.export_onnx : "");
@@ -739,11 +1014,16 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
       snprintf(scale_txt, sizeof scale_txt, "loss scale fell to %g", t.scaler.scale);
     else
       snprintf(scale_txt, sizeof scale_txt, "static loss scale %g", t.scaler.scale);
-    apx_diag_error(&d, APX_EXIT_RUNTIME, "apexrun: all %" PRId64 " steps overflowed; %s; the model did "
-                   "not train%s", n_run, scale_txt, cfg.export_onnx ? " (not exported)" : "");
+    if (rs.by_cause[APX_CAUSE_OVERFLOW] == n_run)
+      apx_diag_error(&d, APX_EXIT_RUNTIME, "apexrun: all %" PRId64 " steps overflowed; %s; the model did "
+                     "not train%s", n_run, scale_txt, cfg.export_onnx ? " (not exported)" : "");
+    else
+      apx_diag_error(&d, APX_EXIT_RUNTIME, "apexrun: all %" PRId64 " steps were skipped (%s); %s; the model "
+                     "did not train%s", n_run, skipped_text(&rs, line, sizeof line), scale_txt,
+                     cfg.export_onnx ? " (not exported)" : "");
   }
 done:
-  if (pending) fputc('\n', out);
+  apx_progress_break(&meter);
   log_close(&log, &d);
   apx_tb_close(tb);
   if (d.code) {

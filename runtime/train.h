@@ -40,6 +40,7 @@
 #include <stdio.h>
 
 #include "ir/diag.h"
+#include "kernels/attrs.h"
 #include "runtime/checkpoint.h"
 #include "runtime/dataset.h"
 #include "runtime/dp.h"
@@ -59,6 +60,36 @@ typedef enum ApxProgress { APX_PROGRESS_AUTO = -1, APX_PROGRESS_OFF = 0, APX_PRO
  * folder must not train from scratch). --resume=auto: starts from step 0 when there is none. */
 typedef enum ApxResume { APX_RESUME_OFF = 0, APX_RESUME_ON = 1, APX_RESUME_AUTO = 2 } ApxResume;
 
+/* Run-time hyperparameters (apexrun --lr, --weight-decay, --lr-schedule, --warmup-steps,
+ * --total-steps, --clip-grad-norm): each one whose APX_HP_* bit is in `given` replaces the
+ * plan's value for this run, without recompiling. The lr schedule's fields are step-time
+ * scalars already (the runtime writes apx_lr before every step); weight decay and the
+ * clipping norm are fixed for a run, so the trainer runs the OptimizerStep kernel with its
+ * own copy of the kernel's typed attributes holding them (exec.h apx_exec_set_attrs): the
+ * plan file, the kernel ABI and every backend stay as they are, and a step costs nothing
+ * more. Values are rounded to fp32 as apexc stores them, so `apexrun --lr X` trains exactly
+ * as a plan compiled with `apexc --lr X`. Checkpoints record the values a run trained with
+ * and which were given (checkpoint.h, version 4): a resume without a flag continues with the
+ * value its checkpoint's run was given; one whose flag contradicts the checkpoint is refused. */
+enum {
+  APX_HP_LR = 1,
+  APX_HP_WEIGHT_DECAY = 2,
+  APX_HP_SCHEDULE = 4,
+  APX_HP_WARMUP = 8,
+  APX_HP_TOTAL = 16,
+  APX_HP_CLIP = 32,
+  APX_HP_ALL = 63,
+};
+typedef struct ApxHparams {
+  uint32_t given;            /* APX_HP_* bits */
+  float lr, weight_decay, clip_grad_norm; /* clip 0: off */
+  int32_t schedule;          /* ApxLrSchedule */
+  int64_t warmup, total;     /* total >= 1 */
+} ApxHparams;
+
+/* The apexrun flag of one APX_HP_* bit ("--lr"). */
+const char *apx_hparam_flag(uint32_t bit);
+
 typedef struct ApxTrainConfig {
   const char *data_dir;
   int64_t steps;             /* train until this many optimizer steps are done */
@@ -74,18 +105,33 @@ typedef struct ApxTrainConfig {
   const char *export_onnx;
   int32_t quiet;
   ApxProgress progress;
+  int64_t progress_every;    /* > 0: a plain progress line every N steps (--progress-every) */
   FILE *out;                 /* progress and summary (stdout when NULL) */
+  ApxHparams hp;             /* run-time overrides of the plan's hyperparameters */
   ApxExecConfig exec;
   struct ApxColl *coll;      /* data parallelism (dp.h, collective.h); NULL: one process.
                                 rank and world must match it */
   int64_t check_replicas;    /* replica check every N steps under K ranks (0: start and end) */
 } ApxTrainConfig;
 
+/* Why a step's loss or gradients were not finite (ApxStepRecord.cause). */
+typedef enum ApxStepCause {
+  APX_CAUSE_NONE = 0,
+  APX_CAUSE_OVERFLOW = 1,    /* finite loss, non-finite gradients: the loss scale overflowed them
+                                (a static scale <= 1: they are not finite at any scale) */
+  APX_CAUSE_DATA = 2,        /* the batch holds a NaN/Inf input value (dataset.h) */
+  APX_CAUSE_LOSS = 3,        /* the loss is not finite with finite inputs: the forward pass */
+} ApxStepCause;
+
 typedef struct ApxStepRecord {
   int64_t step;              /* 1-based */
   double loss, loss_scale, grad_norm, lr, ms;
   int32_t skipped;
   const char *overflow_at;   /* parameter name or NULL */
+  ApxStepCause cause;        /* when the loss or a gradient was not finite */
+  const char *reason;        /* the same in words (the log's "reason": "non-finite input:
+                                data/x.npy sample 37 element 5 is nan"), NULL for a clean step;
+                                valid until the next step */
   int32_t scaler_events;     /* APX_SCALER_* bits */
   int64_t overlap_kernels;   /* K > 1 ranks: kernels launched while a gradient bucket's
                                 allreduce was in flight (0 with --no-overlap); one process: -1 */
@@ -99,7 +145,13 @@ typedef struct ApxTrainer {
   ApxDataset ds;
   ApxSampler sampler;
   ApxScaler scaler;
-  ApxLrConfig lr;
+  ApxLrConfig lr;            /* the run's schedule: the plan's, or cfg.hp's overrides */
+  ApxAttrOptimizer opt_attrs; /* OptimizerStep's attributes this run uses (weight decay,
+                                 clipping from cfg.hp); the executor points at this copy */
+  int32_t opt_kernel;        /* OptimizerStep's kernel index */
+  uint32_t hp_given;         /* APX_HP_* values given at run time (this command line, or the
+                                run a resumed checkpoint continues) */
+  uint32_t hp_adopted;       /* of those, the ones taken from the resumed checkpoint */
   ApxDp dp;                  /* data-parallel hooks (dp.h) */
   int32_t accumulate;
   int32_t scale_clamped;     /* the plan's initial loss scale was outside [min, max] */
@@ -114,6 +166,10 @@ typedef struct ApxTrainer {
   void **host;               /* [n_inputs] one batch per input */
   void *loss_host;
   void *readback;            /* [accumulate + 3] 8-byte slots: losses, found_inf, first_bad, norm_sq */
+  /* naming the cause of a non-finite step (only when the data holds a NaN/Inf) */
+  ApxSampler global;         /* every rank's samples of a global batch: batch x world */
+  int64_t *global_idx;       /* [batch x world] */
+  char reason[640];          /* ApxStepRecord.reason */
 } ApxTrainer;
 
 void apx_train_config_init(ApxTrainConfig *c);

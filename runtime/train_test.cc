@@ -13,11 +13,17 @@
 //    checkpoints refused; stale temporary files removed; a run whose every step overflowed
 //    exits with 1 when the scale collapsed (warns while it settles); --checkpoint-dir and
 //    --log checked before training; non-regular destinations (a FIFO) refused; a warmup
-//    longer than --steps warns.
+//    longer than --steps warns;
+//  - run-time hyperparameters (--lr ... --clip-grad-norm) train as compiled ones, are
+//    checkpointed and checked on resume; GradScaler's growth/backoff factors reach the scaler;
+//    NaN/Inf inputs and non-finite losses are named as such; the progress line on a terminal
+//    and without one.
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <pty.h>
 #include <signal.h>
+#include <termios.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -125,22 +131,35 @@ std::vector<std::string> lines(const std::string &s) {
   return v;
 }
 
-// examples/mlp/data with x multiplied by `mul`, written into dir.
-void scaled_mlp_data(const std::string &dir, float mul) {
+// Writes examples/mlp/data into dir with x changed by f(x, n_samples, n_features) (x as
+// doubles; the file is float32, or float64 when wide).
+template <class F>
+void edited_mlp_data(const std::string &dir, F f, bool wide = false) {
   mkdir(dir.c_str(), 0755);
   ApxDiag d;
   apx_diag_init(&d);
   ApxNpy x, y;
   ASSERT_EQ(apx_npy_read("examples/mlp/data/x.npy", &x, &d), 0) << d.msg;
   ASSERT_EQ(apx_npy_read("examples/mlp/data/labels.npy", &y, &d), 0) << d.msg;
-  for (int64_t i = 0; i < x.numel; i++) ((float *)x.data)[i] *= mul;
-  ApxTensor tx = {x.data, x.dtype, x.rank, {0}}, ty = {y.data, y.dtype, y.rank, {0}};
+  std::vector<double> wx((size_t)x.numel);
+  for (int64_t i = 0; i < x.numel; i++) wx[(size_t)i] = ((float *)x.data)[i];
+  f(wx.data(), x.dims[0], x.dims[1]);
+  std::vector<float> nx(wx.begin(), wx.end());
+  ApxTensor tx = {wide ? (void *)wx.data() : (void *)nx.data(), wide ? APX_DT_F64 : APX_DT_F32, x.rank, {0}};
+  ApxTensor ty = {y.data, y.dtype, y.rank, {0}};
   memcpy(tx.dims, x.dims, sizeof tx.dims);
   memcpy(ty.dims, y.dims, sizeof ty.dims);
   ASSERT_EQ(apx_npy_write((dir + "/x.npy").c_str(), &tx, &d), 0) << d.msg;
   ASSERT_EQ(apx_npy_write((dir + "/labels.npy").c_str(), &ty, &d), 0) << d.msg;
   apx_npy_free(&x);
   apx_npy_free(&y);
+}
+
+// examples/mlp/data with x multiplied by `mul` (in fp32), written into dir.
+void scaled_mlp_data(const std::string &dir, float mul) {
+  edited_mlp_data(dir, [mul](double *x, int64_t n, int64_t f) {
+    for (int64_t i = 0; i < n * f; i++) x[i] = (double)((float)x[i] * mul);
+  });
 }
 
 struct Snapshot {
@@ -284,6 +303,16 @@ TEST(Train, StaticScaleStillSkipsNonFiniteGradients) {
 
 namespace {
 
+// In a forked child: becomes `./runtime/apexrun args...`.
+[[noreturn]] void exec_apexrun(const std::vector<std::string> &args) {
+  std::vector<char *> av;
+  av.push_back((char *)"./runtime/apexrun");
+  for (auto &a : args) av.push_back((char *)a.c_str());
+  av.push_back(nullptr);
+  execv(av[0], av.data());
+  _exit(127);
+}
+
 // Runs apexrun in a child with stdout/stderr to a file; returns the pid.
 pid_t spawn(const std::vector<std::string> &args, const std::string &out, const char *env = nullptr) {
   pid_t pid = fork();
@@ -292,12 +321,7 @@ pid_t spawn(const std::vector<std::string> &args, const std::string &out, const 
     (void)f;
     dup2(fileno(stdout), 2);
     if (env) putenv((char *)env);
-    std::vector<char *> av;
-    av.push_back((char *)"./runtime/apexrun");
-    for (auto &a : args) av.push_back((char *)a.c_str());
-    av.push_back(nullptr);
-    execv(av[0], av.data());
-    _exit(127);
+    exec_apexrun(args);
   }
   return pid;
 }
@@ -739,7 +763,8 @@ TEST(Train, RefusesPlansItCannotTrain) {
 TEST(Train, AllStepsOverflowedExitsWith1) {
   std::string plan_path = compile("mlp", "all_ovf", APX_O2);
   std::string data = tmp() + "/all_ovf_data";
-  scaled_mlp_data(data, 1e6f);  // the fp16 forward itself overflows: no scale helps
+  scaled_mlp_data(data, 1e6f);  // the fp16 forward itself overflows: no scale helps (and the steps
+                                // are named for their non-finite loss, not as gradient overflows)
   std::string dir = tmp() + "/all_ovf_ckpt", onnx = tmp() + "/all_ovf.onnx", log = tmp() + "/all_ovf.jsonl";
   Result r = apexrun(plan_path + " --data " + data + " --steps 20 --quiet --checkpoint-dir " + dir +
                      " --export-onnx " + onnx + " --log " + log);
@@ -748,8 +773,8 @@ TEST(Train, AllStepsOverflowedExitsWith1) {
   ASSERT_EQ(ls.size(), 20u);
   EXPECT_EQ(field(ls[19], "skipped"), "true");
   // 20 halvings of 2^16
-  EXPECT_NE(r.out.find("apexrun: all 20 steps overflowed; loss scale fell to 0.0625; the model did not "
-                       "train (not exported)\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("apexrun: all 20 steps were skipped (20 non-finite loss); loss scale fell to 0.0625; the "
+                       "model did not train (not exported)\n"), std::string::npos) << r.out;
   EXPECT_TRUE(exists(ckpt(dir, 20)));
   EXPECT_FALSE(exists(onnx));
 
@@ -757,15 +782,15 @@ TEST(Train, AllStepsOverflowedExitsWith1) {
   std::string floor_plan = compile("mlp", "all_ovf_floor", APX_O2, [](ApxOptions &o) { o.min_loss_scale = 16384; });
   r = apexrun(floor_plan + " --data " + data + " --steps 2 --quiet --export-onnx " + onnx);
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("apexrun: all 2 steps overflowed; loss scale fell to 16384; the model did not "
-                       "train (not exported)\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("apexrun: all 2 steps were skipped (2 non-finite loss); loss scale fell to 16384; the "
+                       "model did not train (not exported)\n"), std::string::npos) << r.out;
   EXPECT_FALSE(exists(onnx));
 
   // 10 overflows in a row (the scaler's collapse run) although the scale is still 2^6
   r = apexrun(plan_path + " --data " + data + " --steps 10 --quiet");
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("apexrun: all 10 steps overflowed; loss scale fell to 64; the model did not train\n"),
-            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("apexrun: all 10 steps were skipped (10 non-finite loss); loss scale fell to 64; the model "
+                       "did not train\n"), std::string::npos) << r.out;
 
   // warming up: x * 64 overflows fp16 gradients at 2^16 and 2^15, the scale (now 2^14) is
   // healthy and the next steps train (OverflowSkipsTheStep... above)
@@ -885,7 +910,7 @@ TEST(Train, WarmupLongerThanTheStepsWarns) {
   Result r = apexrun(plan + " --data examples/mlp/data --steps 5 --quiet");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("apexrun: warning: the lr warmup (10 steps) is longer than the lr schedule (--steps 5; "
-                       "the plan has no --total-steps): the lr never reaches its base 0.001\n"),
+                       "no --total-steps): the lr never reaches its base 0.001\n"),
             std::string::npos) << r.out;
   r = apexrun(plan + " --data examples/mlp/data --steps 10 --quiet");
   EXPECT_EQ(r.code, 0) << r.out;
@@ -1004,15 +1029,16 @@ namespace {
 
 uint64_t pad(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-// A version 3 checkpoint rewritten in an older layout, as an older apexrun wrote it: version 2
-// (18 state fields: no data digest) or version 1 (16: no lr schedule fields either).
+// A version 4 checkpoint rewritten in an older layout, as an older apexrun wrote it: version 3
+// (19 state fields: no run-time hyperparameters), version 2 (18: no data digest either) or
+// version 1 (16: no lr schedule fields either).
 std::string checkpoint_old(const std::string &v3, uint32_t version) {
   const uint8_t *b = (const uint8_t *)v3.data();
-  EXPECT_EQ(apx_le_get_u32(b + 8), 3u);
-  EXPECT_EQ(apx_le_get_u32(b + 40), 19u * 8);
-  const uint32_t fields = version == 1 ? 16 : 18;
+  EXPECT_EQ(apx_le_get_u32(b + 8), 4u);
+  EXPECT_EQ(apx_le_get_u32(b + 40), 24u * 8);
+  const uint32_t fields = version == 1 ? 16 : version == 2 ? 18 : 19;
   std::string out = v3.substr(0, 64) + v3.substr(64, fields * 8);
-  uint64_t pos = 64 + 19 * 8;
+  uint64_t pos = 64 + 24 * 8;
   uint32_t n = apx_le_get_u32(b + 32);
   for (uint32_t t = 0; t < n; t++) {
     uint32_t nl = apx_le_get_u32(b + pos), rank = apx_le_get_u32(b + pos + 4 + nl + 4);
@@ -1053,8 +1079,8 @@ TEST(Train, LrScheduleLengthIsKeptOnResume) {
   r = apexrun(common + " --steps 30 --resume --checkpoint-dir " + a);
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, ckpt(a, 20) + ": the checkpoint's cosine lr schedule runs over 20 steps, this run asks for 30 "
-                   "(--steps sets the length when the plan has no --total-steps); to train longer with a cosine "
-                   "schedule, compile with --total-steps (a new plan; start over), or resume with --steps 20\n");
+                   "(--steps sets the length when there is no --total-steps); to train longer with a cosine "
+                   "schedule, start over with --total-steps (apexc or apexrun), or resume with --steps 20\n");
   // resumed from step 10 with the same length: the same lr (and bytes) as the straight run
   std::string c = tmp() + "/cos_c";
   mkdir(c.c_str(), 0755);
@@ -1067,9 +1093,9 @@ TEST(Train, LrScheduleLengthIsKeptOnResume) {
   for (int i = 0; i < 10; i++) EXPECT_EQ(field(lc[i], "lr"), field(la[10 + i], "lr")) << "step " << 11 + i;
   EXPECT_NE(field(la[10], "lr"), field(la[19], "lr")) << "the cosine decays";
   EXPECT_TRUE(slurp(ckpt(a, 20)) == slurp(ckpt(c, 20)));
-  // version 1 (no schedule fields) and version 2 (no data digest) checkpoints resume to the
-  // same bytes
-  for (uint32_t version : {1u, 2u}) {
+  // version 1 (no schedule fields), version 2 (no data digest) and version 3 (no run-time
+  // hyperparameters) checkpoints resume to the same bytes
+  for (uint32_t version : {1u, 2u, 3u}) {
     std::string v = tmp() + "/cos_v" + std::to_string(version);
     mkdir(v.c_str(), 0755);
     put_file(ckpt(v, 10), checkpoint_old(slurp(ckpt(a, 10)), version));
@@ -1085,7 +1111,7 @@ TEST(Train, LrScheduleLengthIsKeptOnResume) {
   put_file(ckpt(w, 10), bad);
   r = apexrun(common + " --steps 20 --resume --checkpoint-dir " + w);
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find("checkpoint version 7, this apexrun reads 1 to 3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("checkpoint version 7, this apexrun reads 1 to 4"), std::string::npos) << r.out;
 }
 
 // A checkpoint whose loss scale is not finite and positive (a valid checksum around a broken
@@ -1115,4 +1141,344 @@ TEST(Train, CheckpointLossScaleMustBeFiniteAndPositive) {
         << v << ": " << r.out;
     EXPECT_EQ(lines(r.out).size(), 1u) << r.out;
   }
+}
+
+// ---- issue 13: run-time hyperparameters, non-finite inputs named, progress ------------------
+
+namespace {
+
+// Every log row as "step:loss:loss_scale:grad_norm:lr" (the ms field differs between runs).
+std::vector<std::string> rows(const std::string &log) {
+  std::vector<std::string> v;
+  for (auto &l : lines(slurp(log)))
+    v.push_back(field(l, "step") + ":" + field(l, "loss") + ":" + field(l, "loss_scale") + ":" +
+                field(l, "grad_norm") + ":" + field(l, "lr"));
+  return v;
+}
+
+}  // namespace
+
+// `apexrun --lr --weight-decay --clip-grad-norm --lr-schedule --warmup-steps --total-steps`
+// override the plan's values without recompiling: a default plan run with them trains to the
+// same losses, learning rates, gradient norms and exported weights as a plan compiled with
+// them (AdamW, and SGD whose plan had no weight decay at all), and differently from the
+// plain plan.
+TEST(Train, RunTimeHyperparametersTrainAsTheCompiledOnes) {
+  struct Opt {
+    const char *name;
+    ApxOptimizerKind kind;
+  } opts[] = {{"adamw", APX_OPTIM_ADAMW}, {"sgd", APX_OPTIM_SGD}};
+  for (const Opt &op : opts) {
+    std::string plain = compile("mlp", std::string("hp_plain_") + op.name, APX_O2,
+                                [&](ApxOptions &o) { o.optimizer = op.kind; });
+    std::string compiled = compile("mlp", std::string("hp_compiled_") + op.name, APX_O2, [&](ApxOptions &o) {
+      o.optimizer = op.kind;
+      o.lr = 0.02f;
+      o.lr_set = 1;
+      o.weight_decay = 0.1f;
+      o.weight_decay_set = 1;
+      o.clip_grad_norm = 0.05f;
+      o.schedule = 1;  // cosine
+      o.warmup_steps = 3;
+      o.total_steps = 15;
+    });
+    const std::string common = " --data examples/mlp/data --steps 12 --quiet --no-shuffle";
+    std::string a = tmp() + "/hp_a_" + op.name, b = tmp() + "/hp_b_" + op.name, c = tmp() + "/hp_c_" + op.name;
+    Result r = apexrun(compiled + common + " --log " + a + ".jsonl --export-onnx " + a + ".onnx");
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = apexrun(plain + common + " --lr 0.02 --weight_decay 0.1 --clip-grad-norm=0.05 --lr-schedule cosine "
+                "--warmup-steps 3 --total-steps 15 --log " + b + ".jsonl --export-onnx " + b + ".onnx");
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = apexrun(plain + common + " --log " + c + ".jsonl --export-onnx " + c + ".onnx");
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::vector<std::string> ra = rows(a + ".jsonl"), rb = rows(b + ".jsonl");
+    ASSERT_EQ(ra.size(), 12u);
+    EXPECT_EQ(ra, rb) << op.name << ": loss, scale, grad norm and lr of every step";
+    EXPECT_TRUE(slurp(a + ".onnx") == slurp(b + ".onnx")) << op.name << ": the trained weights";
+    EXPECT_FALSE(slurp(a + ".onnx") == slurp(c + ".onnx")) << op.name << ": the overrides changed nothing";
+    // the clipping norm was reached (so --clip-grad-norm was exercised) and the warmup ramps
+    std::vector<std::string> la = lines(slurp(a + ".jsonl"));
+    EXPECT_GT(std::stod(field(la[5], "grad_norm")), 0.05) << la[5];
+    EXPECT_EQ(field(la[0], "lr"), "0.0066666664") << la[0];  // 0.02 / 3 in fp32
+  }
+}
+
+// The overrides are part of the checkpoint (version 4): a resume without the flags continues
+// with them (and says so) to the bytes of a straight run; a resume whose flag contradicts the
+// checkpoint is refused naming both values and what to do; a checkpoint of a run without
+// overrides (also a version 3 one, from before they existed) refuses a contradicting flag.
+TEST(Train, RunTimeHyperparametersAreCheckpointedAndCheckedOnResume) {
+  std::string plan = compile("mlp", "hp_resume", APX_O2);
+  const std::string hp = " --lr 0.005 --weight-decay 0.1 --lr-schedule linear --total-steps 30";
+  const std::string common = plan + " --data examples/mlp/data --checkpoint-every 10";
+  std::string a = tmp() + "/hpr_a", b = tmp() + "/hpr_b";
+  Result r = apexrun(common + hp + " --quiet --steps 20 --checkpoint-dir " + a + " --log " + a + ".jsonl");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = apexrun(common + hp + " --quiet --steps 10 --checkpoint-dir " + b + " --log " + b + ".jsonl");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = apexrun(common + " --steps 20 --resume --checkpoint-dir " + b + " --log " + b + ".jsonl --progress-every 100");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("apexrun: resumed from " + ckpt(b, 10) + " (step 10, loss scale 65536; with its run's --lr "
+                       "0.005 --weight-decay 0.1 --lr-schedule linear --total-steps 30)\n"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(rows(a + ".jsonl"), rows(b + ".jsonl"));
+  EXPECT_TRUE(slurp(ckpt(a, 20)) == slurp(ckpt(b, 20))) << "the resumed run's final checkpoint";
+  // repeating the flags is the same resume
+  std::string c = tmp() + "/hpr_c";
+  mkdir(c.c_str(), 0755);
+  put_file(ckpt(c, 10), slurp(ckpt(b, 10)));
+  r = apexrun(common + hp + " --quiet --steps 20 --resume --checkpoint-dir " + c);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(slurp(ckpt(a, 20)) == slurp(ckpt(c, 20)));
+  // contradicting flags: refused, naming what the checkpoint has and what to do
+  struct Case {
+    std::string flags, want;
+  } cases[] = {
+      {" --lr 0.01", "the checkpoint was trained with --lr 0.005, this run gives --lr 0.01 (a resume continues the "
+                     "run it saved); resume with --lr 0.005, or without --lr\n"},
+      {" --weight-decay 0", "the checkpoint was trained with --weight-decay 0.1, this run gives --weight-decay 0 (a "
+                            "resume continues the run it saved); resume with --weight-decay 0.1, or without "
+                            "--weight-decay\n"},
+      {" --lr-schedule cosine", "the checkpoint was trained with --lr-schedule linear, this run gives --lr-schedule "
+                                "cosine (a resume continues the run it saved); resume with --lr-schedule linear, or "
+                                "without --lr-schedule\n"},
+      {" --total-steps 40", "the checkpoint was trained with --total-steps 30, this run gives --total-steps 40 (a "
+                            "resume continues the run it saved); resume with --total-steps 30, or without "
+                            "--total-steps\n"},
+      {" --warmup-steps 2", "the checkpoint was trained with --warmup-steps 0, this run gives --warmup-steps 2 (a "
+                            "resume continues the run it saved); resume with --warmup-steps 0, or without "
+                            "--warmup-steps\n"},
+      {" --clip-grad-norm 1", "the checkpoint was trained with --clip-grad-norm 0, this run gives --clip-grad-norm 1 "
+                              "(a resume continues the run it saved); resume with --clip-grad-norm 0, or without "
+                              "--clip-grad-norm\n"},
+  };
+  for (auto &k : cases) {
+    r = apexrun(common + k.flags + " --quiet --steps 30 --resume --checkpoint-dir " + b);
+    EXPECT_EQ(r.code, 2) << k.flags << ": " << r.out;
+    EXPECT_EQ(r.out, ckpt(b, 20) + ": " + k.want) << k.flags;
+  }
+  // a run without overrides, and its checkpoint in the version 3 layout (written before
+  // run-time hyperparameters existed): trained with the plan's values
+  std::string p = tmp() + "/hpr_plain", v3 = tmp() + "/hpr_v3";
+  r = apexrun(common + " --quiet --steps 10 --checkpoint-dir " + p);
+  ASSERT_EQ(r.code, 0) << r.out;
+  mkdir(v3.c_str(), 0755);
+  put_file(ckpt(v3, 10), checkpoint_old(slurp(ckpt(p, 10)), 3));
+  for (const std::string &dir : {p, v3}) {
+    r = apexrun(common + " --quiet --steps 20 --lr 0.01 --resume --checkpoint-dir " + dir);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_EQ(r.out, ckpt(dir, 10) + ": the checkpoint was trained with --lr 0.001, this run gives --lr 0.01 (a "
+                     "resume continues the run it saved); resume with --lr 0.001, or without --lr\n");
+    r = apexrun(common + " --quiet --steps 20 --lr 0.001 --resume --checkpoint-dir " + dir);  // the plan's value
+    EXPECT_EQ(r.code, 0) << r.out;
+  }
+  EXPECT_TRUE(slurp(ckpt(p, 20)) == slurp(ckpt(v3, 20)));
+  // a warmup longer than a given schedule length is bad usage, as in apexc
+  r = apexrun(plan + " --data examples/mlp/data --steps 5 --warmup-steps 50 --total-steps 20");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "apexrun: --warmup-steps 50 is more than --total-steps 20 (the warmup is part of the lr "
+                   "schedule)\n");
+}
+
+// GradScaler's growth and backoff factors (apexc --growth-factor / --backoff-factor) reach the
+// run-time scaler: x 0.25 on the overflow, x 4 after the window of clean steps.
+TEST(Train, GrowthAndBackoffFactorsReachTheScaler) {
+  std::string plan = compile("mlp", "factors", APX_O2, [](ApxOptions &o) {
+    o.scale_window = 5;
+    o.growth_factor = 4;
+    o.backoff_factor = 0.25f;
+  });
+  std::string data = tmp() + "/factors_data", log = tmp() + "/factors.jsonl";
+  scaled_mlp_data(data, 64.0f);  // overflows at 2^16 and 2^15, trains at 2^14
+  Result r = apexrun(plan + " --data " + data + " --steps 40 --quiet --no-shuffle --log " + log);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<std::string> ls = lines(slurp(log));
+  ASSERT_EQ(ls.size(), 40u);
+  EXPECT_EQ(field(ls[0], "skipped"), "true");
+  EXPECT_EQ(field(ls[0], "reason"), "\"gradient overflow in 'fc1.weight' at loss scale 65536\"");
+  EXPECT_EQ(field(ls[1], "loss_scale"), "16384");  // 65536 x 0.25
+  int backoffs = 0, growths = 0, clean = 0;
+  for (size_t i = 1; i < ls.size(); i++) {
+    double prev = std::stod(field(ls[i - 1], "loss_scale")), now = std::stod(field(ls[i], "loss_scale"));
+    bool skipped = field(ls[i - 1], "skipped") == "true";
+    clean = skipped ? 0 : clean + 1;
+    if (skipped) {
+      EXPECT_EQ(now, prev * 0.25) << ls[i];
+      backoffs++;
+    } else if (clean == 5) {
+      EXPECT_EQ(now, prev * 4) << ls[i];
+      growths++;
+      clean = 0;
+    } else {
+      EXPECT_EQ(now, prev) << ls[i];
+      EXPECT_EQ(field(ls[i - 1], "reason"), "<missing>") << "a clean step has no reason: " << ls[i - 1];
+    }
+  }
+  EXPECT_GE(backoffs, 2);
+  EXPECT_GE(growths, 1);
+}
+
+// A NaN or Inf in the data is reported at start (file, how many samples, the first), and a
+// step whose batch holds one is named as non-finite input (file, sample, element), never as
+// "gradient overflow in 'fc1.weight' at loss scale 1"; its log row says so in "reason" (every
+// row has a numeric loss or a reason). A finite file value that its conversion to the plan
+// input's type makes infinite is named as such; a non-finite loss from finite inputs is named
+// as the forward pass's; a run whose every step was skipped for non-finite data did not train
+// (exit 1), however the loss scale stands.
+TEST(Train, NonFiniteInputsAreNamedNotCalledOverflows) {
+  std::string o0 = compile("mlp", "nan_o0", APX_O0);
+  std::string data = tmp() + "/nan_data", log = tmp() + "/nan.jsonl";
+  edited_mlp_data(data, [](double *x, int64_t, int64_t f) {
+    x[37 * f + 5] = NAN;
+    x[1000 * f] = INFINITY;
+  });
+  Result r = apexrun(o0 + " --data " + data + " --steps 40 --no-shuffle --log " + log);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("apexrun: warning: " + data + "/x.npy: 2 of 2048 samples hold NaN or Inf (first: sample 37 "
+                       "element 5 is nan); steps on them are reported as non-finite input\n"), std::string::npos)
+      << r.out;
+  // batch 32 in file order: sample 37 is in step 2, sample 1000 in step 32
+  EXPECT_NE(r.out.find("apexrun: step 2: non-finite input: " + data + "/x.npy sample 37 element 5 is nan: step "
+                       "skipped\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("apexrun: step 32: non-finite input: " + data + "/x.npy sample 1000 element 0 is inf: step "
+                       "skipped\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("overflow in"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 skipped (2 non-finite input)"), std::string::npos) << r.out;
+  std::vector<std::string> ls = lines(slurp(log));
+  ASSERT_EQ(ls.size(), 40u);
+  for (auto &l : ls) {
+    bool numeric = field(l, "loss") != "null";
+    EXPECT_TRUE(numeric || field(l, "reason") != "<missing>") << l;
+  }
+  EXPECT_EQ(field(ls[1], "loss"), "null");
+  EXPECT_EQ(field(ls[1], "reason"), "\"non-finite input: " + data + "/x.npy sample 37 element 5 is nan\"");
+  EXPECT_EQ(field(ls[1], "overflow_at"), "null");
+
+  // shuffled, and across the micro-batches of --accumulate 4: every NaN step is found
+  std::string acc = compile("mlp", "nan_acc", APX_O0, [](ApxOptions &o) { o.accumulate = 4; });
+  r = apexrun(acc + " --data " + data + " --steps 20 --quiet --log " + log);
+  ASSERT_EQ(r.code, 0) << r.out;
+  int n_null = 0;
+  for (auto &l : lines(slurp(log)))
+    if (field(l, "loss") == "null") {
+      n_null++;
+      EXPECT_EQ(field(l, "reason").find("\"non-finite input: " + data + "/x.npy sample "), 0u) << l;
+    }
+  EXPECT_GE(n_null, 1);  // 20 x 4 x 32 samples: each epoch (64 batches) holds both
+
+  // a float64 file whose 1e300 becomes inf in the plan's float32 input
+  std::string wide = tmp() + "/nan_wide";
+  edited_mlp_data(wide, [](double *x, int64_t, int64_t f) { x[3 * f + 2] = 1e300; }, true);
+  r = apexrun(o0 + " --data " + wide + " --steps 2 --no-shuffle");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("apexrun: warning: " + wide + "/x.npy: 1 of 2048 samples hold values beyond the range of "
+                       "float32, the plan input 'x''s type (first: sample 3 element 2, 1e+300 becomes inf)"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("apexrun: step 1: non-finite input: " + wide + "/x.npy sample 3 element 2 is inf as float32, "
+                       "the plan input's type (the file's value is beyond its range): step skipped\n"),
+            std::string::npos) << r.out;
+
+  // finite inputs whose fp16 forward overflows: the loss is named, not the gradients
+  std::string o2 = compile("mlp", "nan_o2", APX_O2);
+  std::string big = tmp() + "/nan_big";
+  scaled_mlp_data(big, 1e6f);
+  r = apexrun(o2 + " --data " + big + " --steps 1 --no-shuffle");
+  EXPECT_NE(r.out.find("apexrun: step 1: non-finite loss ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(") from finite inputs: the forward pass produced it (at -O2 in float16: an activation "
+                       "beyond its range? apexc --explain shows which nodes run in half precision): step skipped, "
+                       "scale now 32768\n"), std::string::npos) << r.out;
+
+  // every sample holds a NaN: 2 steps skipped while the dynamic scale would still be settling
+  // is not a warm-up but a failure
+  std::string all = tmp() + "/nan_all";
+  edited_mlp_data(all, [](double *x, int64_t n, int64_t f) {
+    for (int64_t s = 0; s < n; s++) x[s * f] = NAN;
+  });
+  r = apexrun(o2 + " --data " + all + " --steps 2 --quiet");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("apexrun: all 2 steps were skipped (2 non-finite input); loss scale fell to 16384; the model "
+                       "did not train\n"), std::string::npos) << r.out;
+}
+
+namespace {
+
+// Runs apexrun with stdout and stderr on a pseudo-terminal; returns what the terminal showed.
+std::string on_terminal(const std::vector<std::string> &args, int *code) {
+  int master = -1, slave = -1;
+  if (openpty(&master, &slave, nullptr, nullptr, nullptr) != 0) return "openpty failed";
+  struct termios tio;
+  if (tcgetattr(slave, &tio) == 0) {
+    tio.c_oflag &= ~(tcflag_t)OPOST;  // "\n" stays "\n"
+    tcsetattr(slave, TCSANOW, &tio);
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(master);
+    dup2(slave, 1);
+    dup2(slave, 2);
+    exec_apexrun(args);
+  }
+  close(slave);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(master, buf, sizeof buf);
+    if (n <= 0) break;  // EIO once the child closed the terminal
+    out.append(buf, (size_t)n);
+  }
+  close(master);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+}  // namespace
+
+// The progress line: on a terminal one line updated with "\r" (step/total, loss, loss scale,
+// lr, samples/s, skipped, ETA) ending in a newline; without one (a file, a pipe, mpirun) plain
+// lines, every N steps with --progress-every N and none for a short run by default; the
+// summary agrees with the last step (its loss and loss scale, and the scale the next step
+// would use when the last one changed it).
+TEST(Train, ProgressLinesOnATerminalAndWithoutOne) {
+  std::string plan = compile("mlp", "progress", APX_O2);
+  int code = -1;
+  std::string tty = on_terminal({plan, "--data", "examples/mlp/data", "--steps", "30"}, &code);
+  ASSERT_EQ(code, 0) << tty;
+  EXPECT_EQ(tty.find("\rstep 1/30  loss 2.288272  scale 65536  lr 0.001  "), 0u) << tty;
+  size_t last = tty.rfind("\rstep 30/30  loss ");
+  ASSERT_NE(last, std::string::npos) << tty;
+  EXPECT_NE(tty.find(" samples/s  0 skipped  ETA 0s", last), std::string::npos) << tty;
+  size_t nl = tty.find('\n');
+  EXPECT_GT(nl, last) << "one line, updated in place: " << tty;
+  EXPECT_EQ(tty.find("apexrun: trained steps 1..30 of 30"), nl + 1) << tty;
+
+  // not a terminal: a short run prints no progress, --progress-every N a line every N steps
+  Result r = apexrun(plan + " --data examples/mlp/data --steps 30");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << r.out;
+  EXPECT_EQ(lines(r.out).size(), 1u) << r.out;
+  r = apexrun(plan + " --data examples/mlp/data --steps 30 --progress-every 10");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
+  std::vector<std::string> ls = lines(r.out);
+  ASSERT_EQ(ls.size(), 4u) << r.out;
+  EXPECT_EQ(ls[0].find("step 10/30  loss "), 0u) << ls[0];
+  EXPECT_EQ(ls[2].find("step 30/30  loss "), 0u) << ls[2];
+  // the last line's loss and scale are the summary's
+  std::string loss = ls[2].substr(ls[2].find("loss ") + 5, ls[2].find("  scale") - ls[2].find("loss ") - 5);
+  EXPECT_NE(ls[3].find("-> " + loss + ", loss scale 65536, 0 skipped"), std::string::npos) << ls[2] << "\n" << ls[3];
+  r = apexrun(plan + " --data examples/mlp/data --steps 30 --progress-every 10 --quiet");
+  EXPECT_EQ(lines(r.out).size(), 1u) << r.out;
+
+  // the last step overflowed: both show the scale it used, the summary also the next one
+  std::string ovf = compile("mlp", "progress_ovf", APX_O2);
+  std::string data = tmp() + "/progress_ovf_data";
+  scaled_mlp_data(data, 64.0f);
+  r = apexrun(ovf + " --data " + data + " --steps 1 --no-shuffle --progress-every 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("step 1/1  loss "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  scale 65536  lr 0.001  "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 skipped  ETA 0s\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", loss scale 65536 (now 32768), 1 skipped (overflow)"), std::string::npos) << r.out;
 }

@@ -2,10 +2,12 @@
 // (issue 16): MPMD launches (`mpirun -np 1 apexrun A : -np 1 apexrun B`) where one setting
 // differs between the ranks - --steps, --seed, --no-shuffle, --check-replicas,
 // --checkpoint-dir given to one rank, --checkpoint-every, --resume, --export-onnx and --log
-// given to one rank, the plan, one changed byte of a data file - each named on every rank
+// given to one rank, the run-time hyperparameters (--lr ... --total-steps, and one given to
+// one rank only), the plan, one changed byte of a data file - each named on every rank
 // (the line appears twice), exit 2, within seconds instead of the collective timeout. And a
 // SIGTERM to rank 1 alone stops both ranks after the same step, with rank 0's checkpoint of
-// that step written and identical replicas; the job resumes from it.
+// that step written and identical replicas; the job resumes from it. Only rank 0 prints the
+// progress line.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -90,6 +92,15 @@ TEST(DataParallelAgreement, EverySettingThatMustMatchIsNamedOnEveryRank) {
       {"", "--export-onnx " + Tmp() + "/agree.onnx", "--export-onnx is given to rank 1 but not to rank 0: only rank 0 "
                                                     "writes the exported model"},
       {"--log " + Tmp() + "/agree.jsonl", "", "--log is given to rank 0 but not to rank 1"},
+      {"--lr 0.01", "--lr 0.02", "--lr: rank 1 has 0.02, rank 0 has 0.01: every rank needs the same settings"},
+      {"--weight-decay 0.1", "", "--weight-decay: rank 1 has 0.01, rank 0 has 0.1"},
+      {"--clip-grad-norm 1", "--clip-grad-norm 2", "--clip-grad-norm: rank 1 has 2, rank 0 has 1"},
+      {"", "--lr-schedule cosine", "--lr-schedule: rank 1 has cosine, rank 0 has constant"},
+      {"--warmup-steps 2", "", "--warmup-steps: rank 1 has 0, rank 0 has 2"},
+      {"--total-steps 8", "--total-steps 9", "the lr schedule's length (--total-steps): rank 1 has 9, rank 0 has 8"},
+      // the plan's value given to one rank only: equal now, but a resume would differ
+      {"--lr 0.001", "", "--lr is given to rank 0 but not to rank 1 (with the same value: a resume continues with "
+                         "the checkpoint's value where it is not given)"},
   };
   for (auto &c : cases) {
     MpiResult r = Mpmd(c.a, c.b);
@@ -100,6 +111,25 @@ TEST(DataParallelAgreement, EverySettingThatMustMatchIsNamedOnEveryRank) {
   // the same settings: trains
   MpiResult ok = Mpmd("--seed 3", "--seed 3");
   EXPECT_EQ(ok.code, 0) << ok.out;
+  ok = Mpmd("--lr 0.01 --lr-schedule linear", "--lr=0.01 --lr_schedule linear");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+}
+
+// Only rank 0 prints the progress line, and under mpirun (whose ranks write to a
+// pseudo-terminal of mpirun's, forwarded into a file here) never the "\r" form.
+TEST(DataParallelAgreement, OnlyRankZeroPrintsProgress) {
+  MpiResult d = RunCommand(MpirunPrefix(2) + "./runtime/apexrun " + Plan() + " --data " + kData + " --steps 4");
+  ASSERT_EQ(d.code, 0) << d.out;
+  EXPECT_EQ(d.out.find('\r'), std::string::npos) << d.out;
+  EXPECT_EQ(d.out.find("step 1/4"), std::string::npos) << "a short run prints no plain progress line: " << d.out;
+  MpiResult r = RunCommand(MpirunPrefix(2) + "./runtime/apexrun " + Plan() + " --data " + kData +
+                           " --steps 4 --progress-every 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(CountOccurrences(r.out, "step 2/4  loss "), 1) << r.out;
+  EXPECT_EQ(CountOccurrences(r.out, "step 4/4  loss "), 1) << r.out;
+  // 2 ranks x batch 8 x 4 steps: the samples/s count the global batch
+  EXPECT_EQ(CountOccurrences(r.out, "apexrun: trained steps 1..4 of 4"), 1) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
 }
 
 // Data of the same shape with one changed byte on rank 1: the per-file digests name it.
