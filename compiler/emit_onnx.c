@@ -438,10 +438,18 @@ static int emit_node(Emit *e, int node) {
   AttrList l = {NULL, 0, (size_t)n->n_attrs + 8};
   if (!(l.items = alloc(e, l.cap * sizeof *l.items))) return oom(e);
   const ApxAttrCast *cast = n->op == APX_OP_Cast ? n->typed : NULL;
+  /* RandomUniformLike's dtype is its output's type as written: the precision passes may
+   * have given the output the half type (fp32 when a bf16 result is computed wide). */
+  int random_dtype = n->op == APX_OP_RandomUniformLike && n->out[0] >= 0
+                         ? (e->plan.widen[node] && g->vals[n->out[0]].dtype == APX_DT_BF16
+                                ? APX_DT_F32 : (int)g->vals[n->out[0]].dtype)
+                         : 0;
+  if (random_dtype && attr_int(e, &l, "dtype", random_dtype)) return oom(e);
   if (n->n_attrs > 0 || n->onnx_index >= 0) {
     int wrote_to = 0;
     for (int i = 0; i < n->n_attrs; i++) {
       const ApxAttr *src = &n->attrs[i];
+      if (random_dtype && strcmp(src->name, "dtype") == 0) continue;
       if (cast && cast->to != APX_DT_UNDEFINED && strcmp(src->name, "to") == 0) {
         if (attr_int(e, &l, "to", cast->to)) return oom(e);
         wrote_to = 1;

@@ -46,6 +46,11 @@ const std::map<std::string, std::string> kDifferent = {
     {"test_training_dropout_default", "training-mode Dropout draws from Philox, not numpy"},
     {"test_training_dropout_default_mask", "training-mode Dropout draws from Philox, not numpy"},
     {"test_training_dropout_mask", "training-mode Dropout draws from Philox, not numpy"},
+    {"test_bernoulli_expanded", "RandomUniformLike draws from Philox, not numpy (checked by definition in node_conformance_test)"},
+    {"test_bernoulli_double_expanded", "RandomUniformLike draws from Philox, not numpy"},
+    {"test_bernoulli_seed_expanded", "RandomUniformLike draws from Philox, not numpy"},
+    {"test_castlike_BFLOAT16_to_FLOAT", "ONNX 1.12 test-data defect: input 'like' declared [3,4] holds 1 value"},
+    {"test_castlike_FLOAT_to_BFLOAT16", "ONNX 1.12 test-data defect: input 'like' declared [3,4] holds 1 value"},
 };
 
 struct Summary {

@@ -31,7 +31,7 @@ grep -q '^time-passes  total ' <<< "$(tail -n 1 <<< "$err")" && ok || bad "total
 
 # without -q: the same lines around the usual output
 err=$("$apexc" "$model" -O1 --time-passes -o "$dir/b.apx" 2>&1 >/dev/null)
-[ "$(grep -c '^time-passes  ' <<< "$err")" -eq 24 ] && ok || bad "with the summary: $err"
+[ "$(grep -c '^time-passes  ' <<< "$err")" -eq 25 ] && ok || bad "with the summary: $err"
 grep -q "^wrote $dir/b.apx$" <<< "$err" && ok || bad "wrote line missing: $err"
 
 # a disabled pass has no line; without the flag there are none

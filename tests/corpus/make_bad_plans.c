@@ -31,9 +31,15 @@ static uint8_t *slurp(const char *path, size_t *n) {
   return b;
 }
 
-static int buffer(const ApxPlanEdit *e, const char *name) {
+static int find_buffer(const ApxPlanEdit *e, const char *name) {
   for (size_t i = 0; i < e->meta->n_buffers; i++)
     if (strcmp(e->meta->buffers[i]->name, name) == 0) return (int)i;
+  return -1;
+}
+
+static int buffer(const ApxPlanEdit *e, const char *name) {
+  int b = find_buffer(e, name);
+  if (b >= 0) return b;
   fprintf(stderr, "make_bad_plans: no buffer '%s' in the plan\n", name);
   exit(1);
 }
@@ -77,12 +83,18 @@ static void bool_activation(ApxPlanEdit *e) {
   apx_plan_edit_set_dims(e, (size_t)b, dims, 2, 1);
 }
 
-/* a weight of another shape (its data range resized with it) */
+/* a weight of another shape (its data range resized with it; a half copy derived from its
+ * master at load has no data range) */
 static void weight_shape(ApxPlanEdit *e) {
   int b = buffer(e, "fc2.weight");
   const int64_t dims[2] = {64, 128};
   apx_plan_edit_set_dims(e, (size_t)b, dims, 2, 2);
-  e->meta->buffers[b]->data_len = (uint64_t)e->meta->buffers[b]->bytes;
+  if (e->meta->buffers[b]->data_len) e->meta->buffers[b]->data_len = (uint64_t)e->meta->buffers[b]->bytes;
+  int master = find_buffer(e, "fc2.weight_fp32_master"); /* O2: the copy is derived from it */
+  if (master >= 0) {
+    apx_plan_edit_set_dims(e, (size_t)master, dims, 2, 4);
+    e->meta->buffers[master]->data_len = (uint64_t)e->meta->buffers[master]->bytes;
+  }
 }
 
 /* an output placed over its input by a kernel that is not in place */

@@ -101,6 +101,8 @@ const std::map<std::string, std::string> &excluded_tests() {
       {"test_castlike_STRING_to_FLOAT", "string tensors are not supported"},
       {"test_castlike_FLOAT_to_STRING_expanded", "string tensors are not supported"},
       {"test_castlike_STRING_to_FLOAT_expanded", "string tensors are not supported"},
+      {"test_castlike_BFLOAT16_to_FLOAT", "ONNX 1.12 test-data defect: input 'like' declared [3,4] but holds 1 value"},
+      {"test_castlike_FLOAT_to_BFLOAT16", "ONNX 1.12 test-data defect: input 'like' declared [3,4] but holds 1 value"},
       {"test_identity_opt", "optional types are not supported (dense tensors only)"},
       {"test_identity_sequence", "sequence types are not supported (dense tensors only)"},
       {"test_nllloss_NCd1_ii_expanded", kRuntimeEqual},

@@ -133,6 +133,12 @@ TEST_P(NodeShape, LoadsAndMatchesOrIsRejectedCleanly) {
   std::vector<ApxTensorConst> data;
   std::string err;
   if (!apx_node::bind_inputs(&g, dir + "/test_data_set_0", &data, &err)) {
+    if (excluded) { // a defect of the test data itself (excluded_tests() says which)
+      g_sum.rejected++;
+      g_sum.reasons["test data does not match the model"]++;
+      apx_graph_free(&g);
+      return;
+    }
     g_sum.failures++;
     ADD_FAILURE() << name << ": " << err;
     apx_graph_free(&g);
