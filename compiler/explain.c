@@ -31,7 +31,7 @@ typedef struct CastRef {
   int output;       /* 0: input slot, 1: output slot */
   int slot;
   int src, dst;     /* value ids: before and after the conversion */
-  const char *kind; /* "cast", "param-copy", "folded", "output" */
+  const char *kind; /* "cast", "param-copy", "folded", "output", "grad" */
   int node;         /* the Cast node, -1 for folded constants */
 } CastRef;
 
@@ -45,6 +45,7 @@ static int collect_casts(const ApxGraph *g, int id, CastRef *refs, int cap) {
     int p = val->producer;
     if (p >= 0 && apx_prec_is_inserted_cast(g, p) && g->nodes[p].n_in > 0 && g->nodes[p].in[0] >= 0) {
       int src = g->nodes[p].in[0];
+      if (g->vals[src].origin == v && (val->flags & APX_VALF_GRAD)) continue; /* on its producer's row */
       CastRef r = {0, i, src, v, g->vals[src].kind == APX_VAL_PARAM ? "param-copy" : "cast", p};
       refs[k++] = r;
     } else if (p < 0 && val->kind == APX_VAL_CONST && val->origin >= 0 && val->origin < g->n_vals &&
@@ -61,7 +62,7 @@ static int collect_casts(const ApxGraph *g, int id, CastRef *refs, int cap) {
     int p = g->vals[orig].producer;
     if (p >= 0 && apx_prec_is_inserted_cast(g, p) && g->nodes[p].n_in > 0 && g->nodes[p].in[0] == w &&
         !(g->nodes[p].flags & APX_NODEF_DEAD)) {
-      CastRef r = {1, o, w, orig, "output", p};
+      CastRef r = {1, o, w, orig, (g->vals[orig].flags & APX_VALF_GRAD) ? "grad" : "output", p};
       refs[k++] = r;
     }
   }
@@ -174,6 +175,7 @@ static void casts_cell(const ApxGraph *g, int id, Buf *b, CastRef *refs, int cap
     const char *suffix = !strcmp(r->kind, "param-copy") ? " (per-step copy)"
                          : !strcmp(r->kind, "folded")   ? " (folded)"
                          : !strcmp(r->kind, "output")   ? " (graph output)"
+                         : !strcmp(r->kind, "grad")     ? " (parameter's gradient in its type)"
                                                         : "";
     buf_add(b, "%s%s%d %s %s->%s%s", i ? ", " : "", r->output ? "out" : "in", r->slot,
             g->vals[r->output ? r->dst : r->src].name, apx_dtype_short(g->vals[r->src].dtype),

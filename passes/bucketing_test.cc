@@ -3,6 +3,8 @@
 // member's producer, UnscaleCheck reading the reduced gradients (passes/bucketing.h).
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <cmath>
 #include <set>
 #include <string>
@@ -321,6 +323,61 @@ TEST(Bucketing, AllreduceFp32ConvertsHalfGradients) {
     }
   }
   EXPECT_EQ(casts, 6);  // conv1/conv2/fc weight and bias gradients are fp16 at O2
+}
+
+// O1 keeps the weights fp32 and casts them per step: the gradient of each weight is fp32
+// (the Cast's backward widens, as in Apex and torch AMP), so every bucket is fp32 without
+// --allreduce-fp32 and no bucket-side Cast is needed; the half matrix products still write
+// half gradients, widened once by a Cast per parameter.
+TEST(Bucketing, O1GradientsAndBucketsAreFp32) {
+  for (const char *model : {"examples/mlp/model.onnx", "examples/cnn/model.onnx", "examples/transformer/model.onnx"}) {
+    Compiled c(model, APX_O1);
+    ASSERT_TRUE(c.ok) << model;
+    auto bs = c.Buckets();
+    ASSERT_GE(bs.size(), 1u) << model;
+    int members = 0, widened = 0;
+    for (const auto &b : bs) {
+      EXPECT_EQ(b.dtype, APX_DT_F32) << model << " bucket " << b.id;
+      const ApxNode &n = c.g.nodes[b.node];
+      for (int k = 0; k < n.n_in; k++) {
+        int v = n.in[k], p = c.g.vals[v].producer;
+        EXPECT_EQ(c.g.vals[v].dtype, APX_DT_F32) << model << " " << c.g.vals[v].name;
+        EXPECT_FALSE(p >= 0 && (c.g.nodes[p].flags & APX_NODEF_EAGER)) << "no --allreduce-fp32 Cast at O1";
+        widened += p >= 0 && c.g.nodes[p].op == APX_OP_Cast && c.g.vals[c.g.nodes[p].in[0]].dtype == APX_DT_F16;
+        members++;
+      }
+    }
+    EXPECT_GT(widened, 0) << model << ": the half products' gradients are widened by a Cast";
+    for (int v = 0; v < c.g.n_vals; v++) {
+      if (c.g.vals[v].kind != APX_VAL_PARAM || c.g.vals[v].grad < 0) continue;
+      EXPECT_EQ(c.g.vals[c.g.vals[v].grad].dtype, APX_DT_F32) << model << " grad of " << c.g.vals[v].name;
+    }
+    EXPECT_GT(members, 0);
+  }
+}
+
+// --accumulate at O1: the accumulators, their sums and the buckets are fp32.
+TEST(Bucketing, O1AccumulationIsFp32) {
+  Compiled c("examples/mlp/model.onnx", APX_O1, [](ApxOptions *o) { o->accumulate = 4; });
+  ASSERT_TRUE(c.ok);
+  for (const auto &b : c.Buckets()) EXPECT_EQ(b.dtype, APX_DT_F32) << "bucket " << b.id;
+  int acc = 0;
+  for (int v = 0; v < c.g.n_vals; v++)
+    if (!strncmp(c.g.vals[v].name, "gradacc/", 8)) {
+      acc++;
+      EXPECT_EQ(c.g.vals[v].dtype, APX_DT_F32) << c.g.vals[v].name;
+    }
+  EXPECT_EQ(acc, 6);
+}
+
+// At O2/O3 a weight stored in half keeps a half gradient: its bucket is half unless
+// --allreduce-fp32 (AllreduceFp32ConvertsHalfGradients).
+TEST(Bucketing, HalfWeightsKeepHalfGradientsAtO2AndO3) {
+  for (ApxOptLevel lvl : {APX_O2, APX_O3}) {
+    Compiled c("examples/mlp/model.onnx", lvl);
+    ASSERT_TRUE(c.ok);
+    for (const auto &b : c.Buckets()) EXPECT_EQ(b.dtype, APX_DT_F16) << "O" << (int)lvl << " bucket " << b.id;
+  }
 }
 
 // The plan carries one bucket per Allreduce, ready after the last member's producer kernel.

@@ -132,8 +132,11 @@ static int store_params_half(Ctx *c, int32_t n_vals0) {
 }
 
 /* Graph output w produced in half by node id: the node writes a new value, a Cast back to
- * w's dtype produces w, and w's other users take the new value. */
-static int keep_output_dtype(Ctx *c, int id, int o, ApxDType t) {
+ * w's dtype produces w, and w's other users take the new value. The Cast's origin is the
+ * producer for a graph output; for a parameter's gradient it is w's first reader (as for
+ * every inserted Cast of a value read outside its producer's region: the fusion passes
+ * then leave the Cast to the reader, fuse_common.h). */
+static int keep_output_dtype(Ctx *c, int id, int o, ApxDType t, int grad) {
   ApxGraph *g = c->g;
   int w = g->nodes[id].out[o];
   ApxDType orig = g->vals[w].dtype;
@@ -147,10 +150,11 @@ static int keep_output_dtype(Ctx *c, int id, int o, ApxDType t) {
     if (apx_prec_is_fixed_node(g, un)) continue; /* optimizer / state users keep w */
     if (g->nodes[un].in[us] == w) g->nodes[un].in[us] = nv;
   }
+  int first_user = apx_uses_count(&c->u, w) > 0 ? c->u.use_node[c->u.use_start[w]] : -1;
   int cid = apx_cast_node_add(g, nv, orig, w, c->d);
   if (cid < 0) return -1;
   g->nodes[cid].section = g->nodes[id].section;
-  g->nodes[cid].origin = id;
+  g->nodes[cid].origin = grad ? first_user : id;
   g->vals[w].dtype = orig;
   int *slot = cache_at(c, nv, orig);
   if (!slot) return oom(c);
@@ -158,6 +162,18 @@ static int keep_output_dtype(Ctx *c, int id, int o, ApxDType t) {
   g->casts.inserted++;
   c->changed = 1;
   return 0;
+}
+
+/* A parameter's gradient takes the parameter's storage type, as Apex and torch AMP do (the
+ * backward of the per-step Cast widens): at O1 every fp32 weight gets an fp32 gradient, so
+ * buckets, allreduce and --accumulate sums are fp32; at O2/O3 a parameter stored in half has
+ * a half gradient (--allreduce-fp32 widens it for the allreduce), one kept in fp32 an fp32
+ * one. */
+static int is_wide_param_grad(const ApxGraph *g, int w, ApxDType t) {
+  const ApxValue *wv = &g->vals[w];
+  if (!(wv->flags & APX_VALF_GRAD) || wv->origin < 0 || wv->origin >= g->n_vals) return 0;
+  const ApxValue *p = &g->vals[wv->origin];
+  return p->kind == APX_VAL_PARAM && apx_dtype_is_float(p->dtype) && apx_dtype_size(p->dtype) > apx_dtype_size(t);
 }
 
 static int process_node(Ctx *c, int id) {
@@ -183,8 +199,9 @@ static int process_node(Ctx *c, int id) {
     if (w < 0 || !apx_prec_output_follows(g, id, o)) continue;
     ApxValue *wv = &g->vals[w];
     if (!apx_dtype_is_float(wv->dtype) || wv->dtype == t) continue;
-    if ((wv->flags & APX_VALF_GRAPH_OUTPUT) || w == g->loss) {
-      if (keep_output_dtype(c, id, o, t)) return -1;
+    int grad = is_wide_param_grad(g, w, t);
+    if ((wv->flags & APX_VALF_GRAPH_OUTPUT) || w == g->loss || grad) {
+      if (keep_output_dtype(c, id, o, t, grad && !(wv->flags & APX_VALF_GRAPH_OUTPUT) && w != g->loss)) return -1;
     } else {
       wv->dtype = t;
       c->changed = 1;

@@ -26,6 +26,10 @@
  *  - graph outputs keep the model's dtype: when a graph output's producer now runs in half,
  *    the producer writes a new value "<name>_<type>_apxN" and a Cast back to the original
  *    type produces the output under its own name (other users take the half value);
+ *  - a parameter's gradient (APX_VALF_GRAD, origin a parameter) keeps the parameter's storage
+ *    type the same way (Apex / torch AMP: the backward of the weight's Cast widens): at O1
+ *    the gradients of fp32 weights are fp32, so buckets, allreduce and accumulation are fp32
+ *    (DESIGN.md 11); at O2/O3 a weight stored in half has a half gradient;
  *  - Cast nodes made here: op Cast, typed ApxAttrCast{to, saturate = 1} and a generic "to"
  *    attribute, reason APX_REASON_CAST_INSERTED, compute = target type, section of the
  *    first user (FORWARD for parameters), origin = the first user, name "Cast_<value>".

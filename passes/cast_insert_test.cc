@@ -1,6 +1,7 @@
 // cast_insert_test.cc - pass_cast_insert: casts shared per value and type, constants
 // converted at compile time, parameter storage (O1 copies, O2 half + fp32 masters, O3),
-// graph outputs keep their dtype, index inputs and BN statistics untouched.
+// graph outputs keep their dtype, parameters' gradients keep the parameter's type, index
+// inputs and BN statistics untouched.
 #include "tests/testing/precision_testing.h"
 
 extern "C" {
@@ -83,6 +84,53 @@ TEST(CastInsert, O1WeightsStayFp32WithOneHalfCopy) {
   for (int i = 0; i < t.g.n_nodes; i++)
     casts_of_w += t.g.nodes[i].op == APX_OP_Cast && !(t.g.nodes[i].flags & APX_NODEF_DEAD) && t.g.nodes[i].in[0] == w;
   EXPECT_EQ(casts_of_w, 1);
+}
+
+// x @ W forward, dW = x^T dY backward (a half product at O1/O2/O3) read by an optimizer node.
+struct WeightGrad {
+  PGraph t;
+  int w, gw;
+  explicit WeightGrad(ApxOptLevel lvl) : t(lvl) {
+    int x = t.input("x", {4, 8});
+    w = t.param("W", {8, 8});
+    int y = t.op(APX_OP_MatMul, "mm", {x, w}, {4, 8});
+    t.output(y);
+    int dy = t.input("dy", {4, 8});
+    gw = t.op(APX_OP_FusedMatMul, "mm_grad_w", {x, dy}, {8, 8}, APX_DT_F32, APX_SEC_BACKWARD, t.find_node("mm"));
+    t.g.vals[gw].flags |= APX_VALF_GRAD;
+    t.g.vals[gw].origin = w;
+    t.output(t.op(APX_OP_Identity, "reader", {gw}, {8, 8}, APX_DT_F32, APX_SEC_OPTIMIZER));
+    t.preset();
+    t.compile();
+  }
+};
+
+// Apex / torch AMP: the backward of the weight's per-step Cast widens, so an fp32 weight has
+// an fp32 gradient (buckets, allreduce, accumulation in fp32); the half product writes a half
+// value that one Cast, outside the product's backward (origin: the reader), widens.
+TEST(CastInsert, O1GradientOfAnFp32WeightIsFp32) {
+  WeightGrad m(APX_O1);
+  PGraph &t = m.t;
+  EXPECT_EQ(t.v(m.w).dtype, APX_DT_F32);
+  EXPECT_EQ(t.v(m.gw).dtype, APX_DT_F32);
+  int c = t.v(m.gw).producer;
+  ASSERT_GE(c, 0);
+  EXPECT_EQ(t.g.nodes[c].op, APX_OP_Cast);
+  EXPECT_EQ(t.g.nodes[c].origin, t.find_node("reader"));
+  int half = t.g.nodes[c].in[0];
+  EXPECT_EQ(t.v(half).dtype, APX_DT_F16);
+  EXPECT_EQ(t.v(half).producer, t.find_node("mm_grad_w"));
+  EXPECT_EQ(t.n("reader").in[0], m.gw);
+}
+
+// A weight stored in half (O2 with an fp32 master, O3) keeps a half gradient.
+TEST(CastInsert, HalfWeightsKeepHalfGradients) {
+  for (ApxOptLevel lvl : {APX_O2, APX_O3}) {
+    WeightGrad m(lvl);
+    EXPECT_EQ(m.t.v(m.w).dtype, APX_DT_F16);
+    EXPECT_EQ(m.t.v(m.gw).dtype, APX_DT_F16);
+    EXPECT_EQ(m.t.v(m.gw).producer, m.t.find_node("mm_grad_w"));
+  }
 }
 
 TEST(CastInsert, O2WeightsStoredHalfWithFp32Masters) {

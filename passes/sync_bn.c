@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ir/infer.h"
+#include "passes/precision_rules.h"
 
 typedef struct Ctx {
   ApxGraph *g;
@@ -80,6 +81,19 @@ static int node(Ctx *c, ApxOp op, const char *hint, int n_in, const int *in, int
 #define OP1(op, hint, a) node(c, APX_OP_##op, hint, 1, (int[]){a}, -1, -1, NULL, 0, NULL)
 #define OP2(op, hint, a, b) node(c, APX_OP_##op, hint, 2, (int[]){a, b}, -1, -1, NULL, 0, NULL)
 
+/* Cast(v -> to) into `out` (a new value when out < 0), decided with the BatchNorm (section,
+ * origin); returns the value or -1. */
+static int cast_to(Ctx *c, int v, ApxDType to, int out) {
+  int id = apx_cast_node_add(c->g, v, to, out, c->d);
+  if (id < 0) return -1;
+  ApxNode *n = &c->g->nodes[id];
+  n->section = c->sec;
+  n->origin = c->bn;
+  n->reason_detail = apx_arena_printf(&c->g->arena, "--sync-bn: half BatchNorm statistics in fp32 (%s -> %s)",
+                                      apx_dtype_short(c->g->vals[v].dtype), apx_dtype_short(to));
+  return n->out[0];
+}
+
 static int unsupported(Ctx *c, const char *what) {
   return apx_node_error(c->d, c->g, c->bn, "not supported yet: --sync-bn with %s", what);
 }
@@ -97,14 +111,19 @@ static int rewrite(ApxGraph *g, ApxDiag *d, int bn) {
     return apx_node_error(d, g, bn, "--sync-bn: BatchNormalization needs its five inputs");
   const ApxValue xv = g->vals[X];
   if (c->T == APX_DT_UNDEFINED) c->T = xv.dtype;
+  /* A half BatchNorm (O1/O3) reads and writes half X, Y, dY, dX; its statistics, scale and
+   * bias are fp32 (cuDNN, Apex SyncBatchNorm): the decomposition runs in fp32 between a
+   * widening Cast of X (dY) and a narrowing one of Y (dX). */
+  const ApxDType io = c->T;
+  const int half = io == APX_DT_F16 || io == APX_DT_BF16;
+  if (half) c->T = APX_DT_F32;
   if (c->T != APX_DT_F32 && c->T != APX_DT_F64) {
     char what[160];
-    snprintf(what, sizeof what, "BatchNorm in %s (use -O0, or -O2 / --keep-batchnorm-fp32)",
-             apx_dtype_name(c->T));
+    snprintf(what, sizeof what, "BatchNorm in %s", apx_dtype_name(c->T));
     return unsupported(c, what);
   }
   const int vals[4] = {scale, B, rm, rv};
-  if (xv.dtype != c->T) return unsupported(c, "an input of another type than the BatchNorm's");
+  if (xv.dtype != io) return unsupported(c, "an input of another type than the BatchNorm's");
   for (int k = 0; k < 4; k++)
     if (g->vals[vals[k]].dtype != c->T) return unsupported(c, "parameters or running statistics of another type than the BatchNorm's");
   if (xv.rank < 2 || apx_value_numel(&xv) <= 0) return unsupported(c, "an input without a static (N, C, ...) shape");
@@ -118,6 +137,7 @@ static int rewrite(ApxGraph *g, ApxDiag *d, int bn) {
 
   /* ---- forward ---- */
   g->nodes[bn].flags |= APX_NODEF_DEAD;
+  if (half && (X = cast_to(c, X, c->T, -1)) < 0) return -1;
   int s1 = node(c, APX_OP_ReduceSumTo, "sum", 1, &X, -1, r, S, 0, NULL);
   int n_local = scalar(c, "count", (double)cnt);
   if (s1 < 0 || n_local < 0) return -1;
@@ -139,8 +159,10 @@ static int rewrite(ApxGraph *g, ApxDiag *d, int bn) {
   int b4 = scale4 < 0 ? -1 : node(c, APX_OP_Reshape, "bias", 1, &B, -1, r, S, 0, NULL);
   int ys = b4 < 0 ? -1 : OP2(Mul, "scaled", xhat, scale4);
   if (ys < 0) return -1;
-  if (bnn.out[0] >= 0 && node(c, APX_OP_Add, "y", 2, (int[]){ys, b4}, bnn.out[0], -1, NULL, 0, NULL) < 0)
-    return -1;
+  if (bnn.out[0] >= 0) {
+    int y = node(c, APX_OP_Add, "y", 2, (int[]){ys, b4}, half ? -1 : bnn.out[0], -1, NULL, 0, NULL);
+    if (y < 0 || (half && cast_to(c, y, io, bnn.out[0]) < 0)) return -1;
+  }
   int mom = scalar(c, "momentum", at.momentum), omm = scalar(c, "one_minus_momentum", 1.0 - (double)at.momentum);
   if (mom < 0 || omm < 0) return -1;
   /* PyTorch's running variance (attrs.def ApxAttrBatchNorm.unbiased_running_var): the sum of
@@ -182,7 +204,8 @@ static int rewrite(ApxGraph *g, ApxDiag *d, int bn) {
     c->sec = gnn.section;
     c->reason = gnn.reason;
     int dY = gnn.in[0];
-    if (g->vals[dY].dtype != c->T) return unsupported(c, "a gradient of another type than the BatchNorm's");
+    if (g->vals[dY].dtype != io) return unsupported(c, "a gradient of another type than the BatchNorm's");
+    if (half && (dY = cast_to(c, dY, c->T, -1)) < 0) return -1;
     int dX = gnn.out[0], dscale = gnn.n_out > 1 ? gnn.out[1] : -1, dB = gnn.n_out > 2 ? gnn.out[2] : -1;
     int db = node(c, APX_OP_ReduceSumTo, "grad_sum", 1, &dY, -1, r, S, 0, NULL);
     int dyx = db < 0 ? -1 : OP2(Mul, "grad_xhat", dY, xhat);
@@ -200,7 +223,8 @@ static int rewrite(ApxGraph *g, ApxDiag *d, int bn) {
     int t2 = t1 < 0 ? -1 : OP2(Mul, "grad_projection", xhat, mdyx);
     int t3 = t2 < 0 ? -1 : OP2(Sub, "grad_orthogonal", t1, t2);
     int k4 = t3 < 0 ? -1 : OP2(Mul, "grad_gain", scale4, invstd);
-    if (k4 < 0 || node(c, APX_OP_Mul, "grad_x", 2, (int[]){t3, k4}, dX, -1, NULL, 0, NULL) < 0) return -1;
+    int dx = k4 < 0 ? -1 : node(c, APX_OP_Mul, "grad_x", 2, (int[]){t3, k4}, half ? -1 : dX, -1, NULL, 0, NULL);
+    if (dx < 0 || (half && cast_to(c, dx, io, dX) < 0)) return -1;
   }
   return 0;
 }

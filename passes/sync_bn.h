@@ -38,9 +38,15 @@
  * BatchNorm's own output values, so its consumers (Relu, the AssignState running-statistic
  * updates) are unchanged.
  *
- * Not supported yet (error, exit code 2, naming the node): BatchNorm in half precision
- * (O1/O3 without --keep-batchnorm-fp32), parameters or running statistics of another type
- * than T. Inference-mode BatchNorm is left alone. */
+ * A BatchNorm in half precision (O1/O3 without --keep-batchnorm-fp32: X, Y, dY, dX in
+ * fp16/bf16, scale, bias and statistics fp32 as cuDNN and Apex SyncBatchNorm keep them) is
+ * rewritten the same way with T = fp32 between Cast(X -> fp32) and Cast(Y -> half) in the
+ * forward, Cast(dY -> fp32) and Cast(dX -> half) in the backward: every sum and statistic
+ * is computed and allreduced in fp32, and only Y and dX are rounded to half, once.
+ *
+ * Not supported yet (error, exit code 2, naming the node): parameters or running
+ * statistics of another type than fp32/fp64 T, an input of another type than the
+ * BatchNorm's. Inference-mode BatchNorm is left alone. */
 #ifndef APX_SYNC_BN_H
 #define APX_SYNC_BN_H
 

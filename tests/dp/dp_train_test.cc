@@ -212,6 +212,60 @@ TEST(DataParallel, CnnWithSyncBnMatchesOneProcessOnTheCombinedBatch) {
               rp.max_rel);
 }
 
+// ---- O1: fp32 gradients, buckets and accumulation (DESIGN.md 11, issue 14 item 2) ---------
+
+// At O1 the weights are fp32 and each weight's gradient is fp32 (the backward of its
+// per-step Cast widens the half product's gradient): every micro-batch's gradient is
+// computed the same way on any rank, and the sums over micro-batches and ranks are fp32.
+// So 2 ranks x --accumulate 4 train like one process x 8 micro-batches, and 2 ranks without
+// accumulation like one process x 2 micro-batches, up to fp32 rounding of the sums (with
+// fp16 buckets the second pair differed by 3.4e-3 after 20 steps). SGD with momentum: see
+// ShuffledBatchesMatchOneProcess.
+TEST(DataParallel, O1GradientsAreSummedInFp32OverRanksAndMicroBatches) {
+  const std::string f = "-O1 --optimizer sgd --lr 0.05 --momentum 0.9", data = "examples/mlp/data";
+  struct Case {
+    int ranks_acc, one_acc;
+  };
+  for (Case c : {Case{4, 8}, Case{1, 2}}) {
+    std::string ra = std::to_string(c.ranks_acc), oa = std::to_string(c.one_acc);
+    std::string pr = Compile("mlp", 8, f + (c.ranks_acc > 1 ? " --accumulate " + ra : ""), "mlpo1_r" + ra);
+    std::string po = Compile("mlp", 8, f + " --accumulate " + oa, "mlpo1_o" + oa);
+    std::string out;
+    auto one = Train(0, po, data, 20, "--no-shuffle", "mlpo1_1x" + oa);
+    auto two = Train(2, pr, data, 20, "--no-shuffle", "mlpo1_2x" + ra, &out);
+    EXPECT_NE(out.find(", 0 skipped (overflow)"), std::string::npos) << out;
+    Diff d = Compare(two, one);
+    EXPECT_LT(d.max_rel, 1e-6) << "2 ranks x " << ra << " vs 1 x " << oa << ": " << d.where;
+    std::printf("MLP -O1 SGD, 20 steps: max |w(2 ranks x %s micro-batches) - w(1 x %s)| / max(1, |w|) = %.3g (%s)\n",
+                ra.c_str(), oa.c_str(), d.max_rel, d.where.c_str());
+  }
+}
+
+// ---- half-precision BatchNorm with --sync-bn (issue 14 item 4) -------------------------------
+
+// At O3 BatchNorm runs in fp16 (x, y, dx half; statistics, scale and bias fp32): --sync-bn
+// computes and allreduces the statistics in fp32, so 2 ranks x 8 match one process with a
+// plain fp16 BatchNorm over 16 to within fp16 rounding of the half weights (O3 has no fp32
+// masters: each step rounds the update to fp16, ~1e-3 relative), while without --sync-bn the
+// ranks' per-slice statistics move them by several times that in 5 steps.
+TEST(DataParallel, HalfBatchNormWithSyncBnAtO3MatchesOneProcess) {
+  const std::string opt = "-O3 --optimizer sgd --lr 0.1 --momentum 0.9";
+  std::string s8 = Compile("cnn", 8, opt + " --sync-bn", "cnnh_s8"), p8 = Compile("cnn", 8, opt, "cnnh_p8"),
+              p16 = Compile("cnn", 16, opt, "cnnh_p16");
+  const std::string data = "examples/cnn/data", flags = "--no-shuffle";
+  auto one = Train(0, p16, data, 5, flags, "cnnh_1x16");
+  auto two = Train(2, s8, data, 5, flags, "cnnh_2x8_sync"), plain = Train(2, p8, data, 5, flags, "cnnh_2x8_plain");
+  Diff w = Compare(two, one, "-running"), r = Compare(two, one, "running");
+  Diff wp = Compare(plain, one, "-running"), rp = Compare(plain, one, "running");
+  EXPECT_LT(w.max_rel, 1e-3) << w.where;
+  EXPECT_LT(r.max_rel, 1e-3) << r.where;
+  EXPECT_GT(wp.max_rel, 2e-3) << "without --sync-bn the ranks' BatchNorm statistics differ";
+  EXPECT_GT(rp.max_rel, 2e-3);
+  std::printf("CNN+BN -O3 (fp16 BatchNorm) SGD, 5 steps, max |w - w(1 x 16)| / max(1, |w|), parameters / running "
+              "statistics: 2 x 8 --sync-bn %.3g (%s) / %.3g; 2 x 8 without --sync-bn %.3g / %.3g\n",
+              w.max_rel, w.where.c_str(), r.max_rel, wp.max_rel, rp.max_rel);
+}
+
 // ---- loss scaling agreed over the ranks --------------------------------------------------
 
 // The MLP's data with rank 1's slice of global batch 3 multiplied by 3e4: at O2 its fp16
