@@ -277,6 +277,130 @@ CONTRACT(c_pow_grad) {
   return APX_STATUS_OK;
 }
 
+/* -- comparisons, logic, Min/Max, Clip, Mod (v1.1; kernels/cpu/compare.c, cuda/compare.cu) -- */
+
+/* Every present input of input 0's type. */
+static ApxStatus same_input_types(V *v, const ApxTensor *ins, int n_in) {
+  for (int k = 1; k < n_in; k++)
+    if (has(ins, n_in, k) && ins[k].dtype != ins[0].dtype)
+      return bad(v, "input %d has type %s, input 0 %s", k, dt_name(&ins[k]), dt_name(&ins[0]));
+  return APX_STATUS_OK;
+}
+
+static ApxStatus out_type(V *v, const ApxTensor *o, ApxDType want) {
+  if (o->dtype == want) return APX_STATUS_OK;
+  return bad(v, "output has type %s, expected %s", dt_name(o), apx_dtype_name(want));
+}
+
+static ApxStatus bcast_pair(V *v, const ApxTensor *o, const ApxTensor *a, const ApxTensor *b) {
+  const ApxTensor *pair[2] = {a, b};
+  ApxBcast bc;
+  return planned(apx_bcast_plan(&bc, o, pair, 2, v->err, v->cap));
+}
+
+/* Less, LessOrEqual, Greater, GreaterOrEqual, And, Or (A, B) -> bool, broadcast; And/Or of
+ * bool inputs. */
+CONTRACT(c_compare) {
+  TRY(same_input_types(v, ins, n_in));
+  TRY(out_type(v, &outs[0], APX_DT_BOOL));
+  if ((op == APX_OP_And || op == APX_OP_Or) && ins[0].dtype != APX_DT_BOOL)
+    return unsup(v, "not supported yet: input of type %s", dt_name(&ins[0]));
+  return bcast_pair(v, &outs[0], &ins[0], &ins[1]);
+}
+
+/* Not(X) (bool X), IsNaN(X), IsInf(X) -> bool of X's shape. */
+CONTRACT(c_bool_unary) {
+  TRY(out_type(v, &outs[0], APX_DT_BOOL));
+  if (numel(&outs[0]) != numel(&ins[0])) return bad(v, "output shape differs from the input's");
+  if (op == APX_OP_Not && ins[0].dtype != APX_DT_BOOL)
+    return unsup(v, "not supported yet: input of type %s", dt_name(&ins[0]));
+  return APX_STATUS_OK;
+}
+
+/* Min / Max (X_0, ..., X_{n-1}) -> Y of their type, each input broadcast to Y; Y is written
+ * from the first pair on, so only input 0 may share its bytes. */
+CONTRACT(c_minmax) {
+  (void)op, (void)attrs;
+  if (n_in < 1) return bad(v, "no inputs");
+  TRY(same_input_types(v, ins, n_in));
+  TRY(out_type(v, &outs[0], ins[0].dtype));
+  for (int k = 0; k < n_in; k++)
+    if (!broadcasts(&ins[k], &outs[0])) return bad(v, "input %d does not broadcast to the output", k);
+  for (int k = 1; k < n_in; k++)
+    if (ins[k].data == outs[0].data) return bad(v, "input %d aliases the output", k);
+  return APX_STATUS_OK;
+}
+
+/* The optional bounds ins[first], ins[first + 1] of Clip / ClipGrad: one element of type dt. */
+static ApxStatus clip_bounds(V *v, const ApxTensor *ins, int n_in, int first, ApxDType dt) {
+  for (int k = first; k < first + 2; k++)
+    if (has(ins, n_in, k) && (ins[k].dtype != dt || numel(&ins[k]) != 1))
+      return bad(v, "input %d must be one %s element", k, apx_dtype_name(dt));
+  return APX_STATUS_OK;
+}
+
+/* Clip(X, min?, max?) -> Y of X's shape and type. */
+CONTRACT(c_clip) {
+  (void)op, (void)attrs;
+  TRY(out_type(v, &outs[0], ins[0].dtype));
+  if (numel(&outs[0]) != numel(&ins[0])) return bad(v, "output shape differs from the input's");
+  return clip_bounds(v, ins, n_in, 1, ins[0].dtype);
+}
+
+/* Mod(A, B) -> C, broadcast, one type; fmod = 0 (Python's sign rule) is integer only. */
+CONTRACT(c_mod) {
+  (void)op;
+  TRY(same_input_types(v, ins, n_in));
+  TRY(out_type(v, &outs[0], ins[0].dtype));
+  if (is_float(&ins[0]) && !((const ApxAttrMod *)attrs)->fmod)
+    return bad(v, "fmod = 0 needs integer inputs, got %s", dt_name(&ins[0]));
+  return bcast_pair(v, &outs[0], &ins[0], &ins[1]);
+}
+
+/* ClipGrad(dY, X, min?, max?) -> dX?, dMin?, dMax?, each of dY's shape and type; dMin/dMax
+ * need their bound. */
+CONTRACT(c_clip_grad) {
+  (void)op, (void)attrs;
+  const ApxTensor *dy = &ins[0];
+  int64_t n = numel(dy);
+  if (numel(&ins[1]) != n || ins[1].dtype != dy->dtype)
+    return bad(v, "dY and X must have one shape and type");
+  TRY(clip_bounds(v, ins, n_in, 2, dy->dtype));
+  for (int k = 0; k < 3; k++) {
+    if (!has(outs, n_out, k)) continue;
+    if (outs[k].dtype != dy->dtype || numel(&outs[k]) != n)
+      return bad(v, "output %d must have dY's shape and type", k);
+    if (k > 0 && !has(ins, n_in, k + 1)) return bad(v, "output %d needs input %d", k, k + 1);
+  }
+  return APX_STATUS_OK;
+}
+
+/* MinMaxGrad(dY, Y, X_0 .. X_{n-1}) -> dX_0? .. dX_{n-1}?, one float type, each of dY's
+ * shape. */
+CONTRACT(c_minmax_grad) {
+  (void)op, (void)attrs;
+  if (n_in < 3 || n_out != n_in - 2)
+    return bad(v, "%d inputs and %d outputs (want n + 2 and n)", n_in, n_out);
+  TRY(same_input_types(v, ins, n_in));
+  const ApxTensor *dy = &ins[0];
+  int64_t n = numel(dy);
+  if (numel(&ins[1]) != n) return bad(v, "Y must have dY's shape");
+  for (int k = 0; k < n_out; k++)
+    if (has(outs, n_out, k) && (outs[k].dtype != dy->dtype || numel(&outs[k]) != n))
+      return bad(v, "output %d must have dY's shape and type", k);
+  return APX_STATUS_OK;
+}
+
+/* RandomUniformLike(input?) -> output: the input, when given, has the output's element count
+ * (its values are never read). */
+CONTRACT(c_random_uniform_like) {
+  (void)op, (void)attrs;
+  if (has(ins, n_in, 0) && numel(&ins[0]) != numel(&outs[0]))
+    return bad(v, "output has %lld elements, input %lld", (long long)numel(&outs[0]),
+               (long long)numel(&ins[0]));
+  return APX_STATUS_OK;
+}
+
 /* -- matrix products -- */
 
 static ApxStatus need_float(V *v, const ApxTensor *t, const char *what) {
@@ -970,6 +1094,16 @@ static Contract contract_of(ApxOp op) {
     case APX_OP_UnscaleCheck: return c_unscale_check;
     case APX_OP_OptimizerStep: return c_optimizer_step;
     case APX_OP_Allreduce: return c_allreduce;
+    case APX_OP_Less: case APX_OP_LessOrEqual: case APX_OP_Greater: case APX_OP_GreaterOrEqual:
+    case APX_OP_And: case APX_OP_Or:
+      return c_compare;
+    case APX_OP_Not: case APX_OP_IsNaN: case APX_OP_IsInf: return c_bool_unary;
+    case APX_OP_Min: case APX_OP_Max: return c_minmax;
+    case APX_OP_Clip: return c_clip;
+    case APX_OP_Mod: return c_mod;
+    case APX_OP_ClipGrad: return c_clip_grad;
+    case APX_OP_MinMaxGrad: return c_minmax_grad;
+    case APX_OP_RandomUniformLike: return c_random_uniform_like;
     default: return NULL;
   }
 }

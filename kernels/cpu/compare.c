@@ -104,42 +104,16 @@ static ApxStatus type_error(ApxCpuCtx *ctx, const char *what, ApxDType t) {
                       apx_dtype_name(t));
 }
 
-/* Every present input of one type (inputs 0..need-1 are present: the op table's arity,
- * checked by kernels/validate.c); returns it through *dt. */
-static ApxStatus same_types(ApxCpuCtx *ctx, const ApxTensor *ins, int n_in, int need,
-                            ApxDType *dt) {
-  (void)need;
-  for (int k = 1; k < n_in; k++) {
-    if (!ins[k].data) continue;
-    if (ins[k].dtype != ins[0].dtype)
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %d has type %s, input 0 %s", k,
-                          apx_dtype_name(ins[k].dtype), apx_dtype_name(ins[0].dtype));
-  }
-  *dt = ins[0].dtype;
-  return APX_STATUS_OK;
-}
-
 static ApxStatus bcast2(ApxCpuCtx *ctx, ApxBcast *bc, const ApxTensor *out, const ApxTensor *a,
                         const ApxTensor *b) {
   const ApxTensor *pair[2] = {a, b};
   return apx_shape_status(apx_bcast_plan(bc, out, pair, 2, ctx->err, sizeof ctx->err));
 }
 
-static ApxStatus need_out_type(ApxCpuCtx *ctx, ApxTensor *outs, int n_out, ApxDType dt) {
-  (void)n_out; /* output 0 is present: the op table's arity, checked by kernels/validate.c */
-  if (outs[0].dtype != dt)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output has type %s, expected %s",
-                        apx_dtype_name(outs[0].dtype), apx_dtype_name(dt));
-  return APX_STATUS_OK;
-}
-
 /* Less, LessOrEqual, Greater, GreaterOrEqual (A, B) -> bool */
 APX_CPU_KERNEL(apx_cpu_compare) {
-  ApxStatus s;
-  ApxDType dt = APX_DT_UNDEFINED;
-  if ((s = same_types(ctx, ins, n_in, 2, &dt)) ||
-      (s = need_out_type(ctx, outs, n_out, APX_DT_BOOL)))
-    return s;
+  ApxStatus s; /* types, shapes: kernels/validate.c */
+  ApxDType dt = ins[0].dtype;
   ApxBcast bc;
   if ((s = bcast2(ctx, &bc, &outs[0], &ins[0], &ins[1]))) return s;
   int nt = apx_cpu_threads(ctx);
@@ -152,20 +126,12 @@ APX_CPU_KERNEL(apx_cpu_compare) {
 
 /* Not(X), And(A, B), Or(A, B): bool -> bool (any nonzero byte is true) */
 APX_CPU_KERNEL(apx_cpu_logic) {
-  ApxStatus s;
-  ApxDType dt = APX_DT_UNDEFINED;
-  int ar = op == APX_OP_Not ? 1 : 2;
-  if ((s = same_types(ctx, ins, n_in, ar, &dt)) ||
-      (s = need_out_type(ctx, outs, n_out, APX_DT_BOOL)))
-    return s;
-  if (dt != APX_DT_BOOL) return type_error(ctx, "input", dt);
+  ApxStatus s; /* bool inputs and output, shapes: kernels/validate.c */
   int nt = apx_cpu_threads(ctx);
   const uint8_t *a = ins[0].data;
   uint8_t *o = outs[0].data;
   if (op == APX_OP_Not) {
     int64_t n = apx_tensor_numel(&outs[0]);
-    if (apx_tensor_numel(&ins[0]) != n)
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output shape differs from the input's");
     APX_OMP_FOR(n > APX_CPU_PAR_WORK)
     for (int64_t i = 0; i < n; i++) o[i] = a[i] == 0;
     return APX_STATUS_OK;
@@ -187,12 +153,7 @@ APX_CPU_KERNEL(apx_cpu_logic) {
 
 /* IsNaN(X), IsInf(X) -> bool, float X */
 APX_CPU_KERNEL(apx_cpu_isclass) {
-  ApxStatus s;
-  if ((s = need_out_type(ctx, outs, n_out, APX_DT_BOOL)))
-    return s;
-  int64_t n = apx_tensor_numel(&ins[0]);
-  if (apx_tensor_numel(&outs[0]) != n)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output shape differs from the input's");
+  int64_t n = apx_tensor_numel(&ins[0]); /* bool output of X's shape: kernels/validate.c */
   int dn = 1, dp = 1;
   if (op == APX_OP_IsInf) {
     const ApxAttrIsInf *a = attrs;
@@ -213,11 +174,8 @@ APX_CPU_KERNEL(apx_cpu_isclass) {
 /* Min / Max (X_0, ..., X_{n-1}) -> Y: Y = f(X_0, X_1), then Y = f(Y, X_k) (the earlier
  * operand wins ties), broadcast; one input: broadcast copy. */
 APX_CPU_KERNEL(apx_cpu_minmax) {
-  ApxStatus s;
-  ApxDType dt = APX_DT_UNDEFINED;
-  if (n_in < 1) return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "no inputs");
-  if ((s = same_types(ctx, ins, n_in, n_in, &dt)) || (s = need_out_type(ctx, outs, n_out, dt)))
-    return s;
+  ApxStatus s; /* types, broadcasting, aliasing: kernels/validate.c */
+  ApxDType dt = ins[0].dtype;
   ApxTensor *o = &outs[0];
   int nt = apx_cpu_threads(ctx);
   if (n_in == 1) {
@@ -225,9 +183,6 @@ APX_CPU_KERNEL(apx_cpu_minmax) {
       return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input 0 does not broadcast to the output");
     return APX_STATUS_OK;
   }
-  for (int k = 1; k < n_in; k++) /* o is written from the first pair on */
-    if (ins[k].data == o->data)
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %d aliases the output", k);
   int is_max = op == APX_OP_Max;
   for (int k = 1; k < n_in; k++) {
     const ApxTensor *a = k == 1 ? &ins[0] : o;
@@ -242,20 +197,11 @@ APX_CPU_KERNEL(apx_cpu_minmax) {
 
 /* Clip(X, min?, max?) -> Y; the bounds are one-element tensors of X's type */
 APX_CPU_KERNEL(apx_cpu_clip) {
-  ApxStatus s;
-  ApxDType dt = ins[0].dtype;
-  if ((s = need_out_type(ctx, outs, n_out, dt))) return s;
+  ApxDType dt = ins[0].dtype; /* output and bounds: kernels/validate.c */
   int64_t n = apx_tensor_numel(&ins[0]);
-  if (apx_tensor_numel(&outs[0]) != n)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output shape differs from the input's");
   const void *b[2] = {NULL, NULL};
-  for (int k = 1; k < 3; k++) {
-    if (!apx_cpu_has(ins, n_in, k)) continue;
-    if (ins[k].dtype != dt || apx_tensor_numel(&ins[k]) != 1)
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %d must be one %s element", k,
-                          apx_dtype_name(dt));
-    b[k - 1] = ins[k].data;
-  }
+  for (int k = 1; k < 3; k++)
+    if (apx_cpu_has(ins, n_in, k)) b[k - 1] = ins[k].data;
   int nt = apx_cpu_threads(ctx);
 #define RUN(T, SFX) clip_##SFX(ins[0].data, b[0], b[1], outs[0].data, n, nt)
   NUMERIC_SWITCH(dt, RUN, return type_error(ctx, "input", dt))
@@ -265,15 +211,9 @@ APX_CPU_KERNEL(apx_cpu_clip) {
 
 /* Mod(A, B) -> C (ApxAttrMod) */
 APX_CPU_KERNEL(apx_cpu_mod) {
-  ApxStatus s;
-  ApxDType dt = APX_DT_UNDEFINED;
-  if ((s = same_types(ctx, ins, n_in, 2, &dt)) ||
-      (s = need_out_type(ctx, outs, n_out, dt)))
-    return s;
+  ApxStatus s; /* types, fmod: kernels/validate.c */
+  ApxDType dt = ins[0].dtype;
   int fm = ((const ApxAttrMod *)attrs)->fmod;
-  if (apx_dtype_is_float(dt) && !fm)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "fmod = 0 needs integer inputs, got %s",
-                        apx_dtype_name(dt));
   ApxBcast bc;
   if ((s = bcast2(ctx, &bc, &outs[0], &ins[0], &ins[1]))) return s;
   int64_t nb = apx_tensor_numel(&ins[1]);
@@ -302,52 +242,30 @@ APX_CPU_KERNEL(apx_cpu_mod) {
 /* ClipGrad(dY, X, min?, max?) -> dX?, dMin?, dMax?, all of dY's shape (math kernel) */
 APX_CPU_KERNEL(apx_cpu_clip_grad) {
   const ApxTensor *dy = &ins[0];
-  int64_t n = apx_tensor_numel(dy);
-  if (apx_tensor_numel(&ins[1]) != n || ins[1].dtype != dy->dtype)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "dY and X must have one shape and type");
+  int64_t n = apx_tensor_numel(dy); /* shapes, types, bounds: kernels/validate.c */
   const void *b[2] = {NULL, NULL};
-  for (int k = 2; k < 4; k++) {
-    if (!apx_cpu_has(ins, n_in, k)) continue;
-    if (ins[k].dtype != dy->dtype || apx_tensor_numel(&ins[k]) != 1)
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "input %d must be one %s element", k,
-                          apx_dtype_name(dy->dtype));
-    b[k - 2] = ins[k].data;
-  }
+  for (int k = 2; k < 4; k++)
+    if (apx_cpu_has(ins, n_in, k)) b[k - 2] = ins[k].data;
   void *g[3] = {NULL, NULL, NULL};
-  for (int k = 0; k < 3; k++) {
-    if (!apx_cpu_has(outs, n_out, k)) continue;
-    if (outs[k].dtype != dy->dtype || apx_tensor_numel(&outs[k]) != n)
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output %d must have dY's shape and type", k);
-    if (k > 0 && !b[k - 1])
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output %d needs input %d", k, k + 1);
-    g[k] = outs[k].data;
-  }
+  for (int k = 0; k < 3; k++)
+    if (apx_cpu_has(outs, n_out, k)) g[k] = outs[k].data;
   int nt = apx_cpu_threads(ctx);
   if (dy->dtype == APX_DT_F64)
     clip_grad_f64(dy->data, ins[1].data, b[0], b[1], g[0], g[1], g[2], n, nt);
   else if (dy->dtype == APX_DT_F32)
     clip_grad_f32(dy->data, ins[1].data, b[0], b[1], g[0], g[1], g[2], n, nt);
   else
-    return type_error(ctx, "dY", dy->dtype);
+    return type_error(ctx, "gradient dY", dy->dtype);
   return APX_STATUS_OK;
 }
 
 /* MinMaxGrad(dY, Y, X_0 .. X_{n-1}) -> dX_0? .. dX_{n-1}?, each of dY's shape (math kernel) */
 APX_CPU_KERNEL(apx_cpu_minmax_grad) {
-  ApxStatus s;
-  ApxDType dt = APX_DT_UNDEFINED;
-  if (n_in < 3 || n_out != n_in - 2)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "%d inputs and %d outputs (want n + 2 and n)",
-                        n_in, n_out);
-  if ((s = same_types(ctx, ins, n_in, n_in, &dt))) return s;
-  if (dt != APX_DT_F32 && dt != APX_DT_F64) return type_error(ctx, "dY", dt);
+  ApxStatus s = APX_STATUS_OK; /* counts, shapes, types: kernels/validate.c */
+  ApxDType dt = ins[0].dtype;
+  if (dt != APX_DT_F32 && dt != APX_DT_F64) return type_error(ctx, "gradient dY", dt);
   const ApxTensor *dy = &ins[0];
   int64_t n = apx_tensor_numel(dy);
-  if (apx_tensor_numel(&ins[1]) != n)
-    return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "Y must have dY's shape");
-  for (int k = 0; k < n_out; k++)
-    if (apx_cpu_has(outs, n_out, k) && (outs[k].dtype != dt || apx_tensor_numel(&outs[k]) != n))
-      return apx_cpu_fail(ctx, APX_STATUS_BAD_INPUT, "output %d must have dY's shape and type", k);
   /* count[i]: how many inputs equal y[i] */
   size_t es = apx_dtype_size(dt);
   void *count = calloc((size_t)(n ? n : 1), es);

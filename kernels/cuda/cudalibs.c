@@ -114,7 +114,7 @@ int apx_cudalib_load(ApxCudaLib lib) {
       snprintf(g_err[lib], sizeof g_err[lib],
                "%s not found: none of %s in $APEXC_CUDA_LIBS (%s), the loader's path or "
                "/usr/local/cuda/lib64",
-               L->title, names, dirs && *dirs ? dirs : "unset");
+               L->title, names, dirs && *dirs ? dirs : "not set");
     }
   }
   int rc = g_handle[lib] ? 0 : -1;
