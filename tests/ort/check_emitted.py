@@ -202,6 +202,9 @@ def widen_nodes(model, op_types, half_type):
                     out_nodes.append(helper.make_node("Cast", [x], [casted[x]], name=x + "__apx_widen",
                                                       to=TensorProto.FLOAT))
                 n.input[i] = casted[x]
+        for a in n.attribute:  # an output type given as an attribute (RandomUniformLike's dtype)
+            if a.name == "dtype" and a.type == onnx.AttributeProto.INT and a.i == half_type:
+                a.i = TensorProto.FLOAT
         post = []
         for i, y in enumerate(n.output):
             if y and types.get(y) == half_type:
