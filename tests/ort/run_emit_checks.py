@@ -206,7 +206,11 @@ def main():
                         print(text)
                         continue
                     emitted = onnx.load(out)
-                    ok, lines, errs = check_emitted.check(model, emitted, feeds, half)
+                    try:
+                        ok, lines, errs = check_emitted.check(model, emitted, feeds, half)
+                    except check_emitted.OrtGap as e:  # checker-valid, but no onnxruntime kernel
+                        skipped.append(f"{name}: {e}")
+                        continue
                     if label in EXPECT:
                         good, line = EXPECT[label](emitted, half)
                         ok &= good
@@ -232,7 +236,7 @@ def main():
     for half, ops in sorted(widened.items()):
         print(f"ops onnxruntime (CPU) could not run in {half}, run as fp32 compute + {half} rounding: {', '.join(ops)}")
     failed = sum(1 for _, ok, _ in cases if not ok)
-    print(f"{len(skipped)} skipped (rejected by apexc, listed above), {time.time() - t0:.0f} s")
+    print(f"{len(skipped)} skipped (rejected by apexc, or an op onnxruntime lacks at the written opset; listed above), {time.time() - t0:.0f} s")
     junit.write(None, "emit_onnx_ort", cases)
     print(f"{len(cases) - failed} passed, {failed} failed")
     return 1 if failed else 0
