@@ -270,9 +270,7 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   int64_t *best_off = malloc(((size_t)nv + 1) * sizeof *best_off);
   Key *key = malloc(((size_t)nv + 1) * sizeof *key);
   int rc = 0;
-  int ix_rc = apx_place_index_init(&pl.ix, n_steps, nv);
-  if (!def || !last || !pl.cls || !live || !idx || !steps || !work || !root || ix_rc || !best_off ||
-      !key) {
+  if (!def || !last || !pl.cls || !live || !idx || !steps || !work || !root || !best_off || !key) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
     goto out;
   }
@@ -396,6 +394,11 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   for (int32_t t = 0; t < n_steps; t++) {
     if (t) live[t] += live[t - 1];
     if (live[t] > peak) peak = live[t];
+  }
+  /* the index holds the arena classes only (a tenth of the values on training chains) */
+  if (pl.n && apx_place_index_init(&pl.ix, n_steps, pl.n)) {
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
+    goto out;
   }
   int64_t best = pl.n ? pack_arena(&pl, n_steps, live, peak, idx, steps, work, key, best_off) : 0;
   if (pl.oom) {
