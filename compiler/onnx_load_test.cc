@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -2155,9 +2154,10 @@ TEST(OnnxLoad, ReadsOnnxTestDataFiles) {
   EXPECT_GT(ok, 1000);
 }
 
-// ---- performance ------------------------------------------------------------------------
+// ---- size -------------------------------------------------------------------------------
+// Load speed is measured by scripts/bench_compile.sh (issue 12), not here: no timed unit tests.
 
-TEST(OnnxLoad, HundredThousandNodesLoadFast) {
+TEST(OnnxLoad, HundredThousandNodesLoadInOrder) {
   const int N = 100000;
   Model m;
   m.input("v0", {4, 4});
@@ -2165,23 +2165,13 @@ TEST(OnnxLoad, HundredThousandNodesLoadFast) {
     m.node("Relu", {"v" + std::to_string(N - 1 - i)}, {"v" + std::to_string(N - i)});
   m.output("v" + std::to_string(N));
   std::string b = m.bytes();
-  double s = 1e9;  // best of 3: the machine is shared, the loader's cost is the minimum
-  for (int rep = 0; rep < 3; rep++) {
-    Loaded L;
-    auto t0 = std::chrono::steady_clock::now();
-    int rc = apx_onnx_load_memory(&L.g, b.data(), b.size(), nullptr, nullptr, &L.d);
-    s = std::min(s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    ASSERT_EQ(rc, 0) << L.d.msg;
-    EXPECT_EQ(L.g.n_nodes, N);
-    EXPECT_EQ(L.g.n_order, N);
-    EXPECT_STREQ(L.g.nodes[L.g.order[0]].name, ("Relu_" + std::to_string(N - 1)).c_str());
-  }
-  printf("100k-node model (%zu bytes) loaded in %.3f s (best of 3)\n", b.size(), s);
-#if defined(__SANITIZE_ADDRESS__)
-  EXPECT_LT(s, 5.0);
-#else
-  EXPECT_LT(s, 1.0);
-#endif
+  Loaded L;
+  ASSERT_EQ(apx_onnx_load_memory(&L.g, b.data(), b.size(), nullptr, nullptr, &L.d), 0) << L.d.msg;
+  EXPECT_EQ(L.g.n_nodes, N);
+  EXPECT_EQ(L.g.n_order, N);
+  // the chain runs from the last node listed to the first: every node after its producer
+  for (int k = 0; k < N; k++)
+    ASSERT_STREQ(L.g.nodes[L.g.order[k]].name, ("Relu_" + std::to_string(N - 1 - k)).c_str()) << k;
 }
 
 }  // namespace

@@ -168,3 +168,34 @@ TEST(FileIo, SameFileByInodeOrCanonicalPath) {
   free(c);
   free(real);
 }
+
+// CRC32C against a bit-at-a-time reference: the check value, every short length and
+// alignment, and lengths around the three-stream blocks (3 x 8192 bytes), whole and in pieces.
+static uint32_t crc32c_bitwise(uint32_t crc, const uint8_t *p, size_t n) {
+  crc = ~crc;
+  while (n--) {
+    crc ^= *p++;
+    for (int k = 0; k < 8; k++) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+TEST(FileIo, Crc32cMatchesTheBitwiseDefinition) {
+  EXPECT_EQ(apx_crc32c(0, "123456789", 9), 0xE3069283u);
+  std::string buf(3 * 3 * 8192 + 200, '\0');
+  uint32_t x = 12345;
+  for (auto &ch : buf) {
+    x = x * 1103515245u + 12345u;
+    ch = (char)(x >> 24);
+  }
+  const uint8_t *b = reinterpret_cast<const uint8_t *>(buf.data());
+  for (size_t off = 0; off < 9; off++)
+    for (size_t n = 0; n < 80; n++) ASSERT_EQ(apx_crc32c(7, b + off, n), crc32c_bitwise(7, b + off, n));
+  const size_t block = 3 * 8192;
+  for (size_t n : {block - 1, block, block + 1, 2 * block + 13, 3 * block + 99}) {
+    for (size_t off = 0; off < 3; off++)
+      ASSERT_EQ(apx_crc32c(0, b + off, n), crc32c_bitwise(0, b + off, n)) << n << " " << off;
+    uint32_t piecewise = apx_crc32c(apx_crc32c(0, b, n / 3), b + n / 3, n - n / 3);
+    ASSERT_EQ(piecewise, crc32c_bitwise(0, b, n)) << n;
+  }
+}

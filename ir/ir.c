@@ -89,10 +89,25 @@ int apx_graph_find_value(const ApxGraph *g, const char *name) {
   return -1;
 }
 
+/* "<hint>_apx<counter>", formatted by hand: passes ask for one name per new value, and
+ * vsnprintf was a visible share of a 100k-node compile. */
 const char *apx_graph_unique_name(ApxGraph *g, const char *hint) {
+  if (!hint) hint = "v";
+  size_t len = strlen(hint);
   for (;;) {
-    const char *n = apx_arena_printf(&g->arena, "%s_apx%d", hint ? hint : "v", g->name_gen++);
+    char digits[16];
+    int nd = 0;
+    unsigned gen = (unsigned)g->name_gen++; /* counts up from 0 */
+    do {
+      digits[nd++] = (char)('0' + gen % 10);
+      gen /= 10;
+    } while (gen);
+    char *n = apx_arena_alloc_raw(&g->arena, len + 4 + (size_t)nd + 1);
     if (!n) return NULL;
+    memcpy(n, hint, len);
+    memcpy(n + len, "_apx", 4);
+    for (int i = 0; i < nd; i++) n[len + 4 + i] = digits[nd - 1 - i];
+    n[len + 4 + nd] = '\0';
     if (apx_graph_find_value(g, n) < 0) return n;
   }
 }
@@ -249,58 +264,60 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
     apx_uses_free(&u);
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory sorting the graph", g->file);
   }
-  /* Kahn with a min-heap keeps the model's order where it is already valid. */
-  int *heap = malloc(((size_t)live + 1) * sizeof(int));
+  /* Kahn with a min-heap keeps the model's order where it is already valid. Priority:
+   * section first (forward, backward, optimizer: a later section never feeds an earlier
+   * one), then eager nodes (as soon as ready), then node id; packed into one 64-bit key per
+   * heap entry (section * 2 + not eager above the id), so the heap compares integers
+   * without reading the nodes. */
+  uint64_t *heap = malloc(((size_t)live + 1) * sizeof *heap);
   int hn = 0;
   if (!heap) {
     free(indeg);
     apx_uses_free(&u);
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory sorting the graph", g->file);
   }
-  /* Priority: section first (forward, backward, optimizer: a later section never feeds an
-   * earlier one), then eager nodes (as soon as ready), then node id. */
-#define NODE_EAGER(a) ((g->nodes[a].flags & APX_NODEF_EAGER) != 0)
-#define NODE_BEFORE(a, b)                                                              \
-  (g->nodes[a].section != g->nodes[b].section ? g->nodes[a].section < g->nodes[b].section \
-   : NODE_EAGER(a) != NODE_EAGER(b)           ? NODE_EAGER(a)                             \
-                                              : (a) < (b))
+#define NODE_KEY(a)                                                                      \
+  (((uint64_t)((uint32_t)g->nodes[a].section * 2u +                                      \
+               ((g->nodes[a].flags & APX_NODEF_EAGER) ? 0u : 1u)) << 32) | (uint32_t)(a))
 #define HEAP_PUSH(x)                                                     \
   do {                                                                   \
     int c_ = hn++;                                                       \
-    heap[c_] = (x);                                                      \
-    while (c_ > 0 && NODE_BEFORE(heap[c_], heap[(c_ - 1) / 2])) {        \
-      int t_ = heap[c_]; heap[c_] = heap[(c_ - 1) / 2]; heap[(c_ - 1) / 2] = t_; \
+    uint64_t k_ = NODE_KEY(x);                                           \
+    while (c_ > 0 && k_ < heap[(c_ - 1) / 2]) {                          \
+      heap[c_] = heap[(c_ - 1) / 2];                                     \
       c_ = (c_ - 1) / 2;                                                 \
     }                                                                    \
+    heap[c_] = k_;                                                       \
   } while (0)
   for (int i = 0; i < n; i++)
     if (!(g->nodes[i].flags & APX_NODEF_DEAD) && indeg[i] == 0) HEAP_PUSH(i);
   int k = 0;
   while (hn > 0) {
-    int top = heap[0];
-    heap[0] = heap[--hn];
-    for (int c = 0;;) {
-      int l = 2 * c + 1, r = l + 1, m = c;
-      if (l < hn && NODE_BEFORE(heap[l], heap[m])) m = l;
-      if (r < hn && NODE_BEFORE(heap[r], heap[m])) m = r;
-      if (m == c) break;
-      int t = heap[c]; heap[c] = heap[m]; heap[m] = t;
+    int top = (int)(uint32_t)heap[0];
+    uint64_t last = heap[--hn];
+    int c = 0;
+    for (;;) { /* sift the last entry down from the root */
+      int l = 2 * c + 1, r = l + 1, m = -1;
+      if (l >= hn) break;
+      m = r < hn && heap[r] < heap[l] ? r : l;
+      if (heap[m] >= last) break;
+      heap[c] = heap[m];
       c = m;
     }
+    if (hn > 0) heap[c] = last;
     g->order[k++] = top;
     const ApxNode *nd = &g->nodes[top];
     for (int o = 0; o < nd->n_out; o++) {
       int v = nd->out[o];
       if (v < 0) continue;
       for (int j = u.use_start[v]; j < u.use_start[v + 1]; j++) {
-        int c = u.use_node[j];
-        if (--indeg[c] == 0) HEAP_PUSH(c);
+        int cn = u.use_node[j];
+        if (--indeg[cn] == 0) HEAP_PUSH(cn);
       }
     }
   }
 #undef HEAP_PUSH
-#undef NODE_BEFORE
-#undef NODE_EAGER
+#undef NODE_KEY
   free(heap);
   apx_uses_free(&u);
   g->n_order = k;

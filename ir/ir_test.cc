@@ -130,3 +130,35 @@ TEST(Ir, ToposortKeepsSectionsContiguous) {
   EXPECT_EQ(t.g.order[1], fwd2);
   EXPECT_EQ(t.g.order[2], opt);
 }
+
+TEST(Ir, UniqueNamesCountUpAndSkipTakenOnes) {
+  Graph t;
+  EXPECT_STREQ(apx_graph_unique_name(&t.g, "w"), "w_apx0");
+  t.val("w_apx1");  // taken: the counter moves past it
+  EXPECT_STREQ(apx_graph_unique_name(&t.g, "w"), "w_apx2");
+  EXPECT_STREQ(apx_graph_unique_name(&t.g, nullptr), "v_apx3");
+  t.g.name_gen = 1234567;
+  EXPECT_STREQ(apx_graph_unique_name(&t.g, "a/b"), "a/b_apx1234567");
+  t.g.name_gen = 9;
+  EXPECT_STREQ(apx_graph_unique_name(&t.g, ""), "_apx9");
+  EXPECT_STREQ(apx_graph_unique_name(&t.g, ""), "_apx10");
+}
+
+// The order's tie-breaks: section, then eager nodes as soon as they are ready, then node id.
+TEST(Ir, ToposortRunsEagerNodesFirstWithinTheirSection) {
+  Graph t;
+  int x = t.val("x", APX_VAL_INPUT), a = t.val("a"), b = t.val("b"), c = t.val("c"), e = t.val("e");
+  int n0 = t.node(APX_OP_Relu, "n0", {x}, {a});
+  int n1 = t.node(APX_OP_Relu, "n1", {x}, {b});
+  int n2 = t.node(APX_OP_Relu, "n2", {a}, {e});  // eager: runs as soon as n0 is done
+  int n3 = t.node(APX_OP_Relu, "n3", {x}, {c});  // eager backward: after every forward node
+  t.g.nodes[n2].flags |= APX_NODEF_EAGER;
+  t.g.nodes[n3].flags |= APX_NODEF_EAGER;
+  t.g.nodes[n3].section = APX_SEC_BACKWARD;
+  ASSERT_EQ(apx_graph_toposort(&t.g, &t.d), 0) << t.d.msg;
+  ASSERT_EQ(t.g.n_order, 4);
+  EXPECT_EQ(t.g.order[0], n0);
+  EXPECT_EQ(t.g.order[1], n2);
+  EXPECT_EQ(t.g.order[2], n1);
+  EXPECT_EQ(t.g.order[3], n3);
+}

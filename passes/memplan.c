@@ -23,7 +23,9 @@ typedef struct Plan {
   ApxPlaceIndex ix;  /* the placed classes with size > 0 (memplan_index.h) */
   int oom;           /* the index ran out of memory */
   int64_t budget;    /* gaps one placement order may walk (ix.work), -1: unbounded */
-  int over_budget;   /* the current order went past it: abandoned */
+  int over_budget;   /* the current order went past it (or past beat): abandoned */
+  int64_t top;       /* the current order's arena so far: highest offset + size placed */
+  int64_t beat;      /* the smallest arena of the orders before, -1: none yet */
 } Plan;
 
 /* Placement orders after the first are abandoned once they walk more than 4 gaps per class
@@ -99,12 +101,17 @@ static void place(Plan *pl, int32_t i, Fit fit) {
   c->offset = apx_place_index_find(&pl->ix, c->start, c->end, c->size, fit);
   if (apx_place_index_add(&pl->ix, i, c->start, c->end, c->offset, c->size)) pl->oom = 1;
   if (pl->budget >= 0 && pl->ix.work > pl->budget) pl->over_budget = 1;
+  /* the top only grows and an order is kept only when it ends below beat: one that
+   * reaches beat cannot win, so it stops here (the plan is the same, sooner) */
+  if (c->offset + c->size > pl->top) pl->top = c->offset + c->size;
+  if (pl->beat >= 0 && pl->top >= pl->beat) pl->over_budget = 1;
 }
 
 static void unplace_all(Plan *pl) {
   for (int32_t i = 0; i < pl->n; i++) pl->cls[i].offset = -1;
   apx_place_index_clear(&pl->ix);
   pl->over_budget = 0;
+  pl->top = 0;
 }
 
 static int64_t arena_size(const Plan *pl) {
@@ -209,7 +216,7 @@ static int64_t pack_arena(Plan *pl, int32_t n_steps, const int64_t *live, int64_
   do {                                                                      \
     int64_t sz_ = pl->over_budget ? -1 : arena_size(pl);                    \
     if (sz_ >= 0 && (best < 0 || sz_ < best)) {                             \
-      best = sz_;                                                           \
+      best = pl->beat = sz_;                                                \
       for (int32_t i_ = 0; i_ < pl->n; i_++) best_off[i_] = pl->cls[i_].offset; \
     }                                                                       \
     if (best <= lower) return best;                                         \
@@ -254,7 +261,7 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   int32_t n_steps = g->n_order + 1; /* step n_order: after the run (outputs are read) */
   int32_t *def = malloc(((size_t)nv + 1) * sizeof *def);
   int32_t *last = malloc(((size_t)nv + 1) * sizeof *last);
-  Plan pl = {calloc((size_t)nv + 1, sizeof(Class)), 0, {0}, 0, -1, 0};
+  Plan pl = {calloc((size_t)nv + 1, sizeof(Class)), 0, {0}, 0, -1, 0, 0, -1};
   int64_t *live = calloc((size_t)n_steps + 1, sizeof *live);
   int32_t *idx = malloc(((size_t)nv + (size_t)n_steps + 1) * sizeof *idx);
   int32_t *steps = malloc(((size_t)n_steps + 1) * sizeof *steps);
@@ -263,9 +270,7 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   int64_t *best_off = malloc(((size_t)nv + 1) * sizeof *best_off);
   Key *key = malloc(((size_t)nv + 1) * sizeof *key);
   int rc = 0;
-  int ix_rc = apx_place_index_init(&pl.ix, n_steps, nv);
-  if (!def || !last || !pl.cls || !live || !idx || !steps || !work || !root || ix_rc || !best_off ||
-      !key) {
+  if (!def || !last || !pl.cls || !live || !idx || !steps || !work || !root || !best_off || !key) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
     goto out;
   }
@@ -389,6 +394,11 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   for (int32_t t = 0; t < n_steps; t++) {
     if (t) live[t] += live[t - 1];
     if (live[t] > peak) peak = live[t];
+  }
+  /* the index holds the arena classes only (a tenth of the values on training chains) */
+  if (pl.n && apx_place_index_init(&pl.ix, n_steps, pl.n)) {
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
+    goto out;
   }
   int64_t best = pl.n ? pack_arena(&pl, n_steps, live, peak, idx, steps, work, key, best_off) : 0;
   if (pl.oom) {

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/half.h"
+#include "kernels/float_scan.h"
 
 /* ---- reasons ------------------------------------------------------------------------ */
 
@@ -164,23 +165,14 @@ static double load_elem(const void *data, ApxDType t, int64_t i) {
 
 /* fp32 data: 1 when the check below finds nothing (no finite-or-inf magnitude above mx, and
  * the largest nonzero magnitude is 0 or at least mn: tiny values are an issue only when every
- * nonzero value is tiny), from the bit patterns (|x| orders like its bits; NaN bits are above
- * inf's), in one branch-free pass the compiler vectorizes (a 163M-parameter model's weights
- * are checked twice per compile). mx, mn: fp32 values of the half type's max and min normal. */
-__attribute__((optimize("tree-vectorize"))) static int f32_in_range(const float *x, int64_t n,
-                                                                   float mx, float mn) {
-  uint32_t mxb, mnb, big = 0, over = 0;
-  memcpy(&mxb, &mx, 4);
+ * nonzero value is tiny), from the bit patterns in one vector pass (kernels/float_scan.h; a
+ * 163M-parameter model's weights are checked several times per compile). mx, mn: fp32 values
+ * of the half type's max and min normal. */
+static int f32_in_range(const float *x, int64_t n, float mx, float mn) {
+  uint32_t mnb;
   memcpy(&mnb, &mn, 4);
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t u;
-    memcpy(&u, &x[i], 4);
-    u &= 0x7fffffffu;
-    u = u > 0x7f800000u ? 0 : u; /* NaN: skipped */
-    over |= u > mxb;
-    big = u > big ? u : big;
-  }
-  return !over && (big == 0 || big >= mnb);
+  ApxF32Scan s = apx_f32_scan(x, n, mx);
+  return !s.over && (s.max_abs_bits == 0 || s.max_abs_bits >= mnb);
 }
 
 void apx_const_range_check(const ApxValue *v, ApxDType t, ApxConstRange *r) {
