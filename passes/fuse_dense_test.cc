@@ -240,9 +240,9 @@ namespace {
 using namespace apx_fusion_testing;
 
 // A deep MLP (2000 x [MatMul + bias + Relu], about 20k nodes with the backward): every
-// block fuses, and all fusion passes together stay well under a second per 10k nodes
-// (the use index is built once per pass and kept up to date, no rescans per fusion).
-TEST(FuseDense, LargeGraphFusesInLinearTime) {
+// block fuses (the use index is built once per pass and kept up to date, no rescans per
+// fusion; the time is printed, not asserted: speed is scripts/bench_compile.sh's business).
+TEST(FuseDense, LargeGraphFusesEveryBlock) {
   const int blocks = 2000;
   auto deep = [](GraphBuilder &b) {
     int x = AddInput(b, "x", {4, 8});
@@ -262,7 +262,6 @@ TEST(FuseDense, LargeGraphFusesInLinearTime) {
   EXPECT_EQ(plain.Count(APX_OP_FusedDense), blocks);
   EXPECT_EQ(plain.Count(APX_OP_FusedDenseGrad), blocks);
   printf("  %d nodes before fusion, %d after; fusion passes (with verify) %.3f s\n", nodes, plain.g().n_order, s);
-  EXPECT_LT(s, 5.0 * nodes / 10000.0);
 }
 
 }  // namespace
