@@ -1,6 +1,6 @@
 /* infer_nn.c - neural-network ops and their gradients: Gemm/MatMul (and fused dense),
- * softmax family, LayerNorm, BatchNorm, Dropout, 2-D Conv and pooling (auto_pad resolved
- * into explicit pads), the two losses and the fused cross-entropy. */
+ * softmax family, LayerNorm, BatchNorm, Dropout, 2-D Conv, ConvTranspose and pooling
+ * (auto_pad resolved into explicit pads), the two losses and the fused cross-entropy. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -570,8 +570,14 @@ static int canon_conv(ApxGraph *g, int node, ApxDiag *d) {
   return 0;
 }
 
-/* Conv output shape from X (x_slot) and W (w_slot); checks channels and group. */
+static int conv_transpose_shape(ApxGraph *g, int node, int x_slot, int w_slot, IShape *y, ApxDiag *d);
+
+/* Conv output shape from X (x_slot) and W (w_slot); checks channels and group (ConvTranspose
+ * and its gradient: conv_transpose_shape). */
 static int conv_shape(ApxGraph *g, int node, int x_slot, int w_slot, IShape *y, ApxDiag *d) {
+  ApxOp op = g->nodes[node].op;
+  if (op == APX_OP_ConvTranspose || op == APX_OP_ConvTransposeGrad)
+    return conv_transpose_shape(g, node, x_slot, w_slot, y, d);
   const ApxAttrConv *a = APX_NODE_ATTRS(g, node, ApxAttrConv);
   if (infer_check_rank(g, node, x_slot, 4, 4, d) || infer_check_rank(g, node, w_slot, 4, 4, d)) return -1;
   const ApxValue *X = infer_in(g, node, x_slot), *W = infer_in(g, node, w_slot);
@@ -601,7 +607,7 @@ static int infer_conv(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out_shape(g, node, 0, infer_in(g, node, 0)->dtype, &y, d);
 }
 
-/* ConvGrad(dY, X, W) -> dX?, dW?, dB? */
+/* ConvGrad, ConvTransposeGrad (dY, X, W) -> dX?, dW?, dB? */
 static int infer_conv_grad(ApxGraph *g, int node, ApxDiag *d) {
   if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d) || infer_same_dtype(g, node, 0, 1, d) ||
       infer_same_dtype(g, node, 0, 2, d))
@@ -624,6 +630,140 @@ static int infer_conv_relu_grad(ApxGraph *g, int node, ApxDiag *d) {
   if (check_input_shape(g, node, 0, &y, d) || check_input_shape(g, node, 1, &y, d)) return -1;
   if (infer_set_out_like(g, node, 0, 2, d) || infer_set_out_like(g, node, 1, 3, d)) return -1;
   return infer_set_out(g, node, 2, infer_in(g, node, 0)->dtype, 1, &y.dims[1], d);
+}
+
+/* ---- ConvTranspose (2-D) ------------------------------------------------------------ */
+
+/* Integer-list attribute `name` of 2 values >= lo into out (def when absent). */
+static int attr_pair(ApxGraph *g, int node, const char *name, int64_t def, int64_t lo,
+                     int64_t *out, ApxDiag *d) {
+  int64_t buf[8];
+  int n, got = infer_attr_ints(g, node, name, buf, 8, &n, d);
+  if (got < 0) return -1;
+  out[0] = out[1] = def;
+  if (!got) return 0;
+  if (n != 2) return apx_node_error(d, g, node, "attribute '%s' has %d values, expected 2", name, n);
+  for (int i = 0; i < 2; i++) {
+    if (buf[i] < lo)
+      return apx_node_error(d, g, node, "attribute '%s' = %" PRId64 " must be >= %" PRId64, name,
+                            buf[i], lo);
+    out[i] = buf[i];
+  }
+  return 0;
+}
+
+/* output_shape and auto_pad resolved into pads >= 0 and output_padding >= 0 (ONNX's
+ * ConvTranspose equations: total padding = strides (in - 1) + output_padding + extent -
+ * out, split as SAME_UPPER: begin = total / 2, otherwise begin = total - total / 2; a
+ * negative total, an output_shape above the natural size, is more output_padding). */
+static int canon_conv_transpose(ApxGraph *g, int node, ApxDiag *d) {
+  ApxAttrConvTranspose *a = APX_NODE_ATTRS(g, node, ApxAttrConvTranspose);
+  if (check_spatial_rank(g, node, "ConvTranspose", d)) return -1;
+  if (infer_check_rank(g, node, 1, 4, 4, d)) return -1;
+  const ApxValue *X = infer_in(g, node, 0), *W = infer_in(g, node, 1);
+  memset(a, 0, sizeof *a);
+  a->kernel[0] = W->dims[2];
+  a->kernel[1] = W->dims[3];
+  int64_t buf[8];
+  int n, got = infer_attr_ints(g, node, "kernel_shape", buf, 8, &n, d);
+  if (got < 0) return -1;
+  if (got && (n != 2 || buf[0] != a->kernel[0] || buf[1] != a->kernel[1]))
+    return apx_node_error(d, g, node, "attribute 'kernel_shape' does not match the weight's spatial "
+                          "dims [%" PRId64 ",%" PRId64 "]", a->kernel[0], a->kernel[1]);
+  if (attr_pair(g, node, "strides", 1, 1, a->strides, d) ||
+      attr_pair(g, node, "dilations", 1, 1, a->dilations, d) ||
+      attr_pair(g, node, "output_padding", 0, 0, a->output_padding, d))
+    return -1;
+  if (infer_attr_int(g, node, "group", 1, &a->group, d)) return -1;
+  if (a->group < 1) return apx_node_error(d, g, node, "attribute 'group' = %" PRId64 " must be >= 1", a->group);
+  got = infer_attr_ints(g, node, "pads", buf, 8, &n, d);
+  if (got < 0) return -1;
+  if (got) {
+    if (n != 4) return apx_node_error(d, g, node, "attribute 'pads' has %d values, expected 4", n);
+    for (int i = 0; i < 4; i++) {
+      if (buf[i] < 0)
+        return apx_node_error(d, g, node, "attribute 'pads' = %" PRId64 " must be >= 0", buf[i]);
+      a->pads[i] = buf[i];
+    }
+  }
+  const char *auto_pad;
+  if (infer_attr_string(g, node, "auto_pad", "NOTSET", &auto_pad, d)) return -1;
+  int same_upper = strcmp(auto_pad, "SAME_UPPER") == 0, same_lower = strcmp(auto_pad, "SAME_LOWER") == 0;
+  int valid = strcmp(auto_pad, "VALID") == 0;
+  if (!same_upper && !same_lower && !valid && strcmp(auto_pad, "NOTSET") != 0 && auto_pad[0])
+    return apx_node_error(d, g, node, "attribute 'auto_pad' = '%s' (expected NOTSET, SAME_UPPER, "
+                          "SAME_LOWER or VALID)", auto_pad);
+  if ((same_upper || same_lower || valid) && got)
+    for (int i = 0; i < 4; i++)
+      if (a->pads[i])
+        return apx_node_error(d, g, node, "attribute 'pads' cannot be used with auto_pad = '%s'", auto_pad);
+  int64_t out[2];
+  int n_out, has_out = infer_attr_ints(g, node, "output_shape", buf, 8, &n_out, d);
+  if (has_out < 0) return -1;
+  if (has_out) {
+    if (n_out != 2 && n_out != 4)
+      return apx_node_error(d, g, node, "attribute 'output_shape' has %d values, expected 2 "
+                            "(the spatial dims) or 4", n_out);
+    out[0] = buf[n_out - 2];
+    out[1] = buf[n_out - 1];
+  }
+  if (!has_out && !same_upper && !same_lower) return 0; /* NOTSET / VALID: pads as given */
+  for (int i = 0; i < 2; i++) {
+    int64_t in = X->dims[2 + i], s = a->strides[i];
+    int64_t o = has_out ? out[i] : in * s;
+    if (o < 1)
+      return apx_node_error(d, g, node, "attribute 'output_shape' = %" PRId64 " must be >= 1", o);
+    if (in > (INT64_C(1) << 40) || s > (INT64_C(1) << 20) || a->kernel[i] > (INT64_C(1) << 20) ||
+        a->dilations[i] > (INT64_C(1) << 20) || a->output_padding[i] > (INT64_C(1) << 40) ||
+        o > (INT64_C(1) << 40))
+      return apx_node_error(d, g, node, "not supported yet: ConvTranspose sizes this large");
+    int64_t total = s * (in - 1) + a->output_padding[i] + (a->kernel[i] - 1) * a->dilations[i] + 1 - o;
+    if (total < 0) {
+      a->pads[i] = a->pads[i + 2] = 0;
+      a->output_padding[i] -= total;
+    } else {
+      a->pads[i] = same_upper ? total / 2 : total - total / 2;
+      a->pads[i + 2] = total - a->pads[i];
+    }
+  }
+  return 0;
+}
+
+/* ConvTranspose's output shape from X (x_slot) and W (w_slot). */
+static int conv_transpose_shape(ApxGraph *g, int node, int x_slot, int w_slot, IShape *y, ApxDiag *d) {
+  const ApxAttrConvTranspose *a = APX_NODE_ATTRS(g, node, ApxAttrConvTranspose);
+  if (infer_check_rank(g, node, x_slot, 4, 4, d) || infer_check_rank(g, node, w_slot, 4, 4, d)) return -1;
+  const ApxValue *X = infer_in(g, node, x_slot), *W = infer_in(g, node, w_slot);
+  int64_t c = X->dims[1];
+  if (a->group < 1 || c % a->group != 0)
+    return apx_node_error(d, g, node, "group = %" PRId64 " must divide the input channels %" PRId64,
+                          a->group, c);
+  int64_t m = W->dims[1] * a->group;
+  if (W->dims[0] != c || W->dims[2] != a->kernel[0] || W->dims[3] != a->kernel[1]) {
+    int64_t want[4] = {c, W->dims[1], a->kernel[0], a->kernel[1]};
+    return infer_err_expected(g, node, w_slot, 4, want, d);
+  }
+  IShape s = {4, {X->dims[0], m, 0, 0}};
+  for (int i = 0; i < 2; i++) {
+    int64_t in = X->dims[2 + i];
+    if (a->strides[i] < 1 || a->dilations[i] < 1 || a->output_padding[i] < 0 || a->pads[i] < 0 ||
+        a->pads[i + 2] < 0)
+      return apx_node_error(d, g, node, "typed attributes: strides and dilations must be >= 1, "
+                            "pads and output_padding >= 0");
+    if (in > (INT64_C(1) << 40) || a->strides[i] > (INT64_C(1) << 20) ||
+        a->kernel[i] > (INT64_C(1) << 20) || a->dilations[i] > (INT64_C(1) << 20) ||
+        a->output_padding[i] > (INT64_C(1) << 40) || a->pads[i] > (INT64_C(1) << 40) ||
+        a->pads[i + 2] > (INT64_C(1) << 40))
+      return apx_node_error(d, g, node, "not supported yet: ConvTranspose sizes this large");
+    int64_t o = a->strides[i] * (in - 1) + a->output_padding[i] +
+                (a->kernel[i] - 1) * a->dilations[i] + 1 - a->pads[i] - a->pads[i + 2];
+    if (o < 1)
+      return apx_node_error(d, g, node, "output size %" PRId64 " of spatial dim %d is not positive "
+                            "(the pads exceed the output)", o, i);
+    s.dims[2 + i] = o;
+  }
+  *y = s;
+  return 0;
 }
 
 static int canon_pool(ApxGraph *g, int node, ApxDiag *d) {
@@ -867,6 +1007,8 @@ const InferRule apx_infer_rules_nn[] = {
     R(ConvBiasRelu, NULL, infer_conv),
     R(ConvGrad, NULL, infer_conv_grad),
     R(ConvBiasReluGrad, NULL, infer_conv_relu_grad),
+    R(ConvTranspose, canon_conv_transpose, infer_conv),
+    R(ConvTransposeGrad, NULL, infer_conv_grad),
     R(MaxPool, canon_pool, infer_pool),
     R(AveragePool, canon_pool, infer_pool),
     R(MaxPoolGrad, NULL, infer_max_pool_grad),

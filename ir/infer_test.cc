@@ -579,6 +579,51 @@ TEST(Infer, ConvRejectsOtherThan2D) {
   EXPECT_TRUE(has(t.msg(), "not supported yet: 3-D Conv")) << t.msg();
 }
 
+// ConvTranspose: Y = strides (I - 1) + output_padding + (k - 1) dilations + 1 - pads; output_shape
+// and SAME_* become pads (ONNX's split: SAME_UPPER puts the smaller half first, otherwise the
+// larger), an output_shape above the natural size more output_padding.
+TEST(Infer, ConvTransposeResolvesOutputShapeAndAutoPad) {
+  G t;
+  int x = t.input("x", APX_DT_F32, {1, 4, 3, 3}), w = t.input("w", APX_DT_F32, {4, 3, 3, 3});
+  int bias = t.input("bias", APX_DT_F32, {6});
+  int y = t.value("y"), y2 = t.value("y2"), y3 = t.value("y3"), y4 = t.value("y4");
+  int n = t.node(APX_OP_ConvTranspose, "ct", {x, w, bias}, {y});
+  t.attr_i(n, "group", 2);
+  t.attr_is(n, "strides", {2, 2});
+  t.attr_is(n, "pads", {1, 0, 1, 1});
+  t.attr_is(n, "output_padding", {1, 0});
+  ASSERT_EQ(t.run(n), 0) << t.msg();
+  // H: 2 * 2 + 1 + 3 - 2 = 6, W: 2 * 2 + 0 + 3 - 1 = 6; C_out = 3 * group
+  EXPECT_EQ(t.shape(y), (Dims{1, 6, 6, 6}));
+  int m = t.node(APX_OP_ConvTranspose, "su", {x, w}, {y2});
+  t.attr_i(m, "group", 2);
+  t.attr_s(m, "auto_pad", "SAME_UPPER");
+  t.attr_is(m, "strides", {2, 2});
+  ASSERT_EQ(t.run(m), 0) << t.msg();
+  EXPECT_EQ(t.shape(y2), (Dims{1, 6, 6, 6}));  // in * strides; total pad 2 * 2 + 3 - 6 = 1
+  ApxAttrConvTranspose *a = t.attrs<ApxAttrConvTranspose>(m);
+  EXPECT_EQ(Dims(a->pads, a->pads + 4), (Dims{0, 0, 1, 1}));
+  int o = t.node(APX_OP_ConvTranspose, "os", {x, w}, {y3});
+  t.attr_i(o, "group", 2);
+  t.attr_is(o, "output_shape", {4, 9});  // natural 5: total pad 1 on H; 4 more positions on W
+  ASSERT_EQ(t.run(o), 0) << t.msg();
+  EXPECT_EQ(t.shape(y3), (Dims{1, 6, 4, 9}));
+  ApxAttrConvTranspose *b = t.attrs<ApxAttrConvTranspose>(o);
+  EXPECT_EQ(Dims(b->pads, b->pads + 4), (Dims{1, 0, 0, 0}));
+  EXPECT_EQ(Dims(b->output_padding, b->output_padding + 2), (Dims{0, 4}));
+  int q = t.node(APX_OP_ConvTranspose, "bad", {x, w}, {y4});  // pads larger than the output
+  t.attr_is(q, "pads", {3, 3, 3, 3});
+  EXPECT_LT(t.run(q), 0);
+  EXPECT_TRUE(has(t.msg(), "output size -1 of spatial dim 0 is not positive")) << t.msg();
+}
+
+TEST(Infer, ConvTransposeRejectsOtherThan2D) {
+  G t;
+  int x = t.input("x", APX_DT_F32, {1, 1, 4}), w = t.input("w", APX_DT_F32, {1, 1, 3}), y = t.value("y");
+  EXPECT_LT(t.run(t.node(APX_OP_ConvTranspose, "c1", {x, w}, {y})), 0);
+  EXPECT_TRUE(has(t.msg(), "not supported yet: 1-D ConvTranspose")) << t.msg();
+}
+
 TEST(Infer, MaxPoolCeilModeAndInt64Indices) {
   G t;
   int x = t.input("x", APX_DT_F32, {1, 3, 4, 4}), y = t.value("y"), idx = t.value("idx");

@@ -432,8 +432,10 @@ static int64_t one_if_zero(int64_t v) { return v ? v : 1; }
  * so that no index arithmetic of a kernel can overflow on a crafted plan. */
 static int beyond_int(int64_t v) { return v > 0x7fffffff || v < -0x7fffffff; }
 
-int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, const ApxTensor *y,
-                  ApxConvGeom *g, char *err, size_t cap) {
+/* apx_conv_geom, with end pads (bottom, right) down to -neg_end allowed (ConvTranspose's
+ * adjoint view: its output_padding). */
+static int conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w,
+                     const ApxTensor *y, ApxConvGeom *g, int64_t neg_end, char *err, size_t cap) {
   char sx[96], sw[96], sy[96];
   memset(g, 0, sizeof *g);
   if (x->rank != 4 || w->rank != 4 || y->rank != 4)
@@ -462,7 +464,7 @@ int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, 
       beyond_int(g->pr))
     return unsupported(err, cap, "not supported yet: convolution attributes beyond 2^31");
   int bad = g->G < 1 || g->C % g->G || g->M % g->G || g->sh < 1 || g->sw < 1 || g->dh < 1 ||
-            g->dw < 1 || g->pt < 0 || g->pl < 0 || g->pb < 0 || g->pr < 0;
+            g->dw < 1 || g->pt < 0 || g->pl < 0 || g->pb < -neg_end || g->pr < -neg_end;
   if (!bad) {
     g->Cg = g->C / g->G;
     g->Mg = g->M / g->G;
@@ -481,6 +483,57 @@ int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, 
   g->pointwise = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pt == 0 &&
                  g->pl == 0 && g->pb == 0 && g->pr == 0;
   return 0;
+}
+
+int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, const ApxTensor *y,
+                  ApxConvGeom *g, char *err, size_t cap) {
+  return conv_geom(a, x, w, y, g, 0, err, cap);
+}
+
+int apx_conv_transpose_geom(const ApxAttrConvTranspose *a, const ApxTensor *x, const ApxTensor *w,
+                            const ApxTensor *y, ApxConvGeom *g, char *err, size_t cap) {
+  char sx[96], sw[96], sy[96];
+  memset(g, 0, sizeof *g);
+  if (x->rank != 4 || w->rank != 4 || y->rank != 4)
+    return unsupported(err, cap, "not supported yet: ConvTranspose of rank %d (only 2-D, rank 4)",
+                       x->rank);
+  ApxAttrConv c;
+  memset(&c, 0, sizeof c);
+  int64_t lim = 0;
+  for (int i = 0; i < 2; i++) {
+    int64_t op = a->output_padding[i];
+    if (beyond_int(op) || beyond_int(a->pads[i + 2]))
+      return unsupported(err, cap, "not supported yet: convolution attributes beyond 2^31");
+    if (op < 0) return fail(err, cap, "output_padding %lld is negative", (long long)op);
+    c.kernel[i] = a->kernel[i];
+    c.strides[i] = a->strides[i];
+    c.dilations[i] = a->dilations[i];
+    c.pads[i] = a->pads[i];
+    c.pads[i + 2] = a->pads[i + 2] - op;
+    if (a->pads[i + 2] < 0) return fail(err, cap, "pads are negative");
+    if (op > lim) lim = op;
+  }
+  c.group = a->group;
+  /* the adjoint convolution: input Y, output X; then Y's size exactly (the convolution's
+   * floor division admits strides - 1 more) */
+  int rc = conv_geom(&c, y, w, x, g, lim, err, cap);
+  if (rc == APX_SHAPE_UNSUPPORTED) return rc;
+  if (rc == 0) {
+    int64_t in[2] = {x->dims[2], x->dims[3]}, out[2] = {y->dims[2], y->dims[3]};
+    int64_t k[2] = {g->kh, g->kw}, st[2] = {g->sh, g->sw}, d[2] = {g->dh, g->dw};
+    int ok = 1;
+    for (int i = 0; i < 2 && ok; i++) {
+      int64_t t, e; /* st (in - 1) + op + (k - 1) d + 1 - pads, every step checked */
+      ok = !__builtin_mul_overflow(st[i], in[i] - 1, &t) &&
+           !__builtin_mul_overflow(k[i] - 1, d[i], &e) && !__builtin_add_overflow(t, e, &t) &&
+           !__builtin_add_overflow(t, a->output_padding[i] + 1 - a->pads[i] - a->pads[i + 2], &t) &&
+           t == out[i];
+    }
+    if (ok) return 0;
+  }
+  return fail(err, cap, "ConvTranspose shapes/attributes do not match: X %s, W %s, Y %s, group %lld",
+              apx_dims_str(x, sx, sizeof sx), apx_dims_str(w, sw, sizeof sw),
+              apx_dims_str(y, sy, sizeof sy), (long long)a->group);
 }
 
 int64_t apx_window_out(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1,

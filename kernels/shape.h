@@ -230,6 +230,16 @@ typedef struct ApxConvGeom {
 int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, const ApxTensor *y,
                   ApxConvGeom *g, char *err, size_t cap);
 
+/* ConvTranspose(X, W) -> Y (attrs.def ApxAttrConvTranspose) as the convolution it is the
+ * adjoint of: g describes a Conv with input y (N, C_out, OH, OW), weight w (C_in, C_out / G,
+ * kh, kw) and output x (N, C_in, IH, IW), so g.C = C_out, g.M = C_in, g.OH / g.OW are X's
+ * dims and g.H / g.W Y's, with the end pads reduced by output_padding (g.pb, g.pr may be
+ * negative: the end pads only decide the output size, which is checked here). Y is that
+ * convolution's ConvGrad dX for dY = X; ConvTransposeGrad's dX is its forward on dY. Y's dims
+ * must be exactly strides (I - 1) + output_padding + (k - 1) dilations + 1 - pads. */
+int apx_conv_transpose_geom(const ApxAttrConvTranspose *a, const ApxTensor *x, const ApxTensor *w,
+                            const ApxTensor *y, ApxConvGeom *g, char *err, size_t cap);
+
 /* 2-D pooling geometry: x (N, C, H, W), y (N, C, OH, OW) with floor / ceil mode output sizes
  * (ceil: the last window must start inside the input or its begin padding, as in PyTorch
  * and ONNX's reference). Rank other than 4 is APX_SHAPE_UNSUPPORTED. */

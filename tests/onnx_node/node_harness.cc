@@ -95,6 +95,8 @@ const std::map<std::string, std::string> &excluded_tests() {
       {"test_averagepool_3d_default", "3-D pooling: v1 Conv/Pool are 2-D only"},
       {"test_maxpool_1d_default", "1-D pooling: v1 Conv/Pool are 2-D only"},
       {"test_maxpool_3d_default", "3-D pooling: v1 Conv/Pool are 2-D only"},
+      {"test_convtranspose_1d", "1-D ConvTranspose: v1.1 ConvTranspose is 2-D only"},
+      {"test_convtranspose_3d", "3-D ConvTranspose: v1.1 ConvTranspose is 2-D only"},
       {"test_cast_FLOAT_to_STRING", "string tensors are not supported"},
       {"test_cast_STRING_to_FLOAT", "string tensors are not supported"},
       {"test_castlike_FLOAT_to_STRING", "string tensors are not supported"},
