@@ -617,11 +617,45 @@ TEST(Infer, ConvTransposeResolvesOutputShapeAndAutoPad) {
   EXPECT_TRUE(has(t.msg(), "output size -1 of spatial dim 0 is not positive")) << t.msg();
 }
 
-TEST(Infer, ConvTransposeRejectsOtherThan2D) {
+TEST(Infer, ConvTransposeRejects3D) {
   G t;
-  int x = t.input("x", APX_DT_F32, {1, 1, 4}), w = t.input("w", APX_DT_F32, {1, 1, 3}), y = t.value("y");
-  EXPECT_LT(t.run(t.node(APX_OP_ConvTranspose, "c1", {x, w}, {y})), 0);
-  EXPECT_TRUE(has(t.msg(), "not supported yet: 1-D ConvTranspose")) << t.msg();
+  int x = t.input("x", APX_DT_F32, {1, 1, 4, 4, 4}), w = t.input("w", APX_DT_F32, {1, 1, 3, 3, 3}), y = t.value("y");
+  EXPECT_LT(t.run(t.node(APX_OP_ConvTranspose, "c3", {x, w}, {y})), 0);
+  EXPECT_TRUE(has(t.msg(), "not supported yet: 3-D ConvTranspose")) << t.msg();
+}
+
+// 1-D windows: the typed attributes hold two spatial entries, the first unit (X read as
+// (N, C, 1, L)); Y keeps X's rank.
+TEST(Infer, OneDimensionalWindowsCanonicalizeWithAUnitLeadingEntry) {
+  G t;
+  int x = t.input("x", APX_DT_F32, {2, 4, 9}), w = t.input("w", APX_DT_F32, {6, 2, 3});
+  int y = t.value("y"), p = t.value("p"), ct = t.value("ct");
+  int n = t.node(APX_OP_Conv, "c", {x, w}, {y});
+  t.attr_i(n, "group", 2);
+  t.attr_is(n, "strides", {2});
+  t.attr_is(n, "pads", {1, 2});
+  ASSERT_EQ(t.run(n), 0) << t.msg();
+  EXPECT_EQ(t.shape(y), (Dims{2, 6, 5}));  // (9 + 3 - 3) / 2 + 1
+  ApxAttrConv *a = t.attrs<ApxAttrConv>(n);
+  EXPECT_EQ(Dims(a->kernel, a->kernel + 2), (Dims{1, 3}));
+  EXPECT_EQ(Dims(a->strides, a->strides + 2), (Dims{1, 2}));
+  EXPECT_EQ(Dims(a->pads, a->pads + 4), (Dims{0, 1, 0, 2}));
+  int m = t.node(APX_OP_MaxPool, "mp", {x}, {p});
+  t.attr_is(m, "kernel_shape", {3});
+  t.attr_s(m, "auto_pad", "SAME_UPPER");
+  ASSERT_EQ(t.run(m), 0) << t.msg();
+  EXPECT_EQ(t.shape(p), (Dims{2, 4, 9}));
+  ApxAttrPool *b = t.attrs<ApxAttrPool>(m);
+  EXPECT_EQ(Dims(b->pads, b->pads + 4), (Dims{0, 1, 0, 1}));
+  int q = t.node(APX_OP_ConvTranspose, "ct", {x, t.input("wt", APX_DT_F32, {4, 3, 2})}, {ct});
+  t.attr_is(q, "strides", {2});
+  t.attr_is(q, "output_shape", {20});  // natural 2 * 8 + 2 = 18: 2 more output_padding
+  ASSERT_EQ(t.run(q), 0) << t.msg();
+  EXPECT_EQ(t.shape(ct), (Dims{2, 3, 20}));
+  int r = t.node(APX_OP_Conv, "bad", {x, w}, {t.value("y2")});
+  t.attr_is(r, "strides", {2, 2});
+  EXPECT_LT(t.run(r), 0);
+  EXPECT_TRUE(has(t.msg(), "attribute 'strides' has 2 values, expected 1")) << t.msg();
 }
 
 TEST(Infer, MaxPoolCeilModeAndInt64Indices) {

@@ -428,6 +428,16 @@ int apx_loss_shape(const ApxTensor *x, const ApxTensor *labels, int64_t *N, int6
 /* ---- convolution and pooling ------------------------------------------------------- */
 
 static int64_t one_if_zero(int64_t v) { return v ? v : 1; }
+
+/* The (H, W) plane of a window operand: rank 4 (N, C, H, W), or rank 3 (N, C, L) as (N, C,
+ * 1, L): 1-D windows run as 2-D ones of height 1 (their attributes canonicalized with a unit
+ * leading entry, ir/infer_nn.c). 0 for other ranks. */
+static int plane(const ApxTensor *t, int64_t *h, int64_t *w) {
+  if (t->rank != 3 && t->rank != 4) return 0;
+  *h = t->rank == 4 ? t->dims[2] : 1;
+  *w = t->dims[t->rank - 1];
+  return 1;
+}
 /* Window attributes past int range (kernel sizes, strides, dilations, pads, groups): refused,
  * so that no index arithmetic of a kernel can overflow on a crafted plan. */
 static int beyond_int(int64_t v) { return v > 0x7fffffff || v < -0x7fffffff; }
@@ -438,18 +448,13 @@ static int conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *
                      const ApxTensor *y, ApxConvGeom *g, int64_t neg_end, char *err, size_t cap) {
   char sx[96], sw[96], sy[96];
   memset(g, 0, sizeof *g);
-  if (x->rank != 4 || w->rank != 4 || y->rank != 4)
-    return unsupported(err, cap, "not supported yet: convolution of rank %d (only 2-D, rank 4)",
-                       x->rank);
+  if (w->rank != x->rank || y->rank != x->rank || !plane(x, &g->H, &g->W) ||
+      !plane(w, &g->kh, &g->kw) || !plane(y, &g->OH, &g->OW))
+    return unsupported(err, cap, "not supported yet: convolution of rank %d (1-D and 2-D only, "
+                       "rank 3 and 4)", x->rank);
   g->N = x->dims[0];
   g->C = x->dims[1];
-  g->H = x->dims[2];
-  g->W = x->dims[3];
   g->M = w->dims[0];
-  g->kh = w->dims[2];
-  g->kw = w->dims[3];
-  g->OH = y->dims[2];
-  g->OW = y->dims[3];
   g->G = one_if_zero(a->group);
   g->sh = one_if_zero(a->strides[0]);
   g->sw = one_if_zero(a->strides[1]);
@@ -494,9 +499,11 @@ int apx_conv_transpose_geom(const ApxAttrConvTranspose *a, const ApxTensor *x, c
                             const ApxTensor *y, ApxConvGeom *g, char *err, size_t cap) {
   char sx[96], sw[96], sy[96];
   memset(g, 0, sizeof *g);
-  if (x->rank != 4 || w->rank != 4 || y->rank != 4)
-    return unsupported(err, cap, "not supported yet: ConvTranspose of rank %d (only 2-D, rank 4)",
-                       x->rank);
+  int64_t in[2], out[2];
+  if (w->rank != x->rank || y->rank != x->rank || !plane(x, &in[0], &in[1]) ||
+      !plane(y, &out[0], &out[1]))
+    return unsupported(err, cap, "not supported yet: ConvTranspose of rank %d (1-D and 2-D only, "
+                       "rank 3 and 4)", x->rank);
   ApxAttrConv c;
   memset(&c, 0, sizeof c);
   int64_t lim = 0;
@@ -519,7 +526,6 @@ int apx_conv_transpose_geom(const ApxAttrConvTranspose *a, const ApxTensor *x, c
   int rc = conv_geom(&c, y, w, x, g, lim, err, cap);
   if (rc == APX_SHAPE_UNSUPPORTED) return rc;
   if (rc == 0) {
-    int64_t in[2] = {x->dims[2], x->dims[3]}, out[2] = {y->dims[2], y->dims[3]};
     int64_t k[2] = {g->kh, g->kw}, st[2] = {g->sh, g->sw}, d[2] = {g->dh, g->dw};
     int ok = 1;
     for (int i = 0; i < 2 && ok; i++) {
@@ -563,15 +569,11 @@ static int out_size_ok(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, 
 int apx_pool_geom(const ApxAttrPool *a, const ApxTensor *x, const ApxTensor *y, ApxPoolGeom *g,
                   char *err, size_t cap) {
   char sx[96], sy[96];
-  if (x->rank != 4 || y->rank != 4)
-    return unsupported(err, cap, "not supported yet: pooling of rank %d (only 2-D, rank 4)",
-                       x->rank);
+  if (y->rank != x->rank || !plane(x, &g->H, &g->W) || !plane(y, &g->OH, &g->OW))
+    return unsupported(err, cap, "not supported yet: pooling of rank %d (1-D and 2-D only, rank "
+                       "3 and 4)", x->rank);
   g->N = x->dims[0];
   g->C = x->dims[1];
-  g->H = x->dims[2];
-  g->W = x->dims[3];
-  g->OH = y->dims[2];
-  g->OW = y->dims[3];
   g->kh = a->kernel[0];
   g->kw = a->kernel[1];
   g->sh = one_if_zero(a->strides[0]);

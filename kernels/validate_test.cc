@@ -70,9 +70,20 @@ TEST(Validate, ConvTransposeContract) {
   EXPECT_EQ(r.st, APX_STATUS_BAD_INPUT);
   r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3, 3}), T({2, 3, 3, 3}), T({2})}, {T({1, 3, 6, 6})});
   EXPECT_EQ(r.err, "B must have M = 3 elements");
-  r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3}), T({2, 3, 3})}, {T({1, 3, 6})});
+  r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3, 3, 3}), T({2, 3, 3, 3, 3})}, {T({1, 3, 6, 6, 6})});
   EXPECT_EQ(r.st, APX_STATUS_UNSUPPORTED);
-  EXPECT_EQ(r.err, "not supported yet: ConvTranspose of rank 3 (only 2-D, rank 4)");
+  EXPECT_EQ(r.err, "not supported yet: ConvTranspose of rank 5 (1-D and 2-D only, rank 3 and 4)");
+  // 1-D: (N, C, L) as (N, C, 1, L), the attributes' first entries unit
+  a.strides[0] = 1;
+  a.pads[0] = a.pads[2] = 0;
+  a.output_padding[0] = 0;
+  a.kernel[0] = 1;
+  r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3}), T({2, 3, 3}), T({3})}, {T({1, 3, 6})});
+  EXPECT_EQ(r.st, APX_STATUS_OK) << r.err;
+  a.strides[0] = 2;
+  for (int i = 0; i < 4; i++) a.pads[i] = 1;
+  a.output_padding[0] = 1;
+  a.kernel[0] = 0;
   // the gradient: dX like X, dW like W, dB (C_out)
   r = Check(APX_OP_ConvTransposeGrad, &a, {T({1, 3, 6, 6}), T({1, 2, 3, 3}), T({2, 3, 3, 3})},
             {T({1, 2, 3, 3}), T({2, 3, 3, 3}), T({3})});

@@ -299,6 +299,29 @@ std::vector<Case> Cases() {
                  b.WeightedSumLoss(b.Op("MaxPool", {x}, {Attr::Ints("kernel_shape", {3, 3}), Attr::Ints("strides", {2, 2}),
                                                         Attr::Ints("pads", {1, 1, 1, 1})}));
                }});
+  // 1-D windows (X (N, C, L)): run as 2-D ones of height 1
+  c.push_back({"Conv1D_Groups_Strides_Dilations_AsymPads_Bias", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 4, 9}), w = b.Param("w", {6, 2, 3}), bias = b.Param("bias", {6});
+                 b.WeightedSumLoss(b.Op("Conv", {x, w, bias},
+                                        {Attr::Int("group", 2), Attr::Ints("strides", {2}),
+                                         Attr::Ints("dilations", {2}), Attr::Ints("pads", {1, 2})}));
+               }});
+  c.push_back({"ConvTranspose1D_Strides_Pads_OutputPadding", [](GraphBuilder &b) {
+                 int x = b.Param("x", {1, 2, 4}), w = b.Param("w", {2, 3, 3}), bias = b.Param("bias", {3});
+                 b.WeightedSumLoss(b.Op("ConvTranspose", {x, w, bias},
+                                        {Attr::Ints("strides", {2}), Attr::Ints("pads", {1, 0}),
+                                         Attr::Ints("output_padding", {1})}));
+               }});
+  c.push_back({"MaxPool1D_Pads_Stride2", [](GraphBuilder &b) {
+                 int x = b.Data("x", APX_VAL_PARAM, APX_DT_F64, {1, 2, 7}, b.Distinct(14));
+                 b.WeightedSumLoss(b.Op("MaxPool", {x}, {Attr::Ints("kernel_shape", {3}), Attr::Ints("strides", {2}),
+                                                        Attr::Ints("pads", {1, 1})}));
+               }});
+  c.push_back({"AveragePool1D_Pads_IncludePad", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 2, 6});
+                 b.WeightedSumLoss(b.Op("AveragePool", {x}, {Attr::Ints("kernel_shape", {3}), Attr::Ints("strides", {2}),
+                                                            Attr::Ints("pads", {1, 0}), Attr::Int("count_include_pad", 1)}));
+               }});
   c.push_back({"AveragePool_Pads_ExcludePad", [](GraphBuilder &b) {
                  int x = b.Param("x", {1, 2, 5, 5});
                  b.WeightedSumLoss(b.Op("AveragePool", {x}, {Attr::Ints("kernel_shape", {3, 3}), Attr::Ints("strides", {2, 2}),

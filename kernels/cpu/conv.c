@@ -1,4 +1,5 @@
-/* conv.c - Conv(X, W, B?) -> Y and ConvBiasRelu (same, then Relu), 2-D (N, C, H, W) with
+/* conv.c - Conv(X, W, B?) -> Y and ConvBiasRelu (same, then Relu), 2-D (N, C, H, W) or 1-D
+ * (N, C, L: height 1, kernels/shape.h) with
  * groups, pads, strides, dilations; ConvGrad(dY, X, W) -> dX?, dW?, dB?;
  * ConvBiasReluGrad(dY, Y, X, W) -> ConvGrad of dY * (Y > 0); ConvTranspose(X, W, B?) -> Y and
  * ConvTransposeGrad(dY, X, W) -> dX?, dW?, dB? through the adjoint convolution's geometry. im2col + OpenBLAS

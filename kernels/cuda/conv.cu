@@ -1,4 +1,5 @@
-/* conv.cu - Conv(X, W, B?) -> Y and ConvBiasRelu (then Relu), 2-D (N, C, H, W) with groups,
+/* conv.cu - Conv(X, W, B?) -> Y and ConvBiasRelu (then Relu), 2-D (N, C, H, W) or 1-D
+ * (N, C, L: 4-d descriptors of height 1, kernels/shape.h) with groups,
  * strides, dilations and symmetric pads, through cuDNN 9's convolution API (cudnn_cnn.h:
  * cudnnConvolutionForward / BackwardData / BackwardFilter); ConvGrad(dY, X, W) -> dX?, dW?,
  * dB? and ConvBiasReluGrad(dY, Y, X, W) = ConvGrad of dY * (Y > 0).
@@ -258,7 +259,7 @@ APX_CUDA_ENTRY(apx_cuda_conv) {
 
 /* ConvGrad on gradient g (dY or dY * (Y > 0)); X, W from ins. transpose: ConvTransposeGrad,
  * whose dX is the forward of its adjoint convolution on dY, and dW that convolution's
- * backward-filter with input dY and output gradient X. dB is dY over axes 0, 2, 3 either way. */
+ * backward-filter with input dY and output gradient X. dB is dY over every axis but 1 either way. */
 static ApxStatus conv_grad(ApxCudaCtx *ctx, int transpose, const void *a, const ApxTensor *dy,
                            const void *gdata, const ApxTensor *x, const ApxTensor *w, ApxTensor *outs,
                            int n_out) {
@@ -277,7 +278,7 @@ static ApxStatus conv_grad(ApxCudaCtx *ctx, int transpose, const void *a, const 
                          apx_dtype_name(dt));
   if (db) {
     ApxReducePlan p;
-    apx_reduce_plan(&p, dy->dims, dy->rank, 0xdu); /* axes 0, 2, 3 */
+    apx_reduce_plan(&p, dy->dims, dy->rank, ((1u << dy->rank) - 1u) & ~2u); /* all axes but 1 */
     APX_TRY(apx_cuda_reduce_sum(ctx, gdata, dt, &p, 1.0f, APX_CU_SUM, db->data, db->dtype));
   }
   if (!dx && !dw) return APX_STATUS_OK;

@@ -1,6 +1,6 @@
 // conv_lab.cc - cuDNN convolutions on CUDA against the CPU reference (im2col + sgemm):
 // Conv with bias, groups, strides, dilations and symmetric pads, ConvBiasRelu, ConvGrad (dX,
-// dW, dB) and ConvBiasReluGrad; ConvTranspose (output_padding, groups) and ConvTransposeGrad.
+// dW, dB) and ConvBiasReluGrad, 1-D Conv/ConvGrad; ConvTranspose (output_padding, groups) and ConvTransposeGrad.
 #include "kernels/cuda/lab/lab.h"
 
 using lab::LabCase;
@@ -49,6 +49,15 @@ std::vector<LabCase> Cases() {
     v.push_back(LabCase("ConvBiasReluGrad" + s, APX_OP_ConvBiasReluGrad).Attrs(Conv(3, 1, 1, 1, 1))
                     .In(dt, {2, 16, 9, 9}).In(dt, {2, 16, 9, 9}).In(dt, {2, 8, 9, 9}).In(dt, {16, 8, 3, 3})
                     .Out(dt, {2, 8, 9, 9}).Out(dt, {16, 8, 3, 3}).Out(dt, {16}).Reduce(2 * 81));
+    // 1-D (N, C, L): height 1, the attributes' first entries unit; L: (33 + 2 - 3) / 2 + 1 = 17
+    ApxAttrConv c1 = Conv(3, 2, 1, 1, 1);
+    c1.kernel[0] = c1.strides[0] = 1;
+    c1.pads[0] = c1.pads[2] = 0;
+    v.push_back(LabCase("Conv1D_s2_pad1_bias" + s, APX_OP_Conv).Attrs(c1)
+                    .In(dt, {2, 8, 33}).In(dt, {16, 8, 3}).In(dt, {16}).Out(dt, {2, 16, 17}).Reduce(24));
+    v.push_back(LabCase("ConvGrad1D_s2" + s, APX_OP_ConvGrad).Attrs(c1)
+                    .In(dt, {2, 16, 17}).In(dt, {2, 8, 33}).In(dt, {16, 8, 3})
+                    .Out(dt, {2, 8, 33}).Out(dt, {16, 8, 3}).Out(dt, {16}).Reduce(2 * 17));
     // Y: 2 (7 - 1) + 1 + 3 - 2 = 14
     v.push_back(LabCase("ConvTranspose_s2_outpad1_bias" + s, APX_OP_ConvTranspose).Attrs(ConvT(3, 2, 1, 1, 1))
                     .In(dt, {2, 8, 7, 7}).In(dt, {8, 6, 3, 3}).In(dt, {6}).Out(dt, {2, 6, 14, 14}).Reduce(72));
