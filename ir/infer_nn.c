@@ -461,21 +461,14 @@ static void window_to_attrs(const Window *w, int64_t *kernel, int64_t *strides, 
   memcpy(dilations, w->dilations, sizeof w->dilations);
 }
 
-/* Input 0 of a window op: rank 4 (2-D), or rank 3 (1-D) where allow_1d; 3-D is not
- * supported yet. */
-static int check_spatial_rank_of(const ApxGraph *g, int node, const char *what, int allow_1d,
-                                 ApxDiag *d) {
-  const ApxValue *x = infer_in(g, node, 0);
-  if (x->rank == 4 || (allow_1d && x->rank == 3)) return 0;
-  if (x->rank >= 3 && x->rank <= 5)
-    return apx_node_error(d, g, node, "not supported yet: %d-D %s (input 0 '%s' has rank %d; "
-                          "supported: %s)", x->rank - 2, what, x->name, x->rank,
-                          allow_1d ? "1-D and 2-D" : "2-D");
-  return infer_check_rank(g, node, 0, allow_1d ? 3 : 4, 4, d);
-}
-
+/* Input 0 of a window op: rank 4 (2-D) or 3 (1-D); 3-D is not supported yet. */
 static int check_spatial_rank(const ApxGraph *g, int node, const char *what, ApxDiag *d) {
-  return check_spatial_rank_of(g, node, what, 1, d);
+  const ApxValue *x = infer_in(g, node, 0);
+  if (x->rank == 4 || x->rank == 3) return 0;
+  if (x->rank == 5)
+    return apx_node_error(d, g, node, "not supported yet: 3-D %s (input 0 '%s' has rank 5; "
+                          "supported: 1-D and 2-D)", what, x->name);
+  return infer_check_rank(g, node, 0, 3, 4, d);
 }
 
 /* 1-D windows run as 2-D ones of height 1: X (N, C, L) is read as (N, C, 1, L) and the
@@ -917,11 +910,22 @@ static int infer_avg_pool_grad(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out_shape(g, node, 0, infer_in(g, node, 0)->dtype, &xs, d);
 }
 
+/* (N, C, 1 .. 1) for an input (N, C, spatial...) of rank r */
+static IShape gap_shape(int r, const int64_t *dims) {
+  IShape y;
+  memset(&y, 0, sizeof y);
+  y.rank = r;
+  y.dims[0] = dims[0];
+  y.dims[1] = dims[1];
+  for (int i = 2; i < r; i++) y.dims[i] = 1;
+  return y;
+}
+
 static int infer_global_avg_pool(ApxGraph *g, int node, ApxDiag *d) {
   if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d)) return -1;
-  if (check_spatial_rank_of(g, node, "GlobalAveragePool", 0, d)) return -1;
+  if (infer_check_rank(g, node, 0, 3, APX_MAX_RANK, d)) return -1; /* the kernels take any spatial rank */
   const ApxValue *x = infer_in(g, node, 0);
-  IShape y = {4, {x->dims[0], x->dims[1], 1, 1}};
+  IShape y = gap_shape(x->rank, x->dims);
   return infer_set_out_shape(g, node, 0, x->dtype, &y, d);
 }
 
@@ -930,9 +934,9 @@ static int infer_global_avg_pool_grad(ApxGraph *g, int node, ApxDiag *d) {
   if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d)) return -1;
   IShape xs;
   if (infer_preset_shape(g, node, 0, &xs, d)) return -1;
-  if (xs.rank != 4)
-    return apx_node_error(d, g, node, "output 0 must have rank 4, has rank %d", xs.rank);
-  IShape y = {4, {xs.dims[0], xs.dims[1], 1, 1}};
+  if (xs.rank < 3)
+    return apx_node_error(d, g, node, "output 0 must have rank 3 or more, has rank %d", xs.rank);
+  IShape y = gap_shape(xs.rank, xs.dims);
   if (check_input_shape(g, node, 0, &y, d)) return -1;
   return infer_set_out_shape(g, node, 0, infer_in(g, node, 0)->dtype, &xs, d);
 }

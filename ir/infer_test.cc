@@ -617,6 +617,19 @@ TEST(Infer, ConvTransposeResolvesOutputShapeAndAutoPad) {
   EXPECT_TRUE(has(t.msg(), "output size -1 of spatial dim 0 is not positive")) << t.msg();
 }
 
+// GlobalAveragePool: any spatial rank (the kernels reduce the trailing dims as one)
+TEST(Infer, GlobalAveragePoolKeepsTheRank) {
+  G t;
+  int x1 = t.input("x1", APX_DT_F32, {2, 3, 7}), x3 = t.input("x3", APX_DT_F32, {2, 3, 4, 5, 6});
+  int y1 = t.value("y1"), y3 = t.value("y3");
+  int n = t.node(APX_OP_GlobalAveragePool, "g1", {x1}, {y1});
+  ASSERT_EQ(t.run(n), 0) << t.msg();
+  EXPECT_EQ(t.shape(y1), (Dims{2, 3, 1}));
+  int m = t.node(APX_OP_GlobalAveragePool, "g3", {x3}, {y3});
+  ASSERT_EQ(t.run(m), 0) << t.msg();
+  EXPECT_EQ(t.shape(y3), (Dims{2, 3, 1, 1, 1}));
+}
+
 TEST(Infer, ConvTransposeRejects3D) {
   G t;
   int x = t.input("x", APX_DT_F32, {1, 1, 4, 4, 4}), w = t.input("w", APX_DT_F32, {1, 1, 3, 3, 3}), y = t.value("y");

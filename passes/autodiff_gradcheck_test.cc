@@ -322,6 +322,10 @@ std::vector<Case> Cases() {
                  b.WeightedSumLoss(b.Op("AveragePool", {x}, {Attr::Ints("kernel_shape", {3}), Attr::Ints("strides", {2}),
                                                             Attr::Ints("pads", {1, 0}), Attr::Int("count_include_pad", 1)}));
                }});
+  c.push_back({"GlobalAveragePool1D", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 3, 5});
+                 b.WeightedSumLoss(b.Op("GlobalAveragePool", {x}));
+               }});
   c.push_back({"AveragePool_Pads_ExcludePad", [](GraphBuilder &b) {
                  int x = b.Param("x", {1, 2, 5, 5});
                  b.WeightedSumLoss(b.Op("AveragePool", {x}, {Attr::Ints("kernel_shape", {3, 3}), Attr::Ints("strides", {2, 2}),
