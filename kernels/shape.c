@@ -448,8 +448,9 @@ static int conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *
                      const ApxTensor *y, ApxConvGeom *g, int64_t neg_end, char *err, size_t cap) {
   char sx[96], sw[96], sy[96];
   memset(g, 0, sizeof *g);
-  if (w->rank != x->rank || y->rank != x->rank || !plane(x, &g->H, &g->W) ||
-      !plane(w, &g->kh, &g->kw) || !plane(y, &g->OH, &g->OW))
+  if (w->rank != x->rank || y->rank != x->rank)
+    return fail(err, cap, "operand ranks differ: X %d, W %d, Y %d", x->rank, w->rank, y->rank);
+  if (!plane(x, &g->H, &g->W) || !plane(w, &g->kh, &g->kw) || !plane(y, &g->OH, &g->OW))
     return unsupported(err, cap, "not supported yet: convolution of rank %d (1-D and 2-D only, "
                        "rank 3 and 4)", x->rank);
   g->N = x->dims[0];
@@ -500,8 +501,9 @@ int apx_conv_transpose_geom(const ApxAttrConvTranspose *a, const ApxTensor *x, c
   char sx[96], sw[96], sy[96];
   memset(g, 0, sizeof *g);
   int64_t in[2], out[2];
-  if (w->rank != x->rank || y->rank != x->rank || !plane(x, &in[0], &in[1]) ||
-      !plane(y, &out[0], &out[1]))
+  if (w->rank != x->rank || y->rank != x->rank)
+    return fail(err, cap, "operand ranks differ: X %d, W %d, Y %d", x->rank, w->rank, y->rank);
+  if (!plane(x, &in[0], &in[1]) || !plane(y, &out[0], &out[1]))
     return unsupported(err, cap, "not supported yet: ConvTranspose of rank %d (1-D and 2-D only, "
                        "rank 3 and 4)", x->rank);
   ApxAttrConv c;
@@ -569,7 +571,8 @@ static int out_size_ok(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, 
 int apx_pool_geom(const ApxAttrPool *a, const ApxTensor *x, const ApxTensor *y, ApxPoolGeom *g,
                   char *err, size_t cap) {
   char sx[96], sy[96];
-  if (y->rank != x->rank || !plane(x, &g->H, &g->W) || !plane(y, &g->OH, &g->OW))
+  if (y->rank != x->rank) return fail(err, cap, "ranks differ: X %d, Y %d", x->rank, y->rank);
+  if (!plane(x, &g->H, &g->W) || !plane(y, &g->OH, &g->OW))
     return unsupported(err, cap, "not supported yet: pooling of rank %d (1-D and 2-D only, rank "
                        "3 and 4)", x->rank);
   g->N = x->dims[0];

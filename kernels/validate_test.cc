@@ -84,6 +84,9 @@ TEST(Validate, ConvTransposeContract) {
   for (int i = 0; i < 4; i++) a.pads[i] = 1;
   a.output_padding[0] = 1;
   a.kernel[0] = 0;
+  r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3, 3}), T({2, 3, 3, 3})}, {T({1, 3, 6})});
+  EXPECT_EQ(r.st, APX_STATUS_BAD_INPUT);
+  EXPECT_EQ(r.err, "operand ranks differ: X 4, W 4, Y 3");
   // the gradient: dX like X, dW like W, dB (C_out)
   r = Check(APX_OP_ConvTransposeGrad, &a, {T({1, 3, 6, 6}), T({1, 2, 3, 3}), T({2, 3, 3, 3})},
             {T({1, 2, 3, 3}), T({2, 3, 3, 3}), T({3})});
