@@ -313,9 +313,26 @@ static int attrs_from_fields(Emit *e, AttrList *l, int node) {
   return rc ? oom(e) : 0;
 }
 
+/* A window's kernel_shape, strides, pads and dilations (dilations NULL: not written) for an
+ * input of rank `rank`: the typed attributes hold two spatial entries, a 1-D (rank 3) window
+ * its own in the second ones. */
+static int window_attrs(Emit *e, AttrList *l, int rank, const int64_t *kernel, const int64_t *strides,
+                        const int64_t *pads, const int64_t *dilations) {
+  int ns = rank == 3 ? 1 : 2, off = 2 - ns;
+  int64_t p[4] = {pads[0], pads[1], pads[2], pads[3]};
+  if (ns == 1) { /* begin, end of the one dim */
+    p[0] = pads[1];
+    p[1] = pads[3];
+  }
+  int rc = attr_ints(e, l, "kernel_shape", kernel + off, ns) | attr_ints(e, l, "strides", strides + off, ns) |
+           attr_ints(e, l, "pads", p, 2 * ns);
+  if (dilations) rc |= attr_ints(e, l, "dilations", dilations + off, ns);
+  return rc;
+}
+
 /* ONNX attributes equivalent to the typed struct of a node a pass created (no generic
  * attributes): from the fields (attrs.def), except for the ops whose attributes depend on
- * the opset or on other fields. */
+ * the opset or on other fields (and 1-D windows: window_attrs). */
 static int attrs_from_typed(Emit *e, AttrList *l, int node) {
   const ApxGraph *g = e->g;
   const ApxNode *n = &g->nodes[node];
@@ -340,11 +357,24 @@ static int attrs_from_typed(Emit *e, AttrList *l, int node) {
     }
     case APX_OP_MaxPool: case APX_OP_AveragePool: { /* per-op and per-opset attributes */
       const ApxAttrPool *a = t;
-      rc = attr_ints(e, l, "kernel_shape", a->kernel, 2) | attr_ints(e, l, "strides", a->strides, 2) |
-           attr_ints(e, l, "pads", a->pads, 4) | attr_int(e, l, "ceil_mode", a->ceil_mode);
+      int dil = n->op == APX_OP_MaxPool || g->opset >= 19;
+      rc = window_attrs(e, l, g->vals[n->in[0]].rank, a->kernel, a->strides, a->pads, dil ? a->dilations : NULL) |
+           attr_int(e, l, "ceil_mode", a->ceil_mode);
       if (n->op == APX_OP_AveragePool) rc |= attr_int(e, l, "count_include_pad", a->count_include_pad);
       else rc |= attr_int(e, l, "storage_order", a->storage_order);
-      if (n->op == APX_OP_MaxPool || g->opset >= 19) rc |= attr_ints(e, l, "dilations", a->dilations, 2);
+      break;
+    }
+    case APX_OP_Conv: { /* 1-D: window_attrs; 2-D: from the fields */
+      const ApxAttrConv *a = t;
+      if (g->vals[n->in[0]].rank != 3) return attrs_from_fields(e, l, node);
+      rc = window_attrs(e, l, 3, a->kernel, a->strides, a->pads, a->dilations) | attr_int(e, l, "group", a->group);
+      break;
+    }
+    case APX_OP_ConvTranspose: {
+      const ApxAttrConvTranspose *a = t;
+      if (g->vals[n->in[0]].rank != 3) return attrs_from_fields(e, l, node);
+      rc = window_attrs(e, l, 3, a->kernel, a->strides, a->pads, a->dilations) | attr_int(e, l, "group", a->group) |
+           attr_ints(e, l, "output_padding", a->output_padding + 1, 1);
       break;
     }
     case APX_OP_Reshape: /* allowzero exists from opset 14 */

@@ -73,13 +73,25 @@ int64_t apx_node_flops(const ApxGraph *g, int node) {
     }
     case APX_OP_Conv: return conv_flops(g, n, n->n_in > 2 && n->in[2] >= 0);
     case APX_OP_ConvBiasRelu: return conv_flops(g, n, 2);
-    case APX_OP_ConvGrad: {
-      /* ConvGrad(dY, X, W): forward product = 2 * numel(dY) * C_in/group * kh * kw */
-      const ApxValue *dy = in_val(g, n, 0), *w = in_val(g, n, 2);
-      if (!dy || !w || w->rank < 3) return -1;
+    case APX_OP_ConvTranspose: {
+      /* the adjoint convolution's product: 2 * numel(X) * C_out/group * kh * kw, plus the bias */
+      const ApxValue *w = in_val(g, n, 1);
+      if (!x || !y || !w || w->rank < 3) return -1;
       int64_t per = 1;
       for (int i = 1; i < w->rank; i++) per = mul_ok(per, w->dims[i]);
-      int64_t fwd = mul_ok(2, mul_ok(numel(dy), per));
+      int64_t f = mul_ok(2, mul_ok(numel(x), per));
+      return f < 0 ? -1 : f + (n->n_in > 2 && n->in[2] >= 0 ? numel(y) : 0);
+    }
+    case APX_OP_ConvGrad:
+    case APX_OP_ConvTransposeGrad: {
+      /* ConvGrad(dY, X, W): forward product = 2 * numel(dY) * C_in/group * kh * kw;
+       * ConvTransposeGrad(dY, X, W): 2 * numel(X) * C_out/group * kh * kw */
+      const ApxValue *dy = in_val(g, n, 0), *w = in_val(g, n, 2);
+      const ApxValue *prod = in_val(g, n, n->op == APX_OP_ConvTransposeGrad ? 1 : 0);
+      if (!dy || !prod || !w || w->rank < 3) return -1;
+      int64_t per = 1;
+      for (int i = 1; i < w->rank; i++) per = mul_ok(per, w->dims[i]);
+      int64_t fwd = mul_ok(2, mul_ok(numel(prod), per));
       if (fwd < 0) return -1;
       int64_t f = 0;
       for (int o = 0; o < n->n_out && o < 2; o++)

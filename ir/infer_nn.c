@@ -1,6 +1,6 @@
 /* infer_nn.c - neural-network ops and their gradients: Gemm/MatMul (and fused dense),
- * softmax family, LayerNorm, BatchNorm, Dropout, 2-D Conv and pooling (auto_pad resolved
- * into explicit pads), the two losses and the fused cross-entropy. */
+ * softmax family, LayerNorm, BatchNorm, Dropout, 1-D and 2-D Conv, ConvTranspose and pooling
+ * (auto_pad resolved into explicit pads), the two losses and the fused cross-entropy. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -433,7 +433,7 @@ static int infer_dropout(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out(g, node, 1, mask_dt, x->rank, x->dims, d);
 }
 
-/* ---- Conv and pooling (2-D) --------------------------------------------------------- */
+/* ---- Conv and pooling (1-D and 2-D) ------------------------------------------------- */
 
 typedef struct Window {
   int64_t kernel[2], strides[2], pads[4], dilations[2];
@@ -462,19 +462,55 @@ static void window_to_attrs(const Window *w, int64_t *kernel, int64_t *strides, 
   memcpy(dilations, w->dilations, sizeof w->dilations);
 }
 
+/* Input 0 of a window op: rank 4 (2-D) or 3 (1-D); 3-D is not supported yet. */
 static int check_spatial_rank(const ApxGraph *g, int node, const char *what, ApxDiag *d) {
   const ApxValue *x = infer_in(g, node, 0);
-  if (x->rank == 4) return 0;
-  if (x->rank >= 3 && x->rank <= 5)
-    return apx_node_error(d, g, node, "not supported yet: %d-D %s (input 0 '%s' has rank %d; v1 "
-                          "supports 2-D)", x->rank - 2, what, x->name, x->rank);
-  return infer_check_rank(g, node, 0, 4, 4, d);
+  if (x->rank == 4 || x->rank == 3) return 0;
+  if (x->rank == 5)
+    return apx_node_error(d, g, node, "not supported yet: 3-D %s (input 0 '%s' has rank 5; "
+                          "supported: 1-D and 2-D)", what, x->name);
+  return infer_check_rank(g, node, 0, 3, 4, d);
 }
 
-/* strides, dilations, pads and auto_pad -> explicit pads for 2 spatial dims. */
+/* 1-D windows run as 2-D ones of height 1: X (N, C, L) is read as (N, C, 1, L) and the
+ * typed attributes hold two spatial entries, the first a unit one (kernel, strides and
+ * dilations 1, pads 0; kernels/shape.h reads rank-3 operands so). The (H, W) plane of a
+ * window operand of rank 3 or 4: */
+static void plane_of(const ApxValue *v, int64_t hw[2]) {
+  hw[0] = v->rank == 4 ? v->dims[2] : 1;
+  hw[1] = v->dims[v->rank - 1];
+}
+
+/* (n, c, plane) in X's rank (3: the plane's W only). */
+static IShape window_shape(const ApxValue *X, int64_t n, int64_t c, const int64_t hw[2]) {
+  IShape s;
+  memset(&s, 0, sizeof s);
+  s.rank = X->rank;
+  s.dims[0] = n;
+  s.dims[1] = c;
+  if (X->rank == 4) {
+    s.dims[2] = hw[0];
+    s.dims[3] = hw[1];
+  } else {
+    s.dims[2] = hw[1];
+  }
+  return s;
+}
+
+/* W (w_slot) of X's rank (3 or 4). */
+static int check_weight_rank(ApxGraph *g, int node, int x_slot, int w_slot, ApxDiag *d) {
+  int r = infer_in(g, node, x_slot)->rank;
+  if (infer_check_rank(g, node, x_slot, 3, 4, d)) return -1;
+  return infer_check_rank(g, node, w_slot, r, r, d);
+}
+
+/* strides, dilations, pads and auto_pad -> explicit pads for the spatial dims (1-D: the
+ * second entries, the first unit). */
 static int canon_window(ApxGraph *g, int node, Window *w, int has_dilations, ApxDiag *d) {
   const ApxValue *x = infer_in(g, node, 0);
-  int64_t buf[8];
+  int ns = x->rank - 2, off = 2 - ns;
+  int64_t buf[8], in[2];
+  plane_of(x, in);
   int n;
   static const char *const names[2] = {"strides", "dilations"};
   int64_t *dst[2] = {w->strides, w->dilations};
@@ -484,12 +520,12 @@ static int canon_window(ApxGraph *g, int node, Window *w, int has_dilations, Apx
     int got = infer_attr_ints(g, node, names[t], buf, 8, &n, d);
     if (got < 0) return -1;
     if (!got) continue;
-    if (n != 2)
-      return apx_node_error(d, g, node, "attribute '%s' has %d values, expected 2", names[t], n);
-    for (int i = 0; i < 2; i++) {
+    if (n != ns)
+      return apx_node_error(d, g, node, "attribute '%s' has %d values, expected %d", names[t], n, ns);
+    for (int i = 0; i < ns; i++) {
       if (buf[i] < 1)
         return apx_node_error(d, g, node, "attribute '%s' = %" PRId64 " must be >= 1", names[t], buf[i]);
-      dst[t][i] = buf[i];
+      dst[t][off + i] = buf[i];
     }
   }
   const char *auto_pad;
@@ -498,11 +534,12 @@ static int canon_window(ApxGraph *g, int node, Window *w, int has_dilations, Apx
   if (got < 0) return -1;
   memset(w->pads, 0, sizeof w->pads);
   if (got) {
-    if (n != 4) return apx_node_error(d, g, node, "attribute 'pads' has %d values, expected 4", n);
-    for (int i = 0; i < 4; i++) {
+    if (n != 2 * ns)
+      return apx_node_error(d, g, node, "attribute 'pads' has %d values, expected %d", n, 2 * ns);
+    for (int i = 0; i < 2 * ns; i++) {
       if (buf[i] < 0)
         return apx_node_error(d, g, node, "attribute 'pads' = %" PRId64 " must be >= 0", buf[i]);
-      w->pads[i] = buf[i];
+      w->pads[(i < ns ? 0 : 2) + off + i % ns] = buf[i];
     }
   }
   int same_upper = strcmp(auto_pad, "SAME_UPPER") == 0, same_lower = strcmp(auto_pad, "SAME_LOWER") == 0;
@@ -517,11 +554,11 @@ static int canon_window(ApxGraph *g, int node, Window *w, int has_dilations, Apx
     w->ceil_mode = 0; /* auto_pad fixes the output size */
   }
   if (same_upper || same_lower) {
-    for (int i = 0; i < 2; i++) {
-      int64_t in = x->dims[2 + i], s = w->strides[i];
+    for (int i = off; i < 2; i++) {
+      int64_t s = w->strides[i];
       int64_t ek = (w->kernel[i] - 1) * w->dilations[i] + 1;
-      int64_t out = (in + s - 1) / s;
-      int64_t total = (out - 1) * s + ek - in;
+      int64_t out = (in[i] + s - 1) / s;
+      int64_t total = (out - 1) * s + ek - in[i];
       if (total < 0) total = 0;
       int64_t small = total / 2, big = total - small;
       w->pads[i] = same_upper ? small : big;
@@ -547,21 +584,26 @@ static int window_out(const ApxGraph *g, int node, const Window *w, const int64_
   return 0;
 }
 
+/* kernel_shape, when given, must be W's spatial dims (kernel: W's plane). */
+static int check_kernel_shape(ApxGraph *g, int node, const ApxValue *W, const int64_t kernel[2],
+                              ApxDiag *d) {
+  int64_t ks[8];
+  int ns = W->rank - 2, n, got = infer_attr_ints(g, node, "kernel_shape", ks, 8, &n, d);
+  if (got < 0) return -1;
+  if (got && (n != ns || ks[n - 1] != kernel[1] || (ns == 2 && ks[0] != kernel[0])))
+    return apx_node_error(d, g, node, "attribute 'kernel_shape' does not match the weight's spatial "
+                          "dims [%" PRId64 ",%" PRId64 "]", kernel[0], kernel[1]);
+  return 0;
+}
+
 static int canon_conv(ApxGraph *g, int node, ApxDiag *d) {
   ApxAttrConv *a = APX_NODE_ATTRS(g, node, ApxAttrConv);
-  if (check_spatial_rank(g, node, "Conv", d)) return -1;
-  if (infer_check_rank(g, node, 1, 4, 4, d)) return -1;
+  if (check_spatial_rank(g, node, "Conv", d) || check_weight_rank(g, node, 0, 1, d)) return -1;
   const ApxValue *W = infer_in(g, node, 1);
   Window w;
   memset(&w, 0, sizeof w);
-  w.kernel[0] = W->dims[2];
-  w.kernel[1] = W->dims[3];
-  int64_t ks[8];
-  int n, got = infer_attr_ints(g, node, "kernel_shape", ks, 8, &n, d);
-  if (got < 0) return -1;
-  if (got && (n != 2 || ks[0] != w.kernel[0] || ks[1] != w.kernel[1]))
-    return apx_node_error(d, g, node, "attribute 'kernel_shape' does not match the weight's spatial "
-                          "dims [%" PRId64 ",%" PRId64 "]", w.kernel[0], w.kernel[1]);
+  plane_of(W, w.kernel);
+  if (check_kernel_shape(g, node, W, w.kernel, d)) return -1;
   if (canon_window(g, node, &w, 1, d)) return -1;
   int64_t group;
   if (infer_attr_int(g, node, "group", 1, &group, d)) return -1;
@@ -571,24 +613,31 @@ static int canon_conv(ApxGraph *g, int node, ApxDiag *d) {
   return 0;
 }
 
-/* Conv output shape from X (x_slot) and W (w_slot); checks channels and group. */
+static int conv_transpose_shape(ApxGraph *g, int node, int x_slot, int w_slot, IShape *y, ApxDiag *d);
+
+/* Conv output shape from X (x_slot) and W (w_slot); checks channels and group (ConvTranspose
+ * and its gradient: conv_transpose_shape). */
 static int conv_shape(ApxGraph *g, int node, int x_slot, int w_slot, IShape *y, ApxDiag *d) {
+  ApxOp op = g->nodes[node].op;
+  if (op == APX_OP_ConvTranspose || op == APX_OP_ConvTransposeGrad)
+    return conv_transpose_shape(g, node, x_slot, w_slot, y, d);
   const ApxAttrConv *a = APX_NODE_ATTRS(g, node, ApxAttrConv);
-  if (infer_check_rank(g, node, x_slot, 4, 4, d) || infer_check_rank(g, node, w_slot, 4, 4, d)) return -1;
+  if (check_weight_rank(g, node, x_slot, w_slot, d)) return -1;
   const ApxValue *X = infer_in(g, node, x_slot), *W = infer_in(g, node, w_slot);
-  int64_t c = X->dims[1], m = W->dims[0];
+  int64_t c = X->dims[1], m = W->dims[0], k[2], in[2];
+  plane_of(W, k);
+  plane_of(X, in);
   if (a->group < 1 || c % a->group != 0 || m % a->group != 0)
     return apx_node_error(d, g, node, "group = %" PRId64 " must divide the input channels %" PRId64
                           " and the output channels %" PRId64, a->group, c, m);
-  if (W->dims[1] * a->group != c || W->dims[2] != a->kernel[0] || W->dims[3] != a->kernel[1]) {
-    int64_t want[4] = {m, c / a->group, a->kernel[0], a->kernel[1]};
-    return infer_err_expected(g, node, w_slot, 4, want, d);
+  if (W->dims[1] * a->group != c || k[0] != a->kernel[0] || k[1] != a->kernel[1]) {
+    IShape want = window_shape(W, m, c / a->group, a->kernel);
+    return infer_err_expected(g, node, w_slot, want.rank, want.dims, d);
   }
   Window w = window_of(a->kernel, a->strides, a->pads, a->dilations, 0);
   int64_t o[2];
-  if (window_out(g, node, &w, X->dims + 2, o, d)) return -1;
-  IShape s = {4, {X->dims[0], m, o[0], o[1]}};
-  *y = s;
+  if (window_out(g, node, &w, in, o, d)) return -1;
+  *y = window_shape(X, X->dims[0], m, o);
   return 0;
 }
 
@@ -602,7 +651,7 @@ static int infer_conv(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out_shape(g, node, 0, infer_in(g, node, 0)->dtype, &y, d);
 }
 
-/* ConvGrad(dY, X, W) -> dX?, dW?, dB? */
+/* ConvGrad, ConvTransposeGrad (dY, X, W) -> dX?, dW?, dB? */
 static int infer_conv_grad(ApxGraph *g, int node, ApxDiag *d) {
   if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d) || infer_same_dtype(g, node, 0, 1, d) ||
       infer_same_dtype(g, node, 0, 2, d))
@@ -627,6 +676,140 @@ static int infer_conv_relu_grad(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out(g, node, 2, infer_in(g, node, 0)->dtype, 1, &y.dims[1], d);
 }
 
+/* ---- ConvTranspose (1-D and 2-D) ---------------------------------------------------- */
+
+/* Integer-list attribute `name` of ns (1 or 2) values >= lo into the last ns entries of
+ * out[2] (def when absent; a 1-D window's first entry stays def). */
+static int attr_pair(ApxGraph *g, int node, const char *name, int ns, int64_t def, int64_t lo,
+                     int64_t *out, ApxDiag *d) {
+  int64_t buf[8];
+  int n, got = infer_attr_ints(g, node, name, buf, 8, &n, d);
+  if (got < 0) return -1;
+  out[0] = out[1] = def;
+  if (!got) return 0;
+  if (n != ns) return apx_node_error(d, g, node, "attribute '%s' has %d values, expected %d", name, n, ns);
+  for (int i = 0; i < ns; i++) {
+    if (buf[i] < lo)
+      return apx_node_error(d, g, node, "attribute '%s' = %" PRId64 " must be >= %" PRId64, name,
+                            buf[i], lo);
+    out[2 - ns + i] = buf[i];
+  }
+  return 0;
+}
+
+/* output_shape and auto_pad resolved into pads >= 0 and output_padding >= 0 (ONNX's
+ * ConvTranspose equations: total padding = strides (in - 1) + output_padding + extent -
+ * out, split as SAME_UPPER: begin = total / 2, otherwise begin = total - total / 2; a
+ * negative total, an output_shape above the natural size, is more output_padding). */
+static int canon_conv_transpose(ApxGraph *g, int node, ApxDiag *d) {
+  ApxAttrConvTranspose *a = APX_NODE_ATTRS(g, node, ApxAttrConvTranspose);
+  if (check_spatial_rank(g, node, "ConvTranspose", d) || check_weight_rank(g, node, 0, 1, d)) return -1;
+  const ApxValue *X = infer_in(g, node, 0), *W = infer_in(g, node, 1);
+  int ns = X->rank - 2, off = 2 - ns;
+  int64_t buf[8], in[2];
+  int n, got;
+  plane_of(X, in);
+  memset(a, 0, sizeof *a);
+  plane_of(W, a->kernel);
+  if (check_kernel_shape(g, node, W, a->kernel, d)) return -1;
+  if (attr_pair(g, node, "strides", ns, 1, 1, a->strides, d) ||
+      attr_pair(g, node, "dilations", ns, 1, 1, a->dilations, d) ||
+      attr_pair(g, node, "output_padding", ns, 0, 0, a->output_padding, d))
+    return -1;
+  if (infer_attr_int(g, node, "group", 1, &a->group, d)) return -1;
+  if (a->group < 1) return apx_node_error(d, g, node, "attribute 'group' = %" PRId64 " must be >= 1", a->group);
+  got = infer_attr_ints(g, node, "pads", buf, 8, &n, d);
+  if (got < 0) return -1;
+  if (got) {
+    if (n != 2 * ns)
+      return apx_node_error(d, g, node, "attribute 'pads' has %d values, expected %d", n, 2 * ns);
+    for (int i = 0; i < 2 * ns; i++) {
+      if (buf[i] < 0)
+        return apx_node_error(d, g, node, "attribute 'pads' = %" PRId64 " must be >= 0", buf[i]);
+      a->pads[(i < ns ? 0 : 2) + off + i % ns] = buf[i];
+    }
+  }
+  const char *auto_pad;
+  if (infer_attr_string(g, node, "auto_pad", "NOTSET", &auto_pad, d)) return -1;
+  int same_upper = strcmp(auto_pad, "SAME_UPPER") == 0, same_lower = strcmp(auto_pad, "SAME_LOWER") == 0;
+  int valid = strcmp(auto_pad, "VALID") == 0;
+  if (!same_upper && !same_lower && !valid && strcmp(auto_pad, "NOTSET") != 0 && auto_pad[0])
+    return apx_node_error(d, g, node, "attribute 'auto_pad' = '%s' (expected NOTSET, SAME_UPPER, "
+                          "SAME_LOWER or VALID)", auto_pad);
+  if ((same_upper || same_lower || valid) && got)
+    for (int i = 0; i < 4; i++)
+      if (a->pads[i])
+        return apx_node_error(d, g, node, "attribute 'pads' cannot be used with auto_pad = '%s'", auto_pad);
+  int64_t out[2];
+  int n_out, has_out = infer_attr_ints(g, node, "output_shape", buf, 8, &n_out, d);
+  if (has_out < 0) return -1;
+  if (has_out) {
+    if (n_out != ns && n_out != ns + 2)
+      return apx_node_error(d, g, node, "attribute 'output_shape' has %d values, expected %d "
+                            "(the spatial dims) or %d", n_out, ns, ns + 2);
+    out[0] = ns == 2 ? buf[n_out - 2] : 1;
+    out[1] = buf[n_out - 1];
+  }
+  if (!has_out && !same_upper && !same_lower) return 0; /* NOTSET / VALID: pads as given */
+  for (int i = off; i < 2; i++) {
+    int64_t s = a->strides[i];
+    int64_t o = has_out ? out[i] : in[i] * s;
+    if (o < 1)
+      return apx_node_error(d, g, node, "attribute 'output_shape' = %" PRId64 " must be >= 1", o);
+    if (in[i] > (INT64_C(1) << 40) || s > (INT64_C(1) << 20) || a->kernel[i] > (INT64_C(1) << 20) ||
+        a->dilations[i] > (INT64_C(1) << 20) || a->output_padding[i] > (INT64_C(1) << 40) ||
+        o > (INT64_C(1) << 40))
+      return apx_node_error(d, g, node, "not supported yet: ConvTranspose sizes this large");
+    int64_t total = s * (in[i] - 1) + a->output_padding[i] + (a->kernel[i] - 1) * a->dilations[i] + 1 - o;
+    if (total < 0) {
+      a->pads[i] = a->pads[i + 2] = 0;
+      a->output_padding[i] -= total;
+    } else {
+      a->pads[i] = same_upper ? total / 2 : total - total / 2;
+      a->pads[i + 2] = total - a->pads[i];
+    }
+  }
+  return 0;
+}
+
+/* ConvTranspose's output shape from X (x_slot) and W (w_slot). */
+static int conv_transpose_shape(ApxGraph *g, int node, int x_slot, int w_slot, IShape *y, ApxDiag *d) {
+  const ApxAttrConvTranspose *a = APX_NODE_ATTRS(g, node, ApxAttrConvTranspose);
+  if (check_weight_rank(g, node, x_slot, w_slot, d)) return -1;
+  const ApxValue *X = infer_in(g, node, x_slot), *W = infer_in(g, node, w_slot);
+  int64_t c = X->dims[1], k[2], in2[2], o2[2];
+  plane_of(W, k);
+  plane_of(X, in2);
+  if (a->group < 1 || c % a->group != 0)
+    return apx_node_error(d, g, node, "group = %" PRId64 " must divide the input channels %" PRId64,
+                          a->group, c);
+  int64_t m = W->dims[1] * a->group;
+  if (W->dims[0] != c || k[0] != a->kernel[0] || k[1] != a->kernel[1]) {
+    IShape want = window_shape(W, c, W->dims[1], a->kernel);
+    return infer_err_expected(g, node, w_slot, want.rank, want.dims, d);
+  }
+  for (int i = 0; i < 2; i++) {
+    int64_t in = in2[i];
+    if (a->strides[i] < 1 || a->dilations[i] < 1 || a->output_padding[i] < 0 || a->pads[i] < 0 ||
+        a->pads[i + 2] < 0)
+      return apx_node_error(d, g, node, "typed attributes: strides and dilations must be >= 1, "
+                            "pads and output_padding >= 0");
+    if (in > (INT64_C(1) << 40) || a->strides[i] > (INT64_C(1) << 20) ||
+        a->kernel[i] > (INT64_C(1) << 20) || a->dilations[i] > (INT64_C(1) << 20) ||
+        a->output_padding[i] > (INT64_C(1) << 40) || a->pads[i] > (INT64_C(1) << 40) ||
+        a->pads[i + 2] > (INT64_C(1) << 40))
+      return apx_node_error(d, g, node, "not supported yet: ConvTranspose sizes this large");
+    int64_t o = a->strides[i] * (in - 1) + a->output_padding[i] +
+                (a->kernel[i] - 1) * a->dilations[i] + 1 - a->pads[i] - a->pads[i + 2];
+    if (o < 1)
+      return apx_node_error(d, g, node, "output size %" PRId64 " of spatial dim %d is not positive "
+                            "(the pads exceed the output)", o, i - (4 - X->rank));
+    o2[i] = o;
+  }
+  *y = window_shape(X, X->dims[0], m, o2);
+  return 0;
+}
+
 static int canon_pool(ApxGraph *g, int node, ApxDiag *d) {
   ApxAttrPool *a = APX_NODE_ATTRS(g, node, ApxAttrPool);
   int is_max = g->nodes[node].op == APX_OP_MaxPool;
@@ -637,10 +820,13 @@ static int canon_pool(ApxGraph *g, int node, ApxDiag *d) {
   int n, got = infer_attr_ints(g, node, "kernel_shape", ks, 8, &n, d);
   if (got < 0) return -1;
   if (!got) return apx_node_error(d, g, node, "attribute 'kernel_shape' is required");
-  if (n != 2) return apx_node_error(d, g, node, "attribute 'kernel_shape' has %d values, expected 2", n);
-  for (int i = 0; i < 2; i++) {
+  int ns = infer_in(g, node, 0)->rank - 2;
+  if (n != ns)
+    return apx_node_error(d, g, node, "attribute 'kernel_shape' has %d values, expected %d", n, ns);
+  w.kernel[0] = 1; /* 1-D: the unit leading entry */
+  for (int i = 0; i < ns; i++) {
     if (ks[i] < 1) return apx_node_error(d, g, node, "attribute 'kernel_shape' = %" PRId64 " must be >= 1", ks[i]);
-    w.kernel[i] = ks[i];
+    w.kernel[2 - ns + i] = ks[i];
   }
   if (infer_attr_int(g, node, "ceil_mode", 0, &v, d)) return -1;
   if (v != 0 && v != 1) return apx_node_error(d, g, node, "attribute 'ceil_mode' = %" PRId64 " (expected 0 or 1)", v);
@@ -674,12 +860,12 @@ static int pool_out(const ApxGraph *g, int node, const int64_t *in, int64_t *out
 }
 
 static int pool_shape(ApxGraph *g, int node, int x_slot, IShape *y, ApxDiag *d) {
-  if (infer_check_rank(g, node, x_slot, 4, 4, d)) return -1;
+  if (infer_check_rank(g, node, x_slot, 3, 4, d)) return -1;
   const ApxValue *X = infer_in(g, node, x_slot);
-  int64_t o[2];
-  if (pool_out(g, node, X->dims + 2, o, d)) return -1;
-  IShape s = {4, {X->dims[0], X->dims[1], o[0], o[1]}};
-  *y = s;
+  int64_t o[2], in[2];
+  plane_of(X, in);
+  if (pool_out(g, node, in, o, d)) return -1;
+  *y = window_shape(X, X->dims[0], X->dims[1], o);
   return 0;
 }
 
@@ -711,20 +897,36 @@ static int infer_avg_pool_grad(ApxGraph *g, int node, ApxDiag *d) {
   if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d)) return -1;
   IShape xs;
   if (infer_preset_shape(g, node, 0, &xs, d)) return -1;
-  if (xs.rank != 4)
-    return apx_node_error(d, g, node, "output 0 must have rank 4, has rank %d", xs.rank);
-  int64_t o[2];
-  if (pool_out(g, node, xs.dims + 2, o, d)) return -1;
-  IShape y = {4, {xs.dims[0], xs.dims[1], o[0], o[1]}};
+  if (xs.rank != 4 && xs.rank != 3)
+    return apx_node_error(d, g, node, "output 0 must have rank 3 or 4, has rank %d", xs.rank);
+  int64_t o[2], in[2];
+  ApxValue xv;
+  memset(&xv, 0, sizeof xv);
+  xv.rank = xs.rank;
+  memcpy(xv.dims, xs.dims, sizeof xs.dims[0] * (size_t)xs.rank);
+  plane_of(&xv, in);
+  if (pool_out(g, node, in, o, d)) return -1;
+  IShape y = window_shape(&xv, xs.dims[0], xs.dims[1], o);
   if (check_input_shape(g, node, 0, &y, d)) return -1;
   return infer_set_out_shape(g, node, 0, infer_in(g, node, 0)->dtype, &xs, d);
 }
 
+/* (N, C, 1 .. 1) for an input (N, C, spatial...) of rank r */
+static IShape gap_shape(int r, const int64_t *dims) {
+  IShape y;
+  memset(&y, 0, sizeof y);
+  y.rank = r;
+  y.dims[0] = dims[0];
+  y.dims[1] = dims[1];
+  for (int i = 2; i < r; i++) y.dims[i] = 1;
+  return y;
+}
+
 static int infer_global_avg_pool(ApxGraph *g, int node, ApxDiag *d) {
   if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d)) return -1;
-  if (check_spatial_rank(g, node, "GlobalAveragePool", d)) return -1;
+  if (infer_check_rank(g, node, 0, 3, APX_MAX_RANK, d)) return -1; /* the kernels take any spatial rank */
   const ApxValue *x = infer_in(g, node, 0);
-  IShape y = {4, {x->dims[0], x->dims[1], 1, 1}};
+  IShape y = gap_shape(x->rank, x->dims);
   return infer_set_out_shape(g, node, 0, x->dtype, &y, d);
 }
 
@@ -733,9 +935,9 @@ static int infer_global_avg_pool_grad(ApxGraph *g, int node, ApxDiag *d) {
   if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d)) return -1;
   IShape xs;
   if (infer_preset_shape(g, node, 0, &xs, d)) return -1;
-  if (xs.rank != 4)
-    return apx_node_error(d, g, node, "output 0 must have rank 4, has rank %d", xs.rank);
-  IShape y = {4, {xs.dims[0], xs.dims[1], 1, 1}};
+  if (xs.rank < 3)
+    return apx_node_error(d, g, node, "output 0 must have rank 3 or more, has rank %d", xs.rank);
+  IShape y = gap_shape(xs.rank, xs.dims);
   if (check_input_shape(g, node, 0, &y, d)) return -1;
   return infer_set_out_shape(g, node, 0, infer_in(g, node, 0)->dtype, &xs, d);
 }
@@ -868,6 +1070,8 @@ const InferRule apx_infer_rules_nn[] = {
     R(ConvBiasRelu, NULL, infer_conv),
     R(ConvGrad, NULL, infer_conv_grad),
     R(ConvBiasReluGrad, NULL, infer_conv_relu_grad),
+    R(ConvTranspose, canon_conv_transpose, infer_conv),
+    R(ConvTransposeGrad, NULL, infer_conv_grad),
     R(MaxPool, canon_pool, infer_pool),
     R(AveragePool, canon_pool, infer_pool),
     R(MaxPoolGrad, NULL, infer_max_pool_grad),

@@ -579,6 +579,98 @@ TEST(Infer, ConvRejectsOtherThan2D) {
   EXPECT_TRUE(has(t.msg(), "not supported yet: 3-D Conv")) << t.msg();
 }
 
+// ConvTranspose: Y = strides (I - 1) + output_padding + (k - 1) dilations + 1 - pads; output_shape
+// and SAME_* become pads (ONNX's split: SAME_UPPER puts the smaller half first, otherwise the
+// larger), an output_shape above the natural size more output_padding.
+TEST(Infer, ConvTransposeResolvesOutputShapeAndAutoPad) {
+  G t;
+  int x = t.input("x", APX_DT_F32, {1, 4, 3, 3}), w = t.input("w", APX_DT_F32, {4, 3, 3, 3});
+  int bias = t.input("bias", APX_DT_F32, {6});
+  int y = t.value("y"), y2 = t.value("y2"), y3 = t.value("y3"), y4 = t.value("y4");
+  int n = t.node(APX_OP_ConvTranspose, "ct", {x, w, bias}, {y});
+  t.attr_i(n, "group", 2);
+  t.attr_is(n, "strides", {2, 2});
+  t.attr_is(n, "pads", {1, 0, 1, 1});
+  t.attr_is(n, "output_padding", {1, 0});
+  ASSERT_EQ(t.run(n), 0) << t.msg();
+  // H: 2 * 2 + 1 + 3 - 2 = 6, W: 2 * 2 + 0 + 3 - 1 = 6; C_out = 3 * group
+  EXPECT_EQ(t.shape(y), (Dims{1, 6, 6, 6}));
+  int m = t.node(APX_OP_ConvTranspose, "su", {x, w}, {y2});
+  t.attr_i(m, "group", 2);
+  t.attr_s(m, "auto_pad", "SAME_UPPER");
+  t.attr_is(m, "strides", {2, 2});
+  ASSERT_EQ(t.run(m), 0) << t.msg();
+  EXPECT_EQ(t.shape(y2), (Dims{1, 6, 6, 6}));  // in * strides; total pad 2 * 2 + 3 - 6 = 1
+  ApxAttrConvTranspose *a = t.attrs<ApxAttrConvTranspose>(m);
+  EXPECT_EQ(Dims(a->pads, a->pads + 4), (Dims{0, 0, 1, 1}));
+  int o = t.node(APX_OP_ConvTranspose, "os", {x, w}, {y3});
+  t.attr_i(o, "group", 2);
+  t.attr_is(o, "output_shape", {4, 9});  // natural 5: total pad 1 on H; 4 more positions on W
+  ASSERT_EQ(t.run(o), 0) << t.msg();
+  EXPECT_EQ(t.shape(y3), (Dims{1, 6, 4, 9}));
+  ApxAttrConvTranspose *b = t.attrs<ApxAttrConvTranspose>(o);
+  EXPECT_EQ(Dims(b->pads, b->pads + 4), (Dims{1, 0, 0, 0}));
+  EXPECT_EQ(Dims(b->output_padding, b->output_padding + 2), (Dims{0, 4}));
+  int q = t.node(APX_OP_ConvTranspose, "bad", {x, w}, {y4});  // pads larger than the output
+  t.attr_is(q, "pads", {3, 3, 3, 3});
+  EXPECT_LT(t.run(q), 0);
+  EXPECT_TRUE(has(t.msg(), "output size -1 of spatial dim 0 is not positive")) << t.msg();
+}
+
+// GlobalAveragePool: any spatial rank (the kernels reduce the trailing dims as one)
+TEST(Infer, GlobalAveragePoolKeepsTheRank) {
+  G t;
+  int x1 = t.input("x1", APX_DT_F32, {2, 3, 7}), x3 = t.input("x3", APX_DT_F32, {2, 3, 4, 5, 6});
+  int y1 = t.value("y1"), y3 = t.value("y3");
+  int n = t.node(APX_OP_GlobalAveragePool, "g1", {x1}, {y1});
+  ASSERT_EQ(t.run(n), 0) << t.msg();
+  EXPECT_EQ(t.shape(y1), (Dims{2, 3, 1}));
+  int m = t.node(APX_OP_GlobalAveragePool, "g3", {x3}, {y3});
+  ASSERT_EQ(t.run(m), 0) << t.msg();
+  EXPECT_EQ(t.shape(y3), (Dims{2, 3, 1, 1, 1}));
+}
+
+TEST(Infer, ConvTransposeRejects3D) {
+  G t;
+  int x = t.input("x", APX_DT_F32, {1, 1, 4, 4, 4}), w = t.input("w", APX_DT_F32, {1, 1, 3, 3, 3}), y = t.value("y");
+  EXPECT_LT(t.run(t.node(APX_OP_ConvTranspose, "c3", {x, w}, {y})), 0);
+  EXPECT_TRUE(has(t.msg(), "not supported yet: 3-D ConvTranspose")) << t.msg();
+}
+
+// 1-D windows: the typed attributes hold two spatial entries, the first unit (X read as
+// (N, C, 1, L)); Y keeps X's rank.
+TEST(Infer, OneDimensionalWindowsCanonicalizeWithAUnitLeadingEntry) {
+  G t;
+  int x = t.input("x", APX_DT_F32, {2, 4, 9}), w = t.input("w", APX_DT_F32, {6, 2, 3});
+  int y = t.value("y"), p = t.value("p"), ct = t.value("ct");
+  int n = t.node(APX_OP_Conv, "c", {x, w}, {y});
+  t.attr_i(n, "group", 2);
+  t.attr_is(n, "strides", {2});
+  t.attr_is(n, "pads", {1, 2});
+  ASSERT_EQ(t.run(n), 0) << t.msg();
+  EXPECT_EQ(t.shape(y), (Dims{2, 6, 5}));  // (9 + 3 - 3) / 2 + 1
+  ApxAttrConv *a = t.attrs<ApxAttrConv>(n);
+  EXPECT_EQ(Dims(a->kernel, a->kernel + 2), (Dims{1, 3}));
+  EXPECT_EQ(Dims(a->strides, a->strides + 2), (Dims{1, 2}));
+  EXPECT_EQ(Dims(a->pads, a->pads + 4), (Dims{0, 1, 0, 2}));
+  int m = t.node(APX_OP_MaxPool, "mp", {x}, {p});
+  t.attr_is(m, "kernel_shape", {3});
+  t.attr_s(m, "auto_pad", "SAME_UPPER");
+  ASSERT_EQ(t.run(m), 0) << t.msg();
+  EXPECT_EQ(t.shape(p), (Dims{2, 4, 9}));
+  ApxAttrPool *b = t.attrs<ApxAttrPool>(m);
+  EXPECT_EQ(Dims(b->pads, b->pads + 4), (Dims{0, 1, 0, 1}));
+  int q = t.node(APX_OP_ConvTranspose, "ct", {x, t.input("wt", APX_DT_F32, {4, 3, 2})}, {ct});
+  t.attr_is(q, "strides", {2});
+  t.attr_is(q, "output_shape", {20});  // natural 2 * 8 + 2 = 18: 2 more output_padding
+  ASSERT_EQ(t.run(q), 0) << t.msg();
+  EXPECT_EQ(t.shape(ct), (Dims{2, 3, 20}));
+  int r = t.node(APX_OP_Conv, "bad", {x, w}, {t.value("y2")});
+  t.attr_is(r, "strides", {2, 2});
+  EXPECT_LT(t.run(r), 0);
+  EXPECT_TRUE(has(t.msg(), "attribute 'strides' has 2 values, expected 1")) << t.msg();
+}
+
 TEST(Infer, MaxPoolCeilModeAndInt64Indices) {
   G t;
   int x = t.input("x", APX_DT_F32, {1, 3, 4, 4}), y = t.value("y"), idx = t.value("idx");

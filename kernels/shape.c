@@ -428,26 +428,34 @@ int apx_loss_shape(const ApxTensor *x, const ApxTensor *labels, int64_t *N, int6
 /* ---- convolution and pooling ------------------------------------------------------- */
 
 static int64_t one_if_zero(int64_t v) { return v ? v : 1; }
+
+/* The (H, W) plane of a window operand: rank 4 (N, C, H, W), or rank 3 (N, C, L) as (N, C,
+ * 1, L): 1-D windows run as 2-D ones of height 1 (their attributes canonicalized with a unit
+ * leading entry, ir/infer_nn.c). 0 for other ranks. */
+static int plane(const ApxTensor *t, int64_t *h, int64_t *w) {
+  if (t->rank != 3 && t->rank != 4) return 0;
+  *h = t->rank == 4 ? t->dims[2] : 1;
+  *w = t->dims[t->rank - 1];
+  return 1;
+}
 /* Window attributes past int range (kernel sizes, strides, dilations, pads, groups): refused,
  * so that no index arithmetic of a kernel can overflow on a crafted plan. */
 static int beyond_int(int64_t v) { return v > 0x7fffffff || v < -0x7fffffff; }
 
-int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, const ApxTensor *y,
-                  ApxConvGeom *g, char *err, size_t cap) {
+/* apx_conv_geom, with end pads (bottom, right) down to -neg_end allowed (ConvTranspose's
+ * adjoint view: its output_padding). */
+static int conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w,
+                     const ApxTensor *y, ApxConvGeom *g, int64_t neg_end, char *err, size_t cap) {
   char sx[96], sw[96], sy[96];
   memset(g, 0, sizeof *g);
-  if (x->rank != 4 || w->rank != 4 || y->rank != 4)
-    return unsupported(err, cap, "not supported yet: convolution of rank %d (only 2-D, rank 4)",
-                       x->rank);
+  if (w->rank != x->rank || y->rank != x->rank)
+    return fail(err, cap, "operand ranks differ: X %d, W %d, Y %d", x->rank, w->rank, y->rank);
+  if (!plane(x, &g->H, &g->W) || !plane(w, &g->kh, &g->kw) || !plane(y, &g->OH, &g->OW))
+    return unsupported(err, cap, "not supported yet: convolution of rank %d (1-D and 2-D only, "
+                       "rank 3 and 4)", x->rank);
   g->N = x->dims[0];
   g->C = x->dims[1];
-  g->H = x->dims[2];
-  g->W = x->dims[3];
   g->M = w->dims[0];
-  g->kh = w->dims[2];
-  g->kw = w->dims[3];
-  g->OH = y->dims[2];
-  g->OW = y->dims[3];
   g->G = one_if_zero(a->group);
   g->sh = one_if_zero(a->strides[0]);
   g->sw = one_if_zero(a->strides[1]);
@@ -462,7 +470,7 @@ int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, 
       beyond_int(g->pr))
     return unsupported(err, cap, "not supported yet: convolution attributes beyond 2^31");
   int bad = g->G < 1 || g->C % g->G || g->M % g->G || g->sh < 1 || g->sw < 1 || g->dh < 1 ||
-            g->dw < 1 || g->pt < 0 || g->pl < 0 || g->pb < 0 || g->pr < 0;
+            g->dw < 1 || g->pt < 0 || g->pl < 0 || g->pb < -neg_end || g->pr < -neg_end;
   if (!bad) {
     g->Cg = g->C / g->G;
     g->Mg = g->M / g->G;
@@ -481,6 +489,59 @@ int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, 
   g->pointwise = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pt == 0 &&
                  g->pl == 0 && g->pb == 0 && g->pr == 0;
   return 0;
+}
+
+int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, const ApxTensor *y,
+                  ApxConvGeom *g, char *err, size_t cap) {
+  return conv_geom(a, x, w, y, g, 0, err, cap);
+}
+
+int apx_conv_transpose_geom(const ApxAttrConvTranspose *a, const ApxTensor *x, const ApxTensor *w,
+                            const ApxTensor *y, ApxConvGeom *g, char *err, size_t cap) {
+  char sx[96], sw[96], sy[96];
+  memset(g, 0, sizeof *g);
+  int64_t in[2], out[2];
+  if (w->rank != x->rank || y->rank != x->rank)
+    return fail(err, cap, "operand ranks differ: X %d, W %d, Y %d", x->rank, w->rank, y->rank);
+  if (!plane(x, &in[0], &in[1]) || !plane(y, &out[0], &out[1]))
+    return unsupported(err, cap, "not supported yet: ConvTranspose of rank %d (1-D and 2-D only, "
+                       "rank 3 and 4)", x->rank);
+  ApxAttrConv c;
+  memset(&c, 0, sizeof c);
+  int64_t lim = 0;
+  for (int i = 0; i < 2; i++) {
+    int64_t op = a->output_padding[i];
+    if (beyond_int(op) || beyond_int(a->pads[i + 2]))
+      return unsupported(err, cap, "not supported yet: convolution attributes beyond 2^31");
+    if (op < 0) return fail(err, cap, "output_padding %lld is negative", (long long)op);
+    c.kernel[i] = a->kernel[i];
+    c.strides[i] = a->strides[i];
+    c.dilations[i] = a->dilations[i];
+    c.pads[i] = a->pads[i];
+    c.pads[i + 2] = a->pads[i + 2] - op;
+    if (a->pads[i + 2] < 0) return fail(err, cap, "pads are negative");
+    if (op > lim) lim = op;
+  }
+  c.group = a->group;
+  /* the adjoint convolution: input Y, output X; then Y's size exactly (the convolution's
+   * floor division admits strides - 1 more) */
+  int rc = conv_geom(&c, y, w, x, g, lim, err, cap);
+  if (rc == APX_SHAPE_UNSUPPORTED) return rc;
+  if (rc == 0) {
+    int64_t k[2] = {g->kh, g->kw}, st[2] = {g->sh, g->sw}, d[2] = {g->dh, g->dw};
+    int ok = 1;
+    for (int i = 0; i < 2 && ok; i++) {
+      int64_t t, e; /* st (in - 1) + op + (k - 1) d + 1 - pads, every step checked */
+      ok = !__builtin_mul_overflow(st[i], in[i] - 1, &t) &&
+           !__builtin_mul_overflow(k[i] - 1, d[i], &e) && !__builtin_add_overflow(t, e, &t) &&
+           !__builtin_add_overflow(t, a->output_padding[i] + 1 - a->pads[i] - a->pads[i + 2], &t) &&
+           t == out[i];
+    }
+    if (ok) return 0;
+  }
+  return fail(err, cap, "ConvTranspose shapes/attributes do not match: X %s, W %s, Y %s, group %lld",
+              apx_dims_str(x, sx, sizeof sx), apx_dims_str(w, sw, sizeof sw),
+              apx_dims_str(y, sy, sizeof sy), (long long)a->group);
 }
 
 int64_t apx_window_out(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1,
@@ -510,15 +571,12 @@ static int out_size_ok(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, 
 int apx_pool_geom(const ApxAttrPool *a, const ApxTensor *x, const ApxTensor *y, ApxPoolGeom *g,
                   char *err, size_t cap) {
   char sx[96], sy[96];
-  if (x->rank != 4 || y->rank != 4)
-    return unsupported(err, cap, "not supported yet: pooling of rank %d (only 2-D, rank 4)",
-                       x->rank);
+  if (y->rank != x->rank) return fail(err, cap, "ranks differ: X %d, Y %d", x->rank, y->rank);
+  if (!plane(x, &g->H, &g->W) || !plane(y, &g->OH, &g->OW))
+    return unsupported(err, cap, "not supported yet: pooling of rank %d (1-D and 2-D only, rank "
+                       "3 and 4)", x->rank);
   g->N = x->dims[0];
   g->C = x->dims[1];
-  g->H = x->dims[2];
-  g->W = x->dims[3];
-  g->OH = y->dims[2];
-  g->OW = y->dims[3];
   g->kh = a->kernel[0];
   g->kw = a->kernel[1];
   g->sh = one_if_zero(a->strides[0]);

@@ -219,9 +219,11 @@ typedef enum ApxWindowMode {
 int64_t apx_window_out(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1,
                        ApxWindowMode mode);
 
-/* 2-D convolution geometry (Conv, ConvGrad): x (N, C, H, W), w (M, C / G, kh, kw),
- * y (N, M, OH, OW); strides, dilations and group 0 read as 1. Rank other than 4 is
- * APX_SHAPE_UNSUPPORTED. */
+/* Convolution geometry (Conv, ConvGrad): x (N, C, H, W), w (M, C / G, kh, kw),
+ * y (N, M, OH, OW); strides, dilations and group 0 read as 1. 1-D operands (rank 3,
+ * (N, C, L)) read as height 1 (H = OH = kh = 1; their attributes' first entries unit, as
+ * canonicalization writes them), so every kernel runs them unchanged. Other ranks than 3
+ * and 4 (3-D) are APX_SHAPE_UNSUPPORTED. */
 typedef struct ApxConvGeom {
   int64_t N, C, H, W, M, OH, OW, G, Cg, Mg; /* Cg = C / G, Mg = M / G */
   int64_t kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
@@ -230,9 +232,20 @@ typedef struct ApxConvGeom {
 int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, const ApxTensor *y,
                   ApxConvGeom *g, char *err, size_t cap);
 
-/* 2-D pooling geometry: x (N, C, H, W), y (N, C, OH, OW) with floor / ceil mode output sizes
+/* ConvTranspose(X, W) -> Y (attrs.def ApxAttrConvTranspose) as the convolution it is the
+ * adjoint of: g describes a Conv with input y (N, C_out, OH, OW), weight w (C_in, C_out / G,
+ * kh, kw) and output x (N, C_in, IH, IW), so g.C = C_out, g.M = C_in, g.OH / g.OW are X's
+ * dims and g.H / g.W Y's, with the end pads reduced by output_padding (g.pb, g.pr may be
+ * negative: the end pads only decide the output size, which is checked here). Y is that
+ * convolution's ConvGrad dX for dY = X; ConvTransposeGrad's dX is its forward on dY. Y's dims
+ * must be exactly strides (I - 1) + output_padding + (k - 1) dilations + 1 - pads. */
+int apx_conv_transpose_geom(const ApxAttrConvTranspose *a, const ApxTensor *x, const ApxTensor *w,
+                            const ApxTensor *y, ApxConvGeom *g, char *err, size_t cap);
+
+/* Pooling geometry: x (N, C, H, W), y (N, C, OH, OW) with floor / ceil mode output sizes
  * (ceil: the last window must start inside the input or its begin padding, as in PyTorch
- * and ONNX's reference). Rank other than 4 is APX_SHAPE_UNSUPPORTED. */
+ * and ONNX's reference); rank 3 (1-D) as height 1, as apx_conv_geom. Other ranks than 3
+ * and 4 are APX_SHAPE_UNSUPPORTED. */
 typedef struct ApxPoolGeom {
   int64_t N, C, H, W, OH, OW;
   int64_t kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;

@@ -157,6 +157,7 @@ static const Arity k_arity_exceptions[APX_OP_COUNT] = {
     [APX_OP_LayerNormGrad] = AR(5, 3, 0x1f, 0x0),
     [APX_OP_BatchNormGrad] = AR(5, 3, 0x1f, 0x0),
     [APX_OP_ConvGrad] = AR(3, 3, 0x7, 0x0),
+    [APX_OP_ConvTransposeGrad] = AR(3, 3, 0x7, 0x0),
     [APX_OP_LossScaleSeed] = AR(2, 1, 0x2, 0x1),
     [APX_OP_UnscaleCheck] = AR(-1, -1, 0x1, 0x0),
     [APX_OP_OptimizerStep] = AR(-1, 0, 0x0, 0x0),
@@ -655,41 +656,55 @@ CONTRACT(c_dropout_grad) {
 
 /* -- convolution and pooling -- */
 
-/* Conv, ConvBiasRelu (X, W, B?) -> Y */
+/* The geometry of a convolution-family op and its output channel count (ConvTranspose and
+ * its gradient: the adjoint convolution's, whose input channels are the output's). */
+static ApxStatus conv_family_geom(V *v, ApxOp op, const void *attrs, const ApxTensor *x,
+                                  const ApxTensor *w, const ApxTensor *y, ApxConvGeom *g,
+                                  int64_t *out_channels) {
+  int transpose = op == APX_OP_ConvTranspose || op == APX_OP_ConvTransposeGrad;
+  TRY(planned(transpose ? apx_conv_transpose_geom(attrs, x, w, y, g, v->err, v->cap)
+                        : apx_conv_geom(attrs, x, w, y, g, v->err, v->cap)));
+  *out_channels = transpose ? g->C : g->M;
+  return APX_STATUS_OK;
+}
+
+/* Conv, ConvBiasRelu, ConvTranspose (X, W, B?) -> Y */
 CONTRACT(c_conv) {
   ApxConvGeom g;
+  int64_t m;
   const ApxTensor *y = &outs[0], *b = opt(ins, n_in, 2);
-  TRY(planned(apx_conv_geom(attrs, &ins[0], &ins[1], y, &g, v->err, v->cap)));
+  TRY(conv_family_geom(v, op, attrs, &ins[0], &ins[1], y, &g, &m));
   TRY(need_kind(v, &ins[0], y, "X"));
   TRY(need_kind(v, &ins[1], y, "W"));
   TRY(need_kind(v, b, y, "B"));
-  if (b && numel(b) != g.M) return bad(v, "B must have M = %lld elements", (long long)g.M);
+  if (b && numel(b) != m) return bad(v, "B must have M = %lld elements", (long long)m);
   return all_float(v, ins, n_in, outs, n_out, 0, 0);
 }
 
-/* ConvGrad(dY, X, W) -> dX?, dW?, dB? */
-static ApxStatus conv_grad(V *v, const ApxAttrConv *a, const ApxTensor *ins, const ApxTensor *outs,
+/* ConvGrad, ConvTransposeGrad (dY, X, W) -> dX?, dW?, dB? */
+static ApxStatus conv_grad(V *v, ApxOp op, const void *a, const ApxTensor *ins, const ApxTensor *outs,
                            int n_out) {
   ApxConvGeom g;
+  int64_t m;
   const ApxTensor *dy = &ins[0];
-  TRY(planned(apx_conv_geom(a, &ins[1], &ins[2], dy, &g, v->err, v->cap)));
+  TRY(conv_family_geom(v, op, a, &ins[1], &ins[2], dy, &g, &m));
   TRY(need_kind(v, &ins[1], dy, "X"));
   TRY(need_kind(v, &ins[2], dy, "W"));
   const ApxTensor *dx = opt(outs, n_out, 0), *dw = opt(outs, n_out, 1), *db = opt(outs, n_out, 2);
   if ((dx && (!apx_same_dims(dx, &ins[1]) || !same_kind(dx, dy))) ||
       (dw && (!apx_same_dims(dw, &ins[2]) || !same_kind(dw, dy))) ||
-      (db && (numel(db) != g.M || !same_kind(db, dy))))
+      (db && (numel(db) != m || !same_kind(db, dy))))
     return bad(v, "dX / dW / dB must match X / W / (M)");
   return all_float(v, ins, 3, outs, n_out, 0, 0);
 }
 
-CONTRACT(c_conv_grad) { return conv_grad(v, attrs, ins, outs, n_out); }
+CONTRACT(c_conv_grad) { return conv_grad(v, op, attrs, ins, outs, n_out); }
 
 /* ConvBiasReluGrad(dY, Y, X, W) -> dX?, dW?, dB? */
 CONTRACT(c_conv_relu_grad) {
   TRY(relu_pair(v, &ins[0], &ins[1]));
   ApxTensor rest[3] = {ins[0], ins[2], ins[3]};
-  TRY(conv_grad(v, attrs, rest, outs, n_out));
+  TRY(conv_grad(v, APX_OP_ConvGrad, attrs, rest, outs, n_out));
   return all_float(v, ins, n_in, outs, n_out, 0, 0);
 }
 
@@ -1059,8 +1074,8 @@ static Contract contract_of(ApxOp op) {
     case APX_OP_BatchNormReluGrad: return c_batch_norm_relu_grad;
     case APX_OP_Dropout: return c_dropout;
     case APX_OP_DropoutGrad: return c_dropout_grad;
-    case APX_OP_Conv: case APX_OP_ConvBiasRelu: return c_conv;
-    case APX_OP_ConvGrad: return c_conv_grad;
+    case APX_OP_Conv: case APX_OP_ConvBiasRelu: case APX_OP_ConvTranspose: return c_conv;
+    case APX_OP_ConvGrad: case APX_OP_ConvTransposeGrad: return c_conv_grad;
     case APX_OP_ConvBiasReluGrad: return c_conv_relu_grad;
     case APX_OP_MaxPool: case APX_OP_AveragePool: return c_pool;
     case APX_OP_MaxPoolGrad: case APX_OP_AveragePoolGrad: return c_pool_grad;

@@ -52,6 +52,50 @@ TEST(Validate, AcceptsWhatTheKernelsRun) {
             APX_STATUS_OK);
 }
 
+// ConvTranspose: X (1, 2, 3, 3), W (2, 3 / 1, 3, 3), strides 2, pads 1, output_padding 1:
+// Y (1, 3, 6, 6) exactly; one row more or less, or a bias of the wrong size, is refused.
+TEST(Validate, ConvTransposeContract) {
+  ApxAttrConvTranspose a;
+  memset(&a, 0, sizeof a);
+  a.strides[0] = a.strides[1] = 2;
+  for (int i = 0; i < 4; i++) a.pads[i] = 1;
+  a.output_padding[0] = a.output_padding[1] = 1;
+  a.group = 1;
+  Result r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3, 3}), T({2, 3, 3, 3}), T({3})}, {T({1, 3, 6, 6})});
+  EXPECT_EQ(r.st, APX_STATUS_OK) << r.err;
+  r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3, 3}), T({2, 3, 3, 3})}, {T({1, 3, 7, 6})});
+  EXPECT_EQ(r.st, APX_STATUS_BAD_INPUT);
+  EXPECT_EQ(r.err, "ConvTranspose shapes/attributes do not match: X [1,2,3,3], W [2,3,3,3], Y [1,3,7,6], group 1");
+  r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3, 3}), T({2, 3, 3, 3})}, {T({1, 3, 5, 6})});
+  EXPECT_EQ(r.st, APX_STATUS_BAD_INPUT);
+  r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3, 3}), T({2, 3, 3, 3}), T({2})}, {T({1, 3, 6, 6})});
+  EXPECT_EQ(r.err, "B must have M = 3 elements");
+  r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3, 3, 3}), T({2, 3, 3, 3, 3})}, {T({1, 3, 6, 6, 6})});
+  EXPECT_EQ(r.st, APX_STATUS_UNSUPPORTED);
+  EXPECT_EQ(r.err, "not supported yet: ConvTranspose of rank 5 (1-D and 2-D only, rank 3 and 4)");
+  // 1-D: (N, C, L) as (N, C, 1, L), the attributes' first entries unit
+  a.strides[0] = 1;
+  a.pads[0] = a.pads[2] = 0;
+  a.output_padding[0] = 0;
+  a.kernel[0] = 1;
+  r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3}), T({2, 3, 3}), T({3})}, {T({1, 3, 6})});
+  EXPECT_EQ(r.st, APX_STATUS_OK) << r.err;
+  a.strides[0] = 2;
+  for (int i = 0; i < 4; i++) a.pads[i] = 1;
+  a.output_padding[0] = 1;
+  a.kernel[0] = 0;
+  r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3, 3}), T({2, 3, 3, 3})}, {T({1, 3, 6})});
+  EXPECT_EQ(r.st, APX_STATUS_BAD_INPUT);
+  EXPECT_EQ(r.err, "operand ranks differ: X 4, W 4, Y 3");
+  // the gradient: dX like X, dW like W, dB (C_out)
+  r = Check(APX_OP_ConvTransposeGrad, &a, {T({1, 3, 6, 6}), T({1, 2, 3, 3}), T({2, 3, 3, 3})},
+            {T({1, 2, 3, 3}), T({2, 3, 3, 3}), T({3})});
+  EXPECT_EQ(r.st, APX_STATUS_OK) << r.err;
+  r = Check(APX_OP_ConvTransposeGrad, &a, {T({1, 3, 6, 6}), T({1, 2, 3, 3}), T({2, 3, 3, 3})},
+            {Absent(), Absent(), T({2})});
+  EXPECT_EQ(r.err, "dX / dW / dB must match X / W / (M)");
+}
+
 // Math kernels see every float tensor in one type: fp16 X with fp32 statistics is a contract
 // the CPU runs (and fp16 X with an fp32 Y, a Cast folded into the op).
 TEST(Validate, MixedFloatTypesOfOneKindPass) {

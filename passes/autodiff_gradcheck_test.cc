@@ -273,6 +273,23 @@ std::vector<Case> Cases() {
                                         {Attr::Ints("dilations", {2, 2}), Attr::Ints("pads", {0, 1, 1, 0}),
                                          Attr::Ints("strides", {1, 2})}));
                }});
+  c.push_back({"ConvTranspose_Groups_Strides_Pads_OutputPadding_Bias", [](GraphBuilder &b) {
+                 int x = b.Param("x", {1, 4, 3, 3}), w = b.Param("w", {4, 1, 3, 3}), bias = b.Param("bias", {2});
+                 b.WeightedSumLoss(b.Op("ConvTranspose", {x, w, bias},
+                                        {Attr::Int("group", 2), Attr::Ints("strides", {2, 2}),
+                                         Attr::Ints("pads", {1, 1, 1, 1}), Attr::Ints("output_padding", {1, 1})}));
+               }});
+  c.push_back({"ConvTranspose_Dilations_AsymPads", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 2, 3, 4}), w = b.Param("w", {2, 3, 2, 2});
+                 b.WeightedSumLoss(b.Op("ConvTranspose", {x, w},
+                                        {Attr::Ints("dilations", {2, 1}), Attr::Ints("pads", {0, 1, 1, 0}),
+                                         Attr::Ints("strides", {1, 2}), Attr::Ints("output_padding", {0, 1})}));
+               }});
+  c.push_back({"ConvTranspose_OutputShape_Larger", [](GraphBuilder &b) {
+                 // natural size (5, 5); output_shape (7, 6): the extra rows/columns see no window
+                 int x = b.Param("x", {1, 2, 3, 3}), w = b.Param("w", {2, 2, 3, 3}), bias = b.Param("bias", {2});
+                 b.WeightedSumLoss(b.Op("ConvTranspose", {x, w, bias}, {Attr::Ints("output_shape", {7, 6})}));
+               }});
   c.push_back({"MaxPool_2x2_Stride2", [](GraphBuilder &b) {
                  int x = b.Data("x", APX_VAL_PARAM, APX_DT_F64, {1, 2, 4, 4}, b.Distinct(32));
                  b.WeightedSumLoss(b.Op("MaxPool", {x}, {Attr::Ints("kernel_shape", {2, 2}), Attr::Ints("strides", {2, 2})}));
@@ -281,6 +298,33 @@ std::vector<Case> Cases() {
                  int x = b.Data("x", APX_VAL_PARAM, APX_DT_F64, {1, 1, 5, 5}, b.Distinct(25));
                  b.WeightedSumLoss(b.Op("MaxPool", {x}, {Attr::Ints("kernel_shape", {3, 3}), Attr::Ints("strides", {2, 2}),
                                                         Attr::Ints("pads", {1, 1, 1, 1})}));
+               }});
+  // 1-D windows (X (N, C, L)): run as 2-D ones of height 1
+  c.push_back({"Conv1D_Groups_Strides_Dilations_AsymPads_Bias", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 4, 9}), w = b.Param("w", {6, 2, 3}), bias = b.Param("bias", {6});
+                 b.WeightedSumLoss(b.Op("Conv", {x, w, bias},
+                                        {Attr::Int("group", 2), Attr::Ints("strides", {2}),
+                                         Attr::Ints("dilations", {2}), Attr::Ints("pads", {1, 2})}));
+               }});
+  c.push_back({"ConvTranspose1D_Strides_Pads_OutputPadding", [](GraphBuilder &b) {
+                 int x = b.Param("x", {1, 2, 4}), w = b.Param("w", {2, 3, 3}), bias = b.Param("bias", {3});
+                 b.WeightedSumLoss(b.Op("ConvTranspose", {x, w, bias},
+                                        {Attr::Ints("strides", {2}), Attr::Ints("pads", {1, 0}),
+                                         Attr::Ints("output_padding", {1})}));
+               }});
+  c.push_back({"MaxPool1D_Pads_Stride2", [](GraphBuilder &b) {
+                 int x = b.Data("x", APX_VAL_PARAM, APX_DT_F64, {1, 2, 7}, b.Distinct(14));
+                 b.WeightedSumLoss(b.Op("MaxPool", {x}, {Attr::Ints("kernel_shape", {3}), Attr::Ints("strides", {2}),
+                                                        Attr::Ints("pads", {1, 1})}));
+               }});
+  c.push_back({"AveragePool1D_Pads_IncludePad", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 2, 6});
+                 b.WeightedSumLoss(b.Op("AveragePool", {x}, {Attr::Ints("kernel_shape", {3}), Attr::Ints("strides", {2}),
+                                                            Attr::Ints("pads", {1, 0}), Attr::Int("count_include_pad", 1)}));
+               }});
+  c.push_back({"GlobalAveragePool1D", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 3, 5});
+                 b.WeightedSumLoss(b.Op("GlobalAveragePool", {x}));
                }});
   c.push_back({"AveragePool_Pads_ExcludePad", [](GraphBuilder &b) {
                  int x = b.Param("x", {1, 2, 5, 5});
@@ -612,7 +656,7 @@ TEST(GradCheckCoverage, EveryV1OpHasACase) {
     n_v1++;
     EXPECT_TRUE(seen.count(op)) << apx_op_name((ApxOp)op) << " has no gradient-check case";
   }
-  EXPECT_EQ(n_v1, 69); // DESIGN.md 3: the 43 v1 forward ops and the v1.1 ops added so far
+  EXPECT_EQ(n_v1, 70); // DESIGN.md 3: the 43 v1 forward ops and the v1.1 ops added so far
 }
 
 }  // namespace

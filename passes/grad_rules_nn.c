@@ -188,6 +188,13 @@ GRAD_RULE(Conv) {
   return multi_grad(c, APX_OP_ConvGrad, gr_attrs(c), 3, in, 3);
 }
 
+/* ConvTranspose(X, W, B?) -> Y; ConvTransposeGrad(dY, X, W) -> dX?, dW?, dB? (dX a Conv of
+ * dY with W, dW the adjoint convolution's weight gradient, dB dY's channel sums) */
+GRAD_RULE(ConvTranspose) {
+  int in[3] = {c->dy[0], gr_in(c, 0), gr_in(c, 1)};
+  return multi_grad(c, APX_OP_ConvTransposeGrad, gr_attrs(c), 3, in, 3);
+}
+
 GRAD_RULE(MaxPool) {
   if (!gr_need(c, 0)) return 0;
   int in[2] = {c->dy[0], gr_in(c, 0)};

@@ -1,6 +1,8 @@
-/* conv.c - Conv(X, W, B?) -> Y and ConvBiasRelu (same, then Relu), 2-D (N, C, H, W) with
+/* conv.c - Conv(X, W, B?) -> Y and ConvBiasRelu (same, then Relu), 2-D (N, C, H, W) or 1-D
+ * (N, C, L: height 1, kernels/shape.h) with
  * groups, pads, strides, dilations; ConvGrad(dY, X, W) -> dX?, dW?, dB?;
- * ConvBiasReluGrad(dY, Y, X, W) -> ConvGrad of dY * (Y > 0). im2col + OpenBLAS
+ * ConvBiasReluGrad(dY, Y, X, W) -> ConvGrad of dY * (Y > 0); ConvTranspose(X, W, B?) -> Y and
+ * ConvTransposeGrad(dY, X, W) -> dX?, dW?, dB? through the adjoint convolution's geometry. im2col + OpenBLAS
  * GEMM (fp32 accumulation for half tensors, rounded once by dispatch.c). */
 #include <cblas.h>
 #include <omp.h>
@@ -22,16 +24,30 @@
 #include "kernels/cpu/conv_real.inc"
 #include "kernels/cpu/real_end.h"
 
-/* x (N, C, H, W), w (M, C / group, kh, kw), y (N, M, OH, OW): kernels/shape.h's geometry
- * (checked by kernels/validate.h), with the GEMM sizes in int range (OpenBLAS). */
-static ApxStatus conv_geom(ApxCpuCtx *ctx, const ApxAttrConv *a, const ApxTensor *x,
-                           const ApxTensor *w, const ApxTensor *y, ApxConvGeom *g) {
-  ApxStatus s = apx_shape_status(apx_conv_geom(a, x, w, y, g, ctx->err, sizeof ctx->err));
-  if (s) return s;
+/* The GEMM sizes of geometry g in int range (OpenBLAS). */
+static ApxStatus gemm_sizes(ApxCpuCtx *ctx, const ApxConvGeom *g) {
   int64_t Kc = g->Cg * g->kh * g->kw;
   if (Kc > 0x7fffffff || g->OH * g->OW > 0x7fffffff || g->Mg > 0x7fffffff)
     return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: dims beyond 2^31");
   return APX_STATUS_OK;
+}
+
+/* x (N, C, H, W), w (M, C / group, kh, kw), y (N, M, OH, OW): kernels/shape.h's geometry
+ * (checked by kernels/validate.h), with the GEMM sizes in int range. */
+static ApxStatus conv_geom(ApxCpuCtx *ctx, const ApxAttrConv *a, const ApxTensor *x,
+                           const ApxTensor *w, const ApxTensor *y, ApxConvGeom *g) {
+  ApxStatus s = apx_shape_status(apx_conv_geom(a, x, w, y, g, ctx->err, sizeof ctx->err));
+  return s ? s : gemm_sizes(ctx, g);
+}
+
+/* ConvTranspose's: x (N, C_in, IH, IW), w (C_in, C_out / group, kh, kw), y (N, C_out, OH, OW)
+ * as the adjoint convolution (input y, output x). */
+static ApxStatus conv_transpose_geom(ApxCpuCtx *ctx, const ApxAttrConvTranspose *a,
+                                     const ApxTensor *x, const ApxTensor *w, const ApxTensor *y,
+                                     ApxConvGeom *g) {
+  ApxStatus s =
+      apx_shape_status(apx_conv_transpose_geom(a, x, w, y, g, ctx->err, sizeof ctx->err));
+  return s ? s : gemm_sizes(ctx, g);
 }
 
 /* im2col scratch: nbuf buffers of Kc * OHW elements (one per thread for the parallel paths) */
@@ -87,4 +103,43 @@ APX_CPU_KERNEL(apx_cpu_conv_bias_relu_grad) {
   s = apx_cpu_conv_grad(ctx, APX_OP_ConvGrad, attrs, rest, 3, outs, n_out);
   free(g);
   return s;
+}
+
+APX_CPU_KERNEL(apx_cpu_conv_transpose) {
+  ApxStatus s;
+  ApxConvGeom g;
+  ApxDType dt = outs[0].dtype;
+  const ApxTensor *b = apx_cpu_has(ins, n_in, 2) ? &ins[2] : NULL;
+  (void)op;
+  if ((s = conv_transpose_geom(ctx, attrs, &ins[0], &ins[1], &outs[0], &g))) return s;
+  void *col = alloc_col(&g, apx_dtype_size(dt), 1);
+  if (!col) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory (im2col buffer)");
+  int nt = apx_cpu_threads(ctx);
+  if (dt == APX_DT_F64)
+    conv_transpose_f64(&g, ins[0].data, ins[1].data, b ? b->data : NULL, outs[0].data, col, nt);
+  else
+    conv_transpose_f32(&g, ins[0].data, ins[1].data, b ? b->data : NULL, outs[0].data, col, nt);
+  free(col);
+  return APX_STATUS_OK;
+}
+
+APX_CPU_KERNEL(apx_cpu_conv_transpose_grad) {
+  ApxStatus s;
+  ApxConvGeom g;
+  ApxDType dt = ins[0].dtype;
+  (void)op;
+  if ((s = conv_transpose_geom(ctx, attrs, &ins[1], &ins[2], &ins[0], &g))) return s;
+  void *dx = apx_cpu_has(outs, n_out, 0) ? outs[0].data : NULL;
+  void *dw = apx_cpu_has(outs, n_out, 1) ? outs[1].data : NULL;
+  void *db = apx_cpu_has(outs, n_out, 2) ? outs[2].data : NULL;
+  int nt = apx_cpu_threads(ctx);
+  int par = dt == APX_DT_F64 ? conv_pairs_parallel_f64(&g, nt) : conv_pairs_parallel_f32(&g, nt);
+  void *col = alloc_col(&g, apx_dtype_size(dt), par ? nt : 1);
+  if (!col) return apx_cpu_fail(ctx, APX_STATUS_OOM, "out of memory (im2col buffer)");
+  if (dt == APX_DT_F64)
+    conv_transpose_grad_f64(&g, ins[0].data, ins[1].data, ins[2].data, dx, dw, db, col, nt);
+  else
+    conv_transpose_grad_f32(&g, ins[0].data, ins[1].data, ins[2].data, dx, dw, db, col, nt);
+  free(col);
+  return APX_STATUS_OK;
 }

@@ -106,8 +106,11 @@ TEST(Conv, RejectsMismatchedShapes) {
   EXPECT_NE(err.find("Conv: shapes/attributes do not match"), std::string::npos) << err;
   Tensor w3(APX_DT_F32, {4, 3, 3, 3}), ybad(APX_DT_F32, {2, 4, 6, 6});
   EXPECT_EQ(run(APX_OP_Conv, &a, {&x, &w3}, {&ybad}, &err), APX_STATUS_BAD_INPUT) << err;
+  // 1-D (rank 3) runs as height 1: a 3x3 kernel attribute does not fit it
   Tensor x3(APX_DT_F32, {2, 3, 7}), w1(APX_DT_F32, {4, 3, 3}), y3(APX_DT_F32, {2, 4, 7});
-  EXPECT_EQ(run(APX_OP_Conv, &a, {&x3, &w1}, {&y3}, &err), APX_STATUS_UNSUPPORTED) << err;
+  EXPECT_EQ(run(APX_OP_Conv, &a, {&x3, &w1}, {&y3}, &err), APX_STATUS_BAD_INPUT) << err;
+  Tensor x5(APX_DT_F32, {2, 3, 7, 7, 7}), w5(APX_DT_F32, {4, 3, 3, 3, 3}), y5(APX_DT_F32, {2, 4, 7, 7, 7});
+  EXPECT_EQ(run(APX_OP_Conv, &a, {&x5, &w5}, {&y5}, &err), APX_STATUS_UNSUPPORTED) << err;
 }
 
 // Large products are tiled over the threads; many small ones (64 images, also grouped) run

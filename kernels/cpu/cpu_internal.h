@@ -212,6 +212,8 @@ APX_CPU_KERNEL(apx_cpu_matmul);
 APX_CPU_KERNEL(apx_cpu_conv);
 APX_CPU_KERNEL(apx_cpu_conv_grad);
 APX_CPU_KERNEL(apx_cpu_conv_bias_relu_grad);
+APX_CPU_KERNEL(apx_cpu_conv_transpose);
+APX_CPU_KERNEL(apx_cpu_conv_transpose_grad);
 /* pool.c */
 APX_CPU_KERNEL(apx_cpu_pool);
 APX_CPU_KERNEL(apx_cpu_pool_grad);

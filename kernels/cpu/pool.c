@@ -1,4 +1,5 @@
-/* pool.c - MaxPool(X) -> Y, Indices? and AveragePool(X) -> Y, 2-D (N, C, H, W), with pads,
+/* pool.c - MaxPool(X) -> Y, Indices? and AveragePool(X) -> Y, 2-D (N, C, H, W) or 1-D
+ * (N, C, L: height 1, kernels/shape.h), with pads,
  * strides, dilations, ceil_mode (output dims come from Y), count_include_pad, storage_order;
  * MaxPoolGrad(dY, X) -> dX; AveragePoolGrad(dY) -> dX; GlobalAveragePool(X) -> Y (any
  * spatial rank) and GlobalAveragePoolGrad(dY) -> dX.

@@ -295,7 +295,8 @@ APX_CUDA_ENTRY(apx_cuda_matmul);
 APX_CUDA_ENTRY(apx_cuda_fused_dense);
 APX_CUDA_ENTRY(apx_cuda_fused_dense_grad);
 APX_CUDA_ENTRY(apx_cuda_conv);          /* conv.cu (cuDNN) */
-APX_CUDA_ENTRY(apx_cuda_conv_grad);
+APX_CUDA_ENTRY(apx_cuda_conv_grad);     /* ConvGrad, ConvBiasReluGrad, ConvTransposeGrad */
+APX_CUDA_ENTRY(apx_cuda_conv_transpose);
 APX_CUDA_ENTRY(apx_cuda_pool);          /* pool.cu */
 APX_CUDA_ENTRY(apx_cuda_pool_grad);
 APX_CUDA_ENTRY(apx_cuda_global_avg_pool);

@@ -1,4 +1,5 @@
-/* conv.cu - Conv(X, W, B?) -> Y and ConvBiasRelu (then Relu), 2-D (N, C, H, W) with groups,
+/* conv.cu - Conv(X, W, B?) -> Y and ConvBiasRelu (then Relu), 2-D (N, C, H, W) or 1-D
+ * (N, C, L: 4-d descriptors of height 1, kernels/shape.h) with groups,
  * strides, dilations and symmetric pads, through cuDNN 9's convolution API (cudnn_cnn.h:
  * cudnnConvolutionForward / BackwardData / BackwardFilter); ConvGrad(dY, X, W) -> dX?, dW?,
  * dB? and ConvBiasReluGrad(dY, Y, X, W) = ConvGrad of dY * (Y > 0).
@@ -9,7 +10,11 @@
  * after the convolution (for half outputs the convolution's result is rounded before the
  * bias is added: one rounding more than the CPU reference). dB sums dY over (N, H, W) with
  * the deterministic reduction. Asymmetric pads (which this cuDNN API cannot express) are
- * "not supported yet on cuda". */
+ * "not supported yet on cuda" unless the floor of the output size absorbs them.
+ * ConvTranspose(X, W, B?) -> Y is the backward-data of its adjoint convolution (input Y,
+ * output X; kernels/shape.h apx_conv_transpose_geom) plus the bias, ConvTransposeGrad that
+ * convolution's forward (dX) and backward-filter (dW) with dB the deterministic reduction;
+ * an output_padding at or above the stride (no symmetric twin) is "not supported yet on cuda". */
 #include <cudnn.h>
 
 #include "kernels/cuda/reduce.cuh"
@@ -93,8 +98,17 @@ static void conv_destroy(ConvDescs *d) {
   if (d->x) cudnnDestroyTensorDescriptor(d->x);
 }
 
+/* cuDNN's pads are symmetric. The end pads only decide the output size (every window starts
+ * at o * stride - begin pad), so a geometry whose symmetric twin (end pads = begin pads) has
+ * the same output size is that convolution exactly: ConvTranspose's adjoint convolutions with
+ * output_padding below the stride, and Conv's asymmetric pads that the floor absorbs. */
+static int symmetric_equivalent(const ApxConvGeom *g) {
+  return apx_window_out(g->H, g->kh, g->sh, g->dh, g->pt, g->pt, APX_WINDOW_FLOOR) == g->OH &&
+         apx_window_out(g->W, g->kw, g->sw, g->dw, g->pl, g->pl, APX_WINDOW_FLOOR) == g->OW;
+}
+
 static ApxStatus conv_descs(ApxCudaCtx *ctx, const ApxConvGeom *g, ApxDType dt, ConvDescs *d) {
-  if (g->pt != g->pb || g->pl != g->pr)
+  if ((g->pt != g->pb || g->pl != g->pr) && !symmetric_equivalent(g))
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
                          "not supported yet on cuda: asymmetric pads [%lld, %lld, %lld, %lld]",
                          (long long)g->pt, (long long)g->pl, (long long)g->pb, (long long)g->pr);
@@ -117,6 +131,77 @@ static ApxStatus conv_descs(ApxCudaCtx *ctx, const ApxConvGeom *g, ApxDType dt, 
   return APX_STATUS_OK;
 }
 
+/* ---- the three cuDNN calls (descriptors from conv_descs) ----------------------------------- */
+
+/* One cuDNN convolution call: query(perf, &n) ranks the algorithms (the _v7 query named
+ * qname), pick_algo chooses, run(best, workspace) runs it (the call named rname). */
+template <typename Perf, typename Query, typename Run>
+static ApxStatus run_algo(ApxCudaCtx *ctx, const ConvDescs *d, ApxDType dt, const char *qname,
+                          const char *rname, const char *which, Query query, Run run) {
+  ApxStatus st = APX_STATUS_OK;
+  Perf perf[16];
+  int n = 0;
+  cudnnStatus_t qs = query(perf, &n);
+  const Perf *best = pick_algo(ctx, d->conv, dt, qs, qname, perf, n, which, &st);
+  void *ws = NULL;
+  if (best && best->memory) st = apx_cuda_tmp(ctx, best->memory, &ws);
+  if (best && st == APX_STATUS_OK) {
+    cudnnStatus_t ds = run(best, ws);
+    if (ds != CUDNN_STATUS_SUCCESS)
+      st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "%s: %s", rname, cudnnGetErrorString(ds));
+  }
+  return st;
+}
+
+static const float k_one = 1.0f, k_zero = 0.0f;
+
+/* y = conv(x, w) */
+static ApxStatus run_forward(ApxCudaCtx *ctx, cudnnHandle_t h, const ConvDescs *d, ApxDType dt,
+                             const void *x, const void *w, void *y) {
+  typedef cudnnConvolutionFwdAlgoPerf_t P;
+  return run_algo<P>(
+      ctx, d, dt, "cudnnGetConvolutionForwardAlgorithm_v7", "cudnnConvolutionForward", "forward",
+      [&](P *perf, int *n) {
+        return cudnnGetConvolutionForwardAlgorithm_v7(h, d->x, d->w, d->conv, d->y, 16, n, perf);
+      },
+      [&](const P *b, void *ws) {
+        return cudnnConvolutionForward(h, &k_one, d->x, x, d->w, w, d->conv, b->algo, ws, b->memory,
+                                       &k_zero, d->y, y);
+      });
+}
+
+/* dx = conv's input gradient for output gradient dy */
+static ApxStatus run_backward_data(ApxCudaCtx *ctx, cudnnHandle_t h, const ConvDescs *d, ApxDType dt,
+                                   const void *w, const void *dy, void *dx) {
+  typedef cudnnConvolutionBwdDataAlgoPerf_t P;
+  return run_algo<P>(
+      ctx, d, dt, "cudnnGetConvolutionBackwardDataAlgorithm_v7", "cudnnConvolutionBackwardData",
+      "backward-data",
+      [&](P *perf, int *n) {
+        return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d->w, d->y, d->conv, d->x, 16, n, perf);
+      },
+      [&](const P *b, void *ws) {
+        return cudnnConvolutionBackwardData(h, &k_one, d->w, w, d->y, dy, d->conv, b->algo, ws,
+                                            b->memory, &k_zero, d->x, dx);
+      });
+}
+
+/* dw = conv's weight gradient for input x and output gradient dy */
+static ApxStatus run_backward_filter(ApxCudaCtx *ctx, cudnnHandle_t h, const ConvDescs *d, ApxDType dt,
+                                     const void *x, const void *dy, void *dw) {
+  typedef cudnnConvolutionBwdFilterAlgoPerf_t P;
+  return run_algo<P>(
+      ctx, d, dt, "cudnnGetConvolutionBackwardFilterAlgorithm_v7", "cudnnConvolutionBackwardFilter",
+      "backward-filter",
+      [&](P *perf, int *n) {
+        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d->x, d->y, d->conv, d->w, 16, n, perf);
+      },
+      [&](const P *b, void *ws) {
+        return cudnnConvolutionBackwardFilter(h, &k_one, d->x, x, d->y, dy, d->conv, b->algo, ws,
+                                              b->memory, &k_zero, d->w, dw);
+      });
+}
+
 /* ---- bias + activation, bias gradient ----------------------------------------------------- */
 
 template <typename T>
@@ -125,6 +210,18 @@ APX_CU_KERNEL(conv_bias_act_kernel)(T *y, const void *b, int bdt, int64_t M, int
     float v = ld(y[i]) + (b ? ld_dt(b, bdt, (i / S) % M) : 0.0f);
     y[i] = st<T>(relu ? apx_relu_f32(v) : v);
   }
+}
+
+/* y (n elements: planes of S per channel, M channels) += b (any float type), then Relu */
+static ApxStatus bias_act(ApxCudaCtx *ctx, ApxDType dt, void *y, const ApxTensor *b, int64_t M, int64_t S,
+                          int64_t n, int relu) {
+  int block = apx_cu_block(ctx, 256);
+  APX_CU_FLOAT_SWITCH(ctx, dt, T, {
+    conv_bias_act_kernel<T><<<apx_cu_grid(ctx, n, block), block, 0, apx_cu_stream(ctx)>>>(
+        (T *)y, b ? b->data : NULL, b ? b->dtype : 0, M, S, n, relu);
+  });
+  APX_CUDA_LAUNCHED(ctx);
+  return APX_STATUS_OK;
 }
 
 /* ---- entries ----------------------------------------------------------------------------------- */
@@ -152,43 +249,25 @@ APX_CUDA_ENTRY(apx_cuda_conv) {
   ConvDescs d;
   memset(&d, 0, sizeof d);
   ApxStatus st = conv_descs(ctx, &g, dt, &d);
-  cudnnConvolutionFwdAlgoPerf_t perf[16];
-  int n = 0;
-  const cudnnConvolutionFwdAlgoPerf_t *best = NULL;
-  if (st == APX_STATUS_OK) {
-    cudnnStatus_t ds = cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, 16, &n, perf);
-    best = pick_algo(ctx, d.conv, dt, ds, "cudnnGetConvolutionForwardAlgorithm_v7", perf, n, "forward", &st);
-  }
-  void *ws = NULL;
-  if (best && best->memory) st = apx_cuda_tmp(ctx, best->memory, &ws);
-  if (st == APX_STATUS_OK) {
-    float alpha = 1.0f, beta = 0.0f;
-    cudnnStatus_t ds = cudnnConvolutionForward(h, &alpha, d.x, ins[0].data, d.w, ins[1].data, d.conv,
-                                               best->algo, ws, best->memory, &beta, d.y,
-                                               outs[0].data);
-    if (ds != CUDNN_STATUS_SUCCESS)
-      st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnConvolutionForward: %s", cudnnGetErrorString(ds));
-  }
+  if (st == APX_STATUS_OK) st = run_forward(ctx, h, &d, dt, ins[0].data, ins[1].data, outs[0].data);
   conv_destroy(&d);
   if (st != APX_STATUS_OK) return st;
   int relu = op == APX_OP_ConvBiasRelu;
-  if (b || relu) {
-    int block = apx_cu_block(ctx, 256);
-    APX_CU_FLOAT_SWITCH(ctx, dt, T, {
-      conv_bias_act_kernel<T><<<apx_cu_grid(ctx, ny, block), block, 0, apx_cu_stream(ctx)>>>(
-          (T *)outs[0].data, b ? b->data : NULL, b ? b->dtype : 0, g.M, g.OH * g.OW, ny, relu);
-    });
-    APX_CUDA_LAUNCHED(ctx);
-  }
+  if (b || relu) APX_TRY(bias_act(ctx, dt, outs[0].data, b, g.M, g.OH * g.OW, ny, relu));
   return APX_STATUS_OK;
 }
 
-/* ConvGrad on gradient g (dY or dY * (Y > 0)); X, W from ins. */
-static ApxStatus conv_grad(ApxCudaCtx *ctx, const ApxAttrConv *a, const ApxTensor *dy, const void *gdata,
-                           const ApxTensor *x, const ApxTensor *w, ApxTensor *outs, int n_out) {
+/* ConvGrad on gradient g (dY or dY * (Y > 0)); X, W from ins. transpose: ConvTransposeGrad,
+ * whose dX is the forward of its adjoint convolution on dY, and dW that convolution's
+ * backward-filter with input dY and output gradient X. dB is dY over every axis but 1 either way. */
+static ApxStatus conv_grad(ApxCudaCtx *ctx, int transpose, const void *a, const ApxTensor *dy,
+                           const void *gdata, const ApxTensor *x, const ApxTensor *w, ApxTensor *outs,
+                           int n_out) {
   ApxConvGeom g;
   ApxDType dt = dy->dtype;
-  if (apx_conv_geom(a, x, w, dy, &g, ctx->err, sizeof ctx->err)) return APX_STATUS_BAD_INPUT;
+  if (transpose ? apx_conv_transpose_geom((const ApxAttrConvTranspose *)a, x, w, dy, &g, ctx->err, sizeof ctx->err)
+                : apx_conv_geom((const ApxAttrConv *)a, x, w, dy, &g, ctx->err, sizeof ctx->err))
+    return APX_STATUS_BAD_INPUT;
   APX_TRY(check_types(ctx, x, w, dt));
   ApxTensor *dx = apx_cu_has(outs, n_out, 0) ? &outs[0] : NULL;
   ApxTensor *dw = apx_cu_has(outs, n_out, 1) ? &outs[1] : NULL;
@@ -199,7 +278,7 @@ static ApxStatus conv_grad(ApxCudaCtx *ctx, const ApxAttrConv *a, const ApxTenso
                          apx_dtype_name(dt));
   if (db) {
     ApxReducePlan p;
-    apx_reduce_plan(&p, dy->dims, dy->rank, 0xdu); /* axes 0, 2, 3 */
+    apx_reduce_plan(&p, dy->dims, dy->rank, ((1u << dy->rank) - 1u) & ~2u); /* all axes but 1 */
     APX_TRY(apx_cuda_reduce_sum(ctx, gdata, dt, &p, 1.0f, APX_CU_SUM, db->data, db->dtype));
   }
   if (!dx && !dw) return APX_STATUS_OK;
@@ -214,37 +293,12 @@ static ApxStatus conv_grad(ApxCudaCtx *ctx, const ApxAttrConv *a, const ApxTenso
   ConvDescs d;
   memset(&d, 0, sizeof d);
   ApxStatus st = conv_descs(ctx, &g, dt, &d);
-  float alpha = 1.0f, beta = 0.0f;
-  if (st == APX_STATUS_OK && dx) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[16];
-    int n = 0;
-    cudnnStatus_t qs = cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, 16, &n, perf);
-    const cudnnConvolutionBwdDataAlgoPerf_t *best = pick_algo(
-        ctx, d.conv, dt, qs, "cudnnGetConvolutionBackwardDataAlgorithm_v7", perf, n, "backward-data", &st);
-    void *ws = NULL;
-    if (best && best->memory) st = apx_cuda_tmp(ctx, best->memory, &ws);
-    if (st == APX_STATUS_OK) {
-      cudnnStatus_t ds = cudnnConvolutionBackwardData(h, &alpha, d.w, w->data, d.y, gdata, d.conv, best->algo, ws,
-                                        best->memory, &beta, d.x, dx->data);
-      if (ds != CUDNN_STATUS_SUCCESS)
-        st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnConvolutionBackwardData: %s", cudnnGetErrorString(ds));
-    }
-  }
-  if (st == APX_STATUS_OK && dw) {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
-    int n = 0;
-    cudnnStatus_t qs = cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, 16, &n, perf);
-    const cudnnConvolutionBwdFilterAlgoPerf_t *best = pick_algo(
-        ctx, d.conv, dt, qs, "cudnnGetConvolutionBackwardFilterAlgorithm_v7", perf, n, "backward-filter", &st);
-    void *ws = NULL;
-    if (best && best->memory) st = apx_cuda_tmp(ctx, best->memory, &ws);
-    if (st == APX_STATUS_OK) {
-      cudnnStatus_t ds = cudnnConvolutionBackwardFilter(h, &alpha, d.x, x->data, d.y, gdata, d.conv, best->algo, ws,
-                                          best->memory, &beta, d.w, dw->data);
-      if (ds != CUDNN_STATUS_SUCCESS)
-        st = apx_cuda_fail(ctx, APX_STATUS_RUNTIME, "cudnnConvolutionBackwardFilter: %s", cudnnGetErrorString(ds));
-    }
-  }
+  if (st == APX_STATUS_OK && dx)
+    st = transpose ? run_forward(ctx, h, &d, dt, gdata, w->data, dx->data)
+                   : run_backward_data(ctx, h, &d, dt, w->data, gdata, dx->data);
+  if (st == APX_STATUS_OK && dw)
+    st = transpose ? run_backward_filter(ctx, h, &d, dt, gdata, x->data, dw->data)
+                   : run_backward_filter(ctx, h, &d, dt, x->data, gdata, dw->data);
   conv_destroy(&d);
   return st;
 }
@@ -253,7 +307,38 @@ APX_CUDA_ENTRY(apx_cuda_conv_grad) {
   if (op == APX_OP_ConvBiasReluGrad) {
     void *g = NULL;
     APX_TRY(apx_cuda_relu_mask(ctx, &ins[0], &ins[1], &g));
-    return conv_grad(ctx, (const ApxAttrConv *)attrs, &ins[0], g, &ins[2], &ins[3], outs, n_out);
+    return conv_grad(ctx, 0, attrs, &ins[0], g, &ins[2], &ins[3], outs, n_out);
   }
-  return conv_grad(ctx, (const ApxAttrConv *)attrs, &ins[0], ins[0].data, &ins[1], &ins[2], outs, n_out);
+  return conv_grad(ctx, op == APX_OP_ConvTransposeGrad, attrs, &ins[0], ins[0].data, &ins[1], &ins[2], outs,
+                   n_out);
+}
+
+/* ---- ConvTranspose: the adjoint convolution (apx_conv_transpose_geom) ---------------------- */
+
+/* Y = backward-data of the convolution whose input has Y's shape and output X's, + B. */
+APX_CUDA_ENTRY(apx_cuda_conv_transpose) {
+  ApxConvGeom g;
+  ApxDType dt = outs[0].dtype;
+  (void)op;
+  if (apx_conv_transpose_geom((const ApxAttrConvTranspose *)attrs, &ins[0], &ins[1], &outs[0], &g,
+                              ctx->err, sizeof ctx->err))
+    return APX_STATUS_BAD_INPUT;
+  APX_TRY(check_types(ctx, &ins[0], &ins[1], dt));
+  const ApxTensor *b = apx_cu_has(ins, n_in, 2) ? &ins[2] : NULL;
+  int64_t ny = apx_tensor_numel(&outs[0]);
+  if (ny == 0) return APX_STATUS_OK;
+  if (apx_tensor_numel(&ins[0]) == 0) {
+    APX_CUDA_TRY(ctx, cudaMemsetAsync(outs[0].data, 0, apx_tensor_bytes(&outs[0]), apx_cu_stream(ctx)));
+  } else {
+    cudnnHandle_t h;
+    APX_TRY(dnn_handle(ctx, &h));
+    ConvDescs d;
+    memset(&d, 0, sizeof d);
+    ApxStatus st = conv_descs(ctx, &g, dt, &d);
+    if (st == APX_STATUS_OK) st = run_backward_data(ctx, h, &d, dt, ins[1].data, ins[0].data, outs[0].data);
+    conv_destroy(&d);
+    if (st != APX_STATUS_OK) return st;
+  }
+  if (b) APX_TRY(bias_act(ctx, dt, outs[0].data, b, g.C, g.H * g.W, ny, 0));
+  return APX_STATUS_OK;
 }

@@ -56,8 +56,10 @@ TEST(CudaSupports, Fp64MathStaysOnTheCpuDataMovementDoesNot) {
 }
 
 TEST(CudaSupports, TierTwoAndFoldedOpsAreRefused) {
-  for (ApxOp op : {APX_OP_ConvTranspose, APX_OP_Einsum, APX_OP_Equal, APX_OP_Allreduce})
+  for (ApxOp op : {APX_OP_Resize, APX_OP_Einsum, APX_OP_Equal, APX_OP_Allreduce})
     EXPECT_FALSE(apx_cuda_supports(op, APX_DT_F32)) << apx_op_name(op);
+  EXPECT_TRUE(apx_cuda_supports(APX_OP_ConvTranspose, APX_DT_F16));
+  EXPECT_TRUE(apx_cuda_supports(APX_OP_ConvTransposeGrad, APX_DT_F32));
 }
 
 class CudaHostChecks : public ::testing::Test {
@@ -71,8 +73,8 @@ class CudaHostChecks : public ::testing::Test {
 };
 
 TEST_F(CudaHostChecks, UnsupportedOpNamesItself) {
-  EXPECT_EQ(Run(APX_OP_ConvTranspose, nullptr, {T({1})}, {T({1})}), APX_STATUS_UNSUPPORTED);
-  EXPECT_EQ(Err(), "ConvTranspose: not supported yet on cuda: ConvTranspose");
+  EXPECT_EQ(Run(APX_OP_Resize, nullptr, {T({1})}, {T({1})}), APX_STATUS_UNSUPPORTED);
+  EXPECT_EQ(Err(), "Resize: not supported yet on cuda: Resize");
 }
 
 TEST_F(CudaHostChecks, Fp64IsRefusedWithAReason) {

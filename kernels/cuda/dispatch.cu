@@ -99,6 +99,8 @@ static void fill_table(void) {
   E(ConvBiasRelu, apx_cuda_conv, TF);
   E(ConvGrad, apx_cuda_conv_grad, TF);
   E(ConvBiasReluGrad, apx_cuda_conv_grad, TF);
+  E(ConvTranspose, apx_cuda_conv_transpose, TF);
+  E(ConvTransposeGrad, apx_cuda_conv_grad, TF);
   E(MaxPool, apx_cuda_pool, TF);
   E(AveragePool, apx_cuda_pool, TF);
   E(MaxPoolGrad, apx_cuda_pool_grad, TF);

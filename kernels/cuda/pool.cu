@@ -1,4 +1,4 @@
-/* pool.cu - MaxPool(X) -> Y, Indices? and AveragePool(X) -> Y (2-D, pads, strides,
+/* pool.cu - MaxPool(X) -> Y, Indices? and AveragePool(X) -> Y (2-D, or 1-D as height 1; pads, strides,
  * dilations, ceil_mode through the output dims, count_include_pad, storage_order);
  * MaxPoolGrad(dY, X) -> dX; AveragePoolGrad(dY) -> dX; GlobalAveragePool(X) -> Y and its
  * gradient. Own kernels with the CPU reference's rules (pool_real.inc): windows scanned

@@ -91,10 +91,9 @@ const std::map<std::string, std::string> &excluded_tests() {
   static const char *const kRuntimeEqual =
       "Equal on runtime data (the ignore_index mask): Equal is compile-time only in v1";
   static const std::map<std::string, std::string> k = {
-      {"test_averagepool_1d_default", "1-D pooling: v1 Conv/Pool are 2-D only"},
-      {"test_averagepool_3d_default", "3-D pooling: v1 Conv/Pool are 2-D only"},
-      {"test_maxpool_1d_default", "1-D pooling: v1 Conv/Pool are 2-D only"},
-      {"test_maxpool_3d_default", "3-D pooling: v1 Conv/Pool are 2-D only"},
+      {"test_averagepool_3d_default", "3-D pooling: Conv/Pool are 1-D and 2-D only"},
+      {"test_maxpool_3d_default", "3-D pooling: Conv/Pool are 1-D and 2-D only"},
+      {"test_convtranspose_3d", "3-D ConvTranspose: ConvTranspose is 1-D and 2-D only"},
       {"test_cast_FLOAT_to_STRING", "string tensors are not supported"},
       {"test_cast_STRING_to_FLOAT", "string tensors are not supported"},
       {"test_castlike_FLOAT_to_STRING", "string tensors are not supported"},

@@ -1,6 +1,6 @@
 // conv_lab.cc - cuDNN convolutions on CUDA against the CPU reference (im2col + sgemm):
 // Conv with bias, groups, strides, dilations and symmetric pads, ConvBiasRelu, ConvGrad (dX,
-// dW, dB) and ConvBiasReluGrad.
+// dW, dB) and ConvBiasReluGrad, 1-D Conv/ConvGrad; ConvTranspose (output_padding, groups) and ConvTransposeGrad.
 #include "kernels/cuda/lab/lab.h"
 
 using lab::LabCase;
@@ -14,6 +14,18 @@ ApxAttrConv Conv(int64_t k, int64_t stride, int64_t pad, int64_t dil, int64_t gr
   a.strides[0] = a.strides[1] = stride;
   a.pads[0] = a.pads[1] = a.pads[2] = a.pads[3] = pad;
   a.dilations[0] = a.dilations[1] = dil;
+  a.group = group;
+  return a;
+}
+
+ApxAttrConvTranspose ConvT(int64_t k, int64_t stride, int64_t pad, int64_t out_pad, int64_t group) {
+  ApxAttrConvTranspose a;
+  memset(&a, 0, sizeof a);
+  a.kernel[0] = a.kernel[1] = k;
+  a.strides[0] = a.strides[1] = stride;
+  a.pads[0] = a.pads[1] = a.pads[2] = a.pads[3] = pad;
+  a.dilations[0] = a.dilations[1] = 1;
+  a.output_padding[0] = a.output_padding[1] = out_pad;
   a.group = group;
   return a;
 }
@@ -37,6 +49,23 @@ std::vector<LabCase> Cases() {
     v.push_back(LabCase("ConvBiasReluGrad" + s, APX_OP_ConvBiasReluGrad).Attrs(Conv(3, 1, 1, 1, 1))
                     .In(dt, {2, 16, 9, 9}).In(dt, {2, 16, 9, 9}).In(dt, {2, 8, 9, 9}).In(dt, {16, 8, 3, 3})
                     .Out(dt, {2, 8, 9, 9}).Out(dt, {16, 8, 3, 3}).Out(dt, {16}).Reduce(2 * 81));
+    // 1-D (N, C, L): height 1, the attributes' first entries unit; L: (33 + 2 - 3) / 2 + 1 = 17
+    ApxAttrConv c1 = Conv(3, 2, 1, 1, 1);
+    c1.kernel[0] = c1.strides[0] = 1;
+    c1.pads[0] = c1.pads[2] = 0;
+    v.push_back(LabCase("Conv1D_s2_pad1_bias" + s, APX_OP_Conv).Attrs(c1)
+                    .In(dt, {2, 8, 33}).In(dt, {16, 8, 3}).In(dt, {16}).Out(dt, {2, 16, 17}).Reduce(24));
+    v.push_back(LabCase("ConvGrad1D_s2" + s, APX_OP_ConvGrad).Attrs(c1)
+                    .In(dt, {2, 16, 17}).In(dt, {2, 8, 33}).In(dt, {16, 8, 3})
+                    .Out(dt, {2, 8, 33}).Out(dt, {16, 8, 3}).Out(dt, {16}).Reduce(2 * 17));
+    // Y: 2 (7 - 1) + 1 + 3 - 2 = 14
+    v.push_back(LabCase("ConvTranspose_s2_outpad1_bias" + s, APX_OP_ConvTranspose).Attrs(ConvT(3, 2, 1, 1, 1))
+                    .In(dt, {2, 8, 7, 7}).In(dt, {8, 6, 3, 3}).In(dt, {6}).Out(dt, {2, 6, 14, 14}).Reduce(72));
+    v.push_back(LabCase("ConvTranspose_g2" + s, APX_OP_ConvTranspose).Attrs(ConvT(3, 1, 1, 0, 2))
+                    .In(dt, {2, 8, 9, 9}).In(dt, {8, 3, 3, 3}).Absent().Out(dt, {2, 6, 9, 9}).Reduce(36));
+    v.push_back(LabCase("ConvTransposeGrad_s2_outpad1" + s, APX_OP_ConvTransposeGrad).Attrs(ConvT(3, 2, 1, 1, 1))
+                    .In(dt, {2, 6, 14, 14}).In(dt, {2, 8, 7, 7}).In(dt, {8, 6, 3, 3})
+                    .Out(dt, {2, 8, 7, 7}).Out(dt, {8, 6, 3, 3}).Out(dt, {6}).Reduce(2 * 196));
   }
   return v;
 }
