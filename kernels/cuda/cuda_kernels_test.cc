@@ -56,7 +56,7 @@ TEST(CudaSupports, Fp64MathStaysOnTheCpuDataMovementDoesNot) {
 }
 
 TEST(CudaSupports, TierTwoAndFoldedOpsAreRefused) {
-  for (ApxOp op : {APX_OP_ConvTranspose, APX_OP_Einsum, APX_OP_Equal, APX_OP_Allreduce})
+  for (ApxOp op : {APX_OP_ConvTranspose, APX_OP_Equal, APX_OP_Allreduce})
     EXPECT_FALSE(apx_cuda_supports(op, APX_DT_F32)) << apx_op_name(op);
 }
 
