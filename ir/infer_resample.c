@@ -111,7 +111,7 @@ static int canon_resize(ApxGraph *g, int node, ApxDiag *d) {
   a->coord = c;
   a->nearest_mode = nm;
   a->rank = r;
-  for (int i = 0; i < r; i++) a->scale_bits[i] = apx_resize_scale_bits(1.0);
+  for (int i = 0; i < r; i++) a->scales[i] = 1.0;
   for (int i = 0; i < na; i++) {
     int dim = (int)axes[i];
     double s;
@@ -124,7 +124,7 @@ static int canon_resize(ApxGraph *g, int node, ApxDiag *d) {
       if (x->dims[dim] == 0) return apx_node_error(d, g, node, "sizes[%d] resizes the empty dim %d", i, dim);
       s = (double)sizes[i] / (double)x->dims[dim];
     }
-    a->scale_bits[dim] = apx_resize_scale_bits(s);
+    a->scales[dim] = s;
   }
   return 0;
 }

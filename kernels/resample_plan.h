@@ -42,16 +42,7 @@ typedef enum ApxResizeNearest {
   APX_RESIZE_CEIL = 3
 } ApxResizeNearest;
 
-static inline double apx_resize_scale(const ApxAttrResize *a, int d) {
-  double s;
-  memcpy(&s, &a->scale_bits[d], sizeof s);
-  return s;
-}
-static inline int64_t apx_resize_scale_bits(double s) {
-  int64_t b;
-  memcpy(&b, &s, sizeof b);
-  return b;
-}
+static inline double apx_resize_scale(const ApxAttrResize *a, int d) { return a->scales[d]; }
 
 /* One dim: in -> out elements at scale (out_f = scale * in, ONNX's float output width). */
 typedef struct ApxResizeAxis {

@@ -16,7 +16,7 @@ ApxAttrResize Rs(int mode, int coord, int nearest, std::vector<double> scales) {
   ApxAttrResize a;
   memset(&a, 0, sizeof a);
   a.mode = mode, a.coord = coord, a.nearest_mode = nearest, a.rank = (int32_t)scales.size();
-  for (size_t i = 0; i < scales.size(); i++) a.scale_bits[i] = apx_resize_scale_bits(scales[i]);
+  for (size_t i = 0; i < scales.size(); i++) a.scales[i] = scales[i];
   return a;
 }
 
