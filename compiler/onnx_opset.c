@@ -25,7 +25,7 @@ static const struct {
     {APX_OP_IsInf, -1, 20},              {APX_OP_LessOrEqual, -1, 16},  {APX_OP_GreaterOrEqual, -1, 16},
     {APX_OP_CastLike, -1, 15},           {APX_OP_Trilu, -1, 14},        {APX_OP_RandomUniformLike, -1, 22},
     {APX_OP_SplitToSequence, -1, 0},     {APX_OP_SequenceAt, -1, 0},
-    {APX_OP_Einsum, -1, 0}, /* Resize: bf16 from 13, the default */
+    {APX_OP_Einsum, -1, 0},              {APX_OP_Resize, 1, 0},         {APX_OP_Resize, 2, 0},
 };
 
 /* Opsets at which a node written in the older form becomes invalid, and when that applies. */
