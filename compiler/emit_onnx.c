@@ -308,6 +308,7 @@ static int attrs_from_fields(Emit *e, AttrList *l, int node) {
           return apx_node_error(e->d, g, node, "typed attribute '%s' has %d entries", f->name, count);
         rc = attr_ints(e, l, f->onnx, (const int64_t *)(const void *)p, count);
         break;
+      case APX_FIELD_F64V: case APX_FIELD_LABELV: break; /* no attribute form: refused above */
     }
   }
   return rc ? oom(e) : 0;

@@ -886,7 +886,7 @@ TEST(OnnxLoad, NodeErrorsNameNodeAndOp) {
     std::string op, domain, msg;
   } cases[] = {
       {"Foo", "", "m.onnx: node 'n' (Foo): unknown op 'Foo' (apexc v1 supports"},
-      {"Einsum", "", "m.onnx: node 'n' (Einsum): not supported yet: Einsum is a tier-2 op"},
+      {"Upsample", "", "m.onnx: node 'n' (Upsample): not supported yet: Upsample is a tier-2 op"},
       {"Reciprocal", "", "m.onnx: node 'n' (Reciprocal): not supported yet: Reciprocal"},
       {"ReluGrad", "", "m.onnx: node 'n' (ReluGrad): not supported yet: ReluGrad"},
       {"Relu", "com.example", "m.onnx: node 'n' (Relu): domain 'com.example' is not supported"},
@@ -1396,7 +1396,7 @@ TEST(OnnxLoad, EveryUnsupportedOpIsReportedAtOnce) {
   m.input("x", {2, 2});
   m.node("NonMaxSuppression", {"x"}, {"a"}, "boxes/nms");
   m.node("Relu", {"a"}, {"b"}, "relu");
-  m.node("Resize", {"b"}, {"c"}, "resize");
+  m.node("Upsample", {"b"}, {"c"}, "deconv");
   m.node("NonMaxSuppression", {"c"}, {"d"}, "");  // unnamed: shown by op and index
   m.node("FusedGemm", {"d"}, {"e"}, "fg")->domain = m.pool.str("com.microsoft");
   m.node("Reciprocal", {"e"}, {"f"}, "rc");
@@ -1414,19 +1414,20 @@ TEST(OnnxLoad, EveryUnsupportedOpIsReportedAtOnce) {
                            0), 0u) << lines[0];
   EXPECT_NE(lines[0].find(" ops: see apexc --list-ops) (first of 3 nodes)"), std::string::npos)
       << lines[0];
-  EXPECT_EQ(lines[1], "m.onnx: node 'resize' (Resize): not supported yet: Resize is a tier-2 op (1 node)");
+  EXPECT_EQ(lines[1], "m.onnx: node 'deconv' (Upsample): not supported yet: Upsample is a tier-2 op "
+                      "(1 node)");
   EXPECT_EQ(lines[2], "m.onnx: node 'fg' (FusedGemm): domain 'com.microsoft' is not supported "
                       "(apexc v1 reads ai.onnx ops only) (1 node)");
   EXPECT_EQ(lines[3], "m.onnx: node 'rc' (Reciprocal): not supported yet: Reciprocal (1 node)");
   // one unsupported op type: one line, as before
   Model one;
   one.input("x", {2});
-  one.node("Resize", {"x"}, {"a"}, "r1");
-  one.node("Resize", {"a"}, {"y"}, "r2");
+  one.node("Upsample", {"x"}, {"a"}, "r1");
+  one.node("Upsample", {"a"}, {"y"}, "r2");
   one.output("y");
   auto L1 = load(one);
-  EXPECT_REJECTS(L1, "m.onnx: node 'r1' (Resize): not supported yet: Resize is a tier-2 op (first of 2 "
-                     "nodes)");
+  EXPECT_REJECTS(L1, "m.onnx: node 'r1' (Upsample): not supported yet: Upsample is a tier-2 op "
+                     "(first of 2 nodes)");
   EXPECT_EQ(std::string(L1->d.msg).find('\n'), std::string::npos) << L1->d.msg;
 }
 
@@ -1977,7 +1978,7 @@ bool node_model_supported(const Onnx__ModelProto *m) {
 }
 
 // The message without file, node and quoted names, up to any parenthesis:
-// "unknown op", "not supported yet: Resize is a tier-2 op", "graph input : string tensors ..."
+// "unknown op", "not supported yet: Upsample is a tier-2 op", "graph input : string tensors ..."
 std::string reason_of(const std::string &msg, const std::string &path) {
   std::string r = msg.substr(path.size() + 2);
   if (r.rfind("node '", 0) == 0) r = r.substr(r.find("): ") + 3);

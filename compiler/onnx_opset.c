@@ -26,6 +26,7 @@ static const struct {
     {APX_OP_CastLike, -1, 15},           {APX_OP_Trilu, -1, 14},        {APX_OP_RandomUniformLike, -1, 22},
     {APX_OP_SplitToSequence, -1, 0},     {APX_OP_SequenceAt, -1, 0},
     {APX_OP_ConvTranspose, -1, 22},
+    {APX_OP_Einsum, -1, 0},              {APX_OP_Resize, 1, 0},         {APX_OP_Resize, 2, 0},
 };
 
 /* Opsets at which a node written in the older form becomes invalid, and when that applies. */
@@ -42,6 +43,7 @@ static const struct {
     {APX_OP_Split, 18, WHEN_NO_INPUT, 1, NULL, "without a split input it needs num_outputs"},
     {APX_OP_ReduceMean, 18, WHEN_ATTR, 0, "axes", "its axes attribute becomes an input"},
     {APX_OP_ReduceMax, 18, WHEN_ATTR, 0, "axes", "its axes attribute becomes an input"},
+    {APX_OP_Resize, 11, WHEN_ALWAYS, 0, NULL, "its inputs change (roi before scales)"},
 };
 
 int64_t apx_onnx_bf16_since(ApxOp op, int slot) {

@@ -34,6 +34,39 @@ static int64_t gemm_flops(const ApxGraph *g, const ApxNode *n, int trans_a, int 
   return f + (bias ? mn : 0);
 }
 
+/* Einsum: 2 * the product of every distinct label's size (one multiply-add per term of
+ * each output element's sum); one operand: one add per term. */
+static int64_t einsum_flops(const ApxGraph *g, const ApxNode *n) {
+  const ApxAttrEinsum *e = n->typed;
+  if (!e) return -1;
+  const ApxValue *vs[3] = {in_val(g, n, 0), in_val(g, n, 1), out_val(g, n, 0)};
+  const int64_t *terms[3] = {e->a, e->b, e->y};
+  const int32_t ns[3] = {e->n_a, e->n_b, e->n_y};
+  int64_t seen[3 * APX_MAX_RANK], f = 1;
+  int n_seen = 0;
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; vs[k] && i < ns[k] && i < vs[k]->rank; i++) {
+      int dup = 0;
+      for (int j = 0; j < n_seen; j++) dup |= seen[j] == terms[k][i];
+      if (dup) continue;
+      seen[n_seen++] = terms[k][i];
+      f = mul_ok(f, vs[k]->dims[i]);
+    }
+  return vs[1] ? mul_ok(2, f) : f;
+}
+
+/* Resize / ResizeGrad: linear reads 2^k neighbours per output element (k: the dims whose
+ * size changes), a multiply-add each; nearest is data movement. */
+static int64_t resize_flops(const ApxGraph *g, const ApxNode *n, const ApxValue *big, const ApxValue *small) {
+  const ApxAttrResize *a = n->typed;
+  if (!a || !big || !small || big->rank != small->rank) return -1;
+  if (a->mode != 1) return 0; /* nearest */
+  int64_t corners = 1;
+  for (int i = 0; i < big->rank && corners < (1 << 8); i++)
+    if (big->dims[i] != small->dims[i]) corners *= 2;
+  return mul_ok(2 * corners, numel(big));
+}
+
 static int64_t conv_flops(const ApxGraph *g, const ApxNode *n, int extra_per_out) {
   const ApxValue *w = in_val(g, n, 1), *y = out_val(g, n, 0);
   if (!w || !y || w->rank < 3) return -1;
@@ -71,6 +104,9 @@ int64_t apx_node_flops(const ApxGraph *g, int node) {
       if (n->n_out > 2 && n->out[2] >= 0) f += numel(dy);
       return f;
     }
+    case APX_OP_Einsum: return einsum_flops(g, n);
+    case APX_OP_Resize: return resize_flops(g, n, out_val(g, n, 0), in_val(g, n, 0));
+    case APX_OP_ResizeGrad: return resize_flops(g, n, in_val(g, n, 0), out_val(g, n, 0));
     case APX_OP_Conv: return conv_flops(g, n, n->n_in > 2 && n->in[2] >= 0);
     case APX_OP_ConvBiasRelu: return conv_flops(g, n, 2);
     case APX_OP_ConvTranspose: {

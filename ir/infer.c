@@ -1,6 +1,6 @@
 /* infer.c - entry points of canonicalization and inference: finds the op's rule (the
  * generated kinds' shared rules, or the family tables infer_elementwise.c, infer_nn.c,
- * infer_shape_ops.c, infer_train_ops.c for ops of kind OWN), checks arity (the op table)
+ * infer_shape_ops.c, infer_train_ops.c, infer_resample.c for ops of kind OWN), checks arity (the op table)
  * and that every input has a known dtype and static shape, then runs it. */
 #include "ir/infer.h"
 
@@ -13,6 +13,7 @@ static const InferRule *const families[] = {
     apx_infer_rules_elementwise,
     apx_infer_rules_nn,
     apx_infer_rules_shape,
+    apx_infer_rules_resample,
     apx_infer_rules_train,
 };
 

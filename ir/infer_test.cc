@@ -927,8 +927,8 @@ TEST(Infer, RunningTwiceChangesNothing) {
 TEST(Infer, UnsupportedOpsAreRejectedByName) {
   G t;
   int x = t.input("x", APX_DT_F32, {2}), y = t.value("y");
-  EXPECT_LT(t.run(t.node(APX_OP_Resize, "resize", {x}, {y})), 0);
-  EXPECT_EQ(t.msg(), "m.onnx: node 'resize' (Resize): not supported yet: Resize");
+  EXPECT_LT(t.run(t.node(APX_OP_Upsample, "deconv", {x}, {y})), 0);
+  EXPECT_EQ(t.msg(), "m.onnx: node 'deconv' (Upsample): not supported yet: Upsample");
 }
 
 TEST(Infer, ArityIsChecked) {
@@ -1246,4 +1246,130 @@ TEST(InferV11, ReduceMaxByOpsetAndRandomUniformLike) {
   o.reset();
   EXPECT_LT(o.run(o.node(APX_OP_RandomUniformLike, "randi", {xi}, {o.value("ri")})), 0);
   EXPECT_TRUE(has(o.msg(), "output type int64: RandomUniformLike draws float types")) << o.msg();
+}
+
+// ---- v1.1 resampling and contraction: Resize, Einsum ------------------------------------
+
+TEST(InferV11, ResizeScalesSizesAxesAndOpset10) {
+  G t;
+  int x = t.input("x", APX_DT_F32, {1, 2, 5, 3}), y = t.value("y");
+  int sc = t.cst<float>("scales", APX_DT_F32, {4}, {1, 1, 0.6f, 2.5f});
+  int n = t.node(APX_OP_Resize, "up", {x, -1, sc}, {y});
+  t.attr_s(n, "mode", "linear");
+  ASSERT_EQ(t.run(n), 0) << t.msg();
+  EXPECT_EQ(t.shape(y), (Dims{1, 2, 3, 7}));  // floor(5 * 0.6), floor(3 * 2.5)
+  const ApxAttrResize *a = t.attrs<ApxAttrResize>(n);
+  EXPECT_EQ(a->mode, 1);
+  EXPECT_EQ(a->coord, 0);  // half_pixel from opset 11
+  EXPECT_DOUBLE_EQ(a->scales[2], (double)0.6f);
+  char buf[256];
+  EXPECT_STREQ(apx_attrs_format(APX_OP_Resize, a, buf, sizeof buf),
+               "mode=linear coord=half_pixel nearest_mode=round_prefer_floor scales=[1,1,0.60000002384185791,2.5]");
+  // opset 18: sizes for the listed axes only
+  G s(18);
+  int x2 = s.input("x", APX_DT_F16, {1, 2, 3, 6}), y2 = s.value("y");
+  int m = s.node(APX_OP_Resize, "sz", {x2, -1, -1, s.ints("sizes", {4, 9})}, {y2});
+  s.attr_is(m, "axes", {-2, 3});
+  ASSERT_EQ(s.run(m), 0) << s.msg();
+  EXPECT_EQ(s.shape(y2), (Dims{1, 2, 4, 9}));
+  EXPECT_EQ(s.dtype(y2), APX_DT_F16);
+  EXPECT_DOUBLE_EQ(s.attrs<ApxAttrResize>(m)->scales[2], 4.0 / 3.0);
+  EXPECT_DOUBLE_EQ(s.attrs<ApxAttrResize>(m)->scales[1], 1.0);
+  // opset 10: Resize(X, scales), asymmetric coordinates
+  G o(10);
+  int x3 = o.input("x", APX_DT_F32, {2, 4}), y3 = o.value("y");
+  int k = o.node(APX_OP_Resize, "old", {x3, o.cst<float>("s", APX_DT_F32, {2}, {1, 2})}, {y3});
+  ASSERT_EQ(o.run(k), 0) << o.msg();
+  EXPECT_EQ(o.shape(y3), (Dims{2, 8}));
+  EXPECT_EQ(o.attrs<ApxAttrResize>(k)->coord, 4);  // asymmetric
+}
+
+TEST(InferV11, ResizeErrorsAreOneLine) {
+  G t;
+  int x = t.input("x", APX_DT_F32, {1, 1, 2, 2});
+  int sc = t.cst<float>("scales", APX_DT_F32, {4}, {1, 1, 2, 2});
+  int both = t.node(APX_OP_Resize, "both", {x, -1, sc, t.ints("sizes", {1, 1, 4, 4})}, {t.value("y")});
+  EXPECT_LT(t.run(both), 0);
+  EXPECT_EQ(t.msg(), "m.onnx: node 'both' (Resize): both 'scales' and 'sizes' are given (only one may be)");
+  t.reset();
+  int cnt = t.node(APX_OP_Resize, "cnt", {x, -1, t.cst<float>("s3", APX_DT_F32, {3}, {1, 2, 2})}, {t.value("y2")});
+  EXPECT_LT(t.run(cnt), 0);
+  EXPECT_EQ(t.msg(), "m.onnx: node 'cnt' (Resize): 'scales' has 3 values, expected 4 (one per dim)");
+  t.reset();
+  int none = t.node(APX_OP_Resize, "none", {x}, {t.value("y3")});
+  EXPECT_LT(t.run(none), 0);
+  EXPECT_EQ(t.msg(), "m.onnx: node 'none' (Resize): one of 'scales' and 'sizes' is required");
+  t.reset();
+  int cub = t.node(APX_OP_Resize, "cub", {x, -1, sc}, {t.value("y4")});
+  t.attr_s(cub, "mode", "cubic");
+  EXPECT_LT(t.run(cub), 0);
+  EXPECT_EQ(t.msg(), "m.onnx: node 'cub' (Resize): not supported yet: Resize mode=cubic (nearest and linear are)");
+  t.reset();
+  int neg = t.node(APX_OP_Resize, "neg", {x, -1, t.cst<float>("s4", APX_DT_F32, {4}, {1, 1, -2, 2})}, {t.value("y5")});
+  EXPECT_LT(t.run(neg), 0);
+  EXPECT_EQ(t.msg(), "m.onnx: node 'neg' (Resize): scales[2] = -2 must be positive");
+}
+
+TEST(InferV11, EinsumExplicitImplicitAndDump) {
+  G t;
+  int q = t.input("q", APX_DT_F32, {2, 3, 4, 8}), k = t.input("k", APX_DT_F32, {2, 3, 5, 8});
+  int s = t.value("s");
+  int n = t.node(APX_OP_Einsum, "scores", {q, k}, {s});
+  t.attr_s(n, "equation", "bhid, bhjd -> bhij");
+  ASSERT_EQ(t.run(n), 0) << t.msg();
+  EXPECT_EQ(t.shape(s), (Dims{2, 3, 4, 5}));
+  char buf[128];
+  EXPECT_STREQ(apx_attrs_format(APX_OP_Einsum, t.attrs<ApxAttrEinsum>(n), buf, sizeof buf),
+               "a=\"bhid\" b=\"bhjd\" y=\"bhij\"");
+  int a = t.input("a", APX_DT_F32, {2, 3}), b = t.input("b", APX_DT_F32, {3, 4}), y = t.value("y");
+  int m = t.node(APX_OP_Einsum, "mm", {a, b}, {y});
+  t.attr_s(m, "equation", "ij,jk");  // implicit: the labels seen once, sorted
+  ASSERT_EQ(t.run(m), 0) << t.msg();
+  EXPECT_EQ(t.shape(y), (Dims{2, 4}));
+  int d = t.input("d", APX_DT_F32, {4, 4}), tr = t.value("tr");
+  int o = t.node(APX_OP_Einsum, "trace", {d}, {tr});
+  t.attr_s(o, "equation", "ii->");
+  ASSERT_EQ(t.run(o), 0) << t.msg();
+  EXPECT_EQ(t.shape(tr), (Dims{}));
+}
+
+TEST(InferV11, EinsumErrorsAreOneLine) {
+  G t;
+  int a = t.input("a", APX_DT_F32, {2, 3}), b = t.input("b", APX_DT_F32, {4, 5});
+  struct {
+    const char *eq, *msg;
+  } cases[] = {
+      {"ij,jk->ik", "(Einsum) input 1: label 'j' has size 4, input 0 has 3"},
+      {"ij,kl->m", "(Einsum): attribute 'equation': equation: output label 'm' is in no input term"},
+      {"ij,kl->ii", "(Einsum): attribute 'equation': equation: output label 'i' repeated"},
+      {"ij->ij", "(Einsum): the equation 'ij->ij' has 1 operand terms, the node 2 inputs"},
+      {"i2,kl->i", "(Einsum): attribute 'equation': equation: '2' is not a letter"},
+      {"...j,kl->j", "(Einsum): not supported yet: Einsum with ellipsis ('...')"},
+      {"ijk,kl->il", "(Einsum) input 0 has rank 2, its equation term 3 labels"},
+  };
+  int i = 0;
+  for (auto &c : cases) {
+    t.reset();
+    std::string out = "y" + std::to_string(i++);
+    int n = t.node(APX_OP_Einsum, "e", {a, b}, {t.value(out.c_str())});
+    t.attr_s(n, "equation", c.eq);
+    EXPECT_LT(t.run(n), 0) << c.eq;
+    EXPECT_TRUE(has(t.msg(), c.msg)) << c.eq << ": " << t.msg();
+    EXPECT_EQ(t.msg().find('\n'), std::string::npos) << t.msg();
+  }
+}
+
+// The gradient rule's Einsum: a label of no input takes its size from the pre-shaped output.
+TEST(InferV11, PassCreatedEinsumBroadcastsIntoItsPresetShape) {
+  G t;
+  int dy = t.input("dy", APX_DT_F32, {3});
+  int dx = t.value("dx", APX_DT_F32, 2, {3, 4});
+  int n = t.pass_node(APX_OP_Einsum, {dy}, {dx});
+  ApxAttrEinsum e;
+  memset(&e, 0, sizeof e);
+  e.n_a = 1, e.a[0] = 'i', e.n_y = 2, e.y[0] = 'i', e.y[1] = 'j';
+  t.g.nodes[n].typed = apx_arena_alloc(&t.g.arena, sizeof e);
+  memcpy(t.g.nodes[n].typed, &e, sizeof e);
+  ASSERT_EQ(apx_node_infer(&t.g, n, &t.d), 0) << t.msg();
+  EXPECT_EQ(t.shape(dx), (Dims{3, 4}));
 }

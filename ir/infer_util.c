@@ -203,7 +203,8 @@ int infer_attrs_from_fields(ApxGraph *g, int node, ApxDiag *d) {
         memcpy(p, &idx, sizeof idx);
         break;
       }
-      case APX_FIELD_COUNT: case APX_FIELD_I64S: case APX_FIELD_I64V:
+      case APX_FIELD_COUNT: case APX_FIELD_I64S: case APX_FIELD_I64V: case APX_FIELD_F64V:
+      case APX_FIELD_LABELV:
         break; /* arrays: ops with array attributes canonicalize them by hand */
     }
   }

@@ -35,6 +35,7 @@ int infer_attrs_from_fields(ApxGraph *g, int node, ApxDiag *d);
 extern const InferRule apx_infer_rules_elementwise[];
 extern const InferRule apx_infer_rules_nn[];
 extern const InferRule apx_infer_rules_shape[];
+extern const InferRule apx_infer_rules_resample[];
 extern const InferRule apx_infer_rules_train[];
 
 /* A shape (rank + dims). */

@@ -36,6 +36,8 @@ typedef enum ApxPadMode { APX_PAD_CONSTANT = 0, APX_PAD_REFLECT = 1, APX_PAD_EDG
 #define APX_COUNT(f) int32_t f;
 #define APX_I64S(f, n, onnx) int64_t f[n];
 #define APX_I64V(f, max, onnx) int64_t f[max];
+#define APX_F64V(f, max) double f[max];
+#define APX_LABELV(f, max) int64_t f[max];
 #define APX_ATTRS(Name, FIELDS) typedef struct Name { FIELDS } Name;
 #include "kernels/attrs.def"
 #undef APX_ATTRS
@@ -48,6 +50,8 @@ typedef enum ApxPadMode { APX_PAD_CONSTANT = 0, APX_PAD_REFLECT = 1, APX_PAD_EDG
 #undef APX_COUNT
 #undef APX_I64S
 #undef APX_I64V
+#undef APX_F64V
+#undef APX_LABELV
 
 /* k, OptimizerStep's state groups S_1 .. S_k per parameter (0 for an unknown kind). */
 static inline int apx_optimizer_state_groups(const ApxAttrOptimizer *a) {

@@ -19,6 +19,8 @@
 #define APX_COUNT(f) APX_FIELD_ROW(f, NULL, APX_FIELD_COUNT, 1, 0.0f, 0, NULL)
 #define APX_I64S(f, n, onnx) APX_FIELD_ROW(f, onnx, APX_FIELD_I64S, n, 0.0f, 0, NULL)
 #define APX_I64V(f, max, onnx) APX_FIELD_ROW(f, onnx, APX_FIELD_I64V, max, 0.0f, 0, NULL)
+#define APX_F64V(f, max) APX_FIELD_ROW(f, NULL, APX_FIELD_F64V, max, 0.0f, 0, NULL)
+#define APX_LABELV(f, max) APX_FIELD_ROW(f, NULL, APX_FIELD_LABELV, max, 0.0f, 0, NULL)
 #define APX_ATTRS(Name, FIELDS)                                                     \
   static const ApxAttrDesc *desc_##Name(void) {                                     \
     typedef Name S;                                                                 \
@@ -39,6 +41,8 @@
 #undef APX_COUNT
 #undef APX_I64S
 #undef APX_I64V
+#undef APX_F64V
+#undef APX_LABELV
 
 /* ---- the op table ---------------------------------------------------------------------- */
 static const ApxOpInfo op_table[APX_OP_COUNT] = {
@@ -163,7 +167,8 @@ void apx_attrs_defaults(ApxOp op, void *attrs) {
         break;
       }
       case APX_FIELD_I64: memcpy(p, &f->idef, sizeof f->idef); break;
-      case APX_FIELD_COUNT: case APX_FIELD_I64S: case APX_FIELD_I64V: break;
+      case APX_FIELD_COUNT: case APX_FIELD_I64S: case APX_FIELD_I64V: case APX_FIELD_F64V:
+      case APX_FIELD_LABELV: break;
     }
   }
 }
@@ -218,6 +223,24 @@ char *apx_attrs_format(ApxOp op, const void *attrs, char *buf, size_t cap) {
           PUT("%s%" PRId64, k ? "," : "", v);
         }
         PUT("]");
+        break;
+      }
+      case APX_FIELD_F64V: case APX_FIELD_LABELV: {
+        int32_t n = count < 0 ? 0 : count > f->n ? f->n : count;
+        if (f->kind == APX_FIELD_LABELV) PUT("\"");
+        else PUT("[");
+        for (int32_t k = 0; k < n; k++) {
+          if (f->kind == APX_FIELD_F64V) {
+            double v;
+            memcpy(&v, p + (size_t)k * sizeof v, sizeof v);
+            PUT("%s%.17g", k ? "," : "", v);
+          } else {
+            int64_t v;
+            memcpy(&v, p + (size_t)k * sizeof v, sizeof v);
+            PUT("%c", v > 32 && v < 127 ? (char)v : '?');
+          }
+        }
+        PUT(f->kind == APX_FIELD_LABELV ? "\"" : "]");
         break;
       }
     }

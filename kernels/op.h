@@ -63,6 +63,8 @@ typedef enum ApxAttrFieldKind {
   APX_FIELD_COUNT, /* int32_t: entries used of the I64V array after it */
   APX_FIELD_I64S,  /* int64_t[n], all used */
   APX_FIELD_I64V,  /* int64_t[n], the first COUNT used */
+  APX_FIELD_F64V,  /* double[n], the first COUNT used (no attribute form) */
+  APX_FIELD_LABELV, /* int64_t[n] character codes, the first COUNT used, shown as text */
 } ApxAttrFieldKind;
 
 typedef struct ApxAttrField {

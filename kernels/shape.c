@@ -603,3 +603,11 @@ int apx_pool_geom(const ApxAttrPool *a, const ApxTensor *x, const ApxTensor *y, 
                 apx_dims_str(x, sx, sizeof sx));
   return 0;
 }
+
+int apx_shape_fail(char *err, size_t cap, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = fail_rc(APX_SHAPE_BAD, err, cap, fmt, ap);
+  va_end(ap);
+  return rc;
+}

@@ -25,6 +25,9 @@ extern "C" {
 
 enum { APX_SHAPE_BAD = -1, APX_SHAPE_UNSUPPORTED = -2 };
 
+/* A planner's failure: the reason into err (when err and cap), returns APX_SHAPE_BAD. */
+int apx_shape_fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* The status of a planner's result: OK, BAD_INPUT or UNSUPPORTED. */
 static inline ApxStatus apx_shape_status(int rc) {
   return rc == 0 ? APX_STATUS_OK

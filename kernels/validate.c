@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/resample_plan.h"
 #include "kernels/shape.h"
 
 /* ---- messages ------------------------------------------------------------------------- */
@@ -1045,6 +1046,26 @@ CONTRACT(c_allreduce) {
   return all_float(v, ins, n_in, outs, n_out, 0, 0);
 }
 
+/* -- v1.1 resampling and contraction (resample_plan.h) -- */
+
+/* Resize(X, [roi, scales, sizes: static, never read]) -> Y; ResizeGrad(dY) -> dX: X / dX and Y /
+ * dY of one float type and rank, as the typed scales say. */
+CONTRACT(c_resize) {
+  ApxResizePlan p;
+  TRY(io1(v, ins, outs));
+  if (op == APX_OP_ResizeGrad) return planned(apx_resize_plan(attrs, &outs[0], &ins[0], &p, v->err, v->cap));
+  return planned(apx_resize_plan(attrs, &ins[0], &outs[0], &p, v->err, v->cap));
+}
+
+/* Einsum(A, B?) -> Y: the terms match the ranks, every label one size. */
+CONTRACT(c_einsum) {
+  ApxEinsumPlan p;
+  TRY(need_in(v, ins, n_in, 0));
+  TRY(need_out(v, outs, n_out, 0));
+  if (n_in > 2) return bad(v, "%d operands (one or two)", n_in);
+  return planned(apx_einsum_plan(attrs, &ins[0], opt(ins, n_in, 1), &outs[0], &p, v->err, v->cap));
+}
+
 static Contract contract_of(ApxOp op) {
   switch (op) {
     case APX_OP_Neg: case APX_OP_Relu: case APX_OP_LeakyRelu: case APX_OP_Sigmoid:
@@ -1119,6 +1140,8 @@ static Contract contract_of(ApxOp op) {
     case APX_OP_ClipGrad: return c_clip_grad;
     case APX_OP_MinMaxGrad: return c_minmax_grad;
     case APX_OP_RandomUniformLike: return c_random_uniform_like;
+    case APX_OP_Resize: case APX_OP_ResizeGrad: return c_resize;
+    case APX_OP_Einsum: return c_einsum;
     default: return NULL;
   }
 }

@@ -491,6 +491,52 @@ std::vector<Case> Cases() {
                                                          Attr::Float("high", 2.0f)});
                  b.WeightedSumLoss(b.Op("Mul", {x, u}));  // d/dx = u: the draw itself has no gradient
                }});
+  // v1.1 resampling and contraction: ResizeGrad scatters the forward's weights back; the
+  // gradients of Einsum are Einsums (summed-away labels broadcast, diagonals written)
+  c.push_back({"Resize_Linear_HalfPixel_Scales", [](GraphBuilder &b) {
+                 int x = b.Param("x", {1, 2, 3, 4});
+                 int sc = b.Const("scales", {4}, {1, 1, 2, 1.5}, APX_DT_F32);
+                 b.WeightedSumLoss(b.Op("Resize", {x, -1, sc}, {Attr::Str("mode", "linear")}));
+               }});
+  c.push_back({"Resize_Linear_AlignCorners_DownSizes", [](GraphBuilder &b) {
+                 int x = b.Param("x", {1, 1, 5, 6});
+                 b.WeightedSumLoss(b.Op("Resize", {x, -1, -1, b.Ints("sizes", {1, 1, 3, 4})},
+                                        {Attr::Str("mode", "linear"),
+                                         Attr::Str("coordinate_transformation_mode", "align_corners")}));
+               }});
+  c.push_back({"Resize_Linear_PytorchHalfPixel_Up", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 1, 3, 3});
+                 b.WeightedSumLoss(b.Op("Resize", {x, -1, -1, b.Ints("sizes", {2, 1, 7, 5})},
+                                        {Attr::Str("mode", "linear"),
+                                         Attr::Str("coordinate_transformation_mode", "pytorch_half_pixel")}));
+               }});
+  c.push_back({"Resize_Nearest_Asymmetric_Floor", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 3, 4});
+                 int sc = b.Const("scales", {3}, {1, 2.5, 0.5}, APX_DT_F32);
+                 b.WeightedSumLoss(b.Op("Resize", {x, -1, sc},
+                                        {Attr::Str("coordinate_transformation_mode", "asymmetric"),
+                                         Attr::Str("nearest_mode", "floor")}));
+               }});
+  c.push_back({"Resize_Nearest_HalfPixel_RoundPreferCeil", [](GraphBuilder &b) {
+                 int x = b.Param("x", {1, 1, 3, 2});
+                 int sc = b.Const("scales", {4}, {1, 1, 3, 2}, APX_DT_F32);
+                 b.WeightedSumLoss(b.Op("Resize", {x, -1, sc}, {Attr::Str("nearest_mode", "round_prefer_ceil")}));
+               }});
+  auto einsum = [&](const char *name, const char *eq, std::vector<int64_t> da, std::vector<int64_t> db) {
+    c.push_back({name, [=](GraphBuilder &b) {
+                   std::vector<int> in = {b.Param("a", da)};
+                   if (!db.empty()) in.push_back(b.Param("b", db));
+                   b.WeightedSumLoss(b.Op("Einsum", in, {Attr::Str("equation", eq)}));
+                 }});
+  };
+  einsum("Einsum_BatchMatMul", "bij,bjk->bik", {2, 3, 4}, {2, 4, 5});
+  einsum("Einsum_AttentionScores", "bhid,bhjd->bhij", {2, 2, 3, 4}, {2, 2, 5, 4});
+  einsum("Einsum_Transpose", "ij->ji", {3, 4}, {});
+  einsum("Einsum_RowDot", "bi,bi->b", {3, 5}, {3, 5});
+  einsum("Einsum_Outer", "i,j->ij", {3}, {4});
+  einsum("Einsum_SumAway_Broadcast", "ij,k->ik", {3, 4}, {2});
+  einsum("Einsum_Diagonal", "ii->i", {4, 4}, {});
+  einsum("Einsum_Implicit_Spaces", "ij, jk", {2, 3}, {3, 4});
   auto sequence = [&](const char *name, std::vector<int> split, int keepdims, std::vector<int64_t> positions) {
     c.push_back({name, [=](GraphBuilder &b) {
                    int x = b.Param("x", {2, 5, 3});
@@ -656,7 +702,7 @@ TEST(GradCheckCoverage, EveryV1OpHasACase) {
     n_v1++;
     EXPECT_TRUE(seen.count(op)) << apx_op_name((ApxOp)op) << " has no gradient-check case";
   }
-  EXPECT_EQ(n_v1, 70); // DESIGN.md 3: the 43 v1 forward ops and the v1.1 ops added so far
+  EXPECT_EQ(n_v1, 72); // DESIGN.md 3: the 43 v1 forward ops and the v1.1 ops added so far
 }
 
 }  // namespace

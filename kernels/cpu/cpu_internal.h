@@ -265,6 +265,10 @@ APX_CPU_KERNEL(apx_cpu_gather_nd_grad); /* math */
 APX_CPU_KERNEL(apx_cpu_reduce_max);      /* math (reduce.c) */
 APX_CPU_KERNEL(apx_cpu_reduce_max_grad); /* math (reduce.c) */
 APX_CPU_KERNEL(apx_cpu_random_uniform_like); /* raw (dropout.c) */
+/* v1.1 resampling and contraction: resample.c (math) */
+APX_CPU_KERNEL(apx_cpu_resize);
+APX_CPU_KERNEL(apx_cpu_resize_grad);
+APX_CPU_KERNEL(apx_cpu_einsum);
 /* training.c */
 APX_CPU_KERNEL(apx_cpu_loss_scale_seed);
 APX_CPU_KERNEL(apx_cpu_assign_state);  /* raw: writes input 1 */

@@ -141,6 +141,10 @@ static const CpuEntry cpu_table[APX_OP_COUNT] = {
     [APX_OP_ReduceMax] = MATH(apx_cpu_reduce_max, TALL),
     [APX_OP_ReduceMaxGrad] = MATH(apx_cpu_reduce_max_grad, TF),
     [APX_OP_RandomUniformLike] = RAW(apx_cpu_random_uniform_like, TF),
+    /* v1.1 resampling and contraction (resample.c) */
+    [APX_OP_Resize] = MATH(apx_cpu_resize, TF),
+    [APX_OP_ResizeGrad] = MATH(apx_cpu_resize_grad, TF),
+    [APX_OP_Einsum] = MATH(apx_cpu_einsum, TF),
     /* compile-time folding */
     [APX_OP_Shape] = RAW(apx_cpu_shape, TALL),
     [APX_OP_ConstantOfShape] = RAW(apx_cpu_constant_of_shape, TALL),

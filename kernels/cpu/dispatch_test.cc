@@ -17,7 +17,7 @@ TEST(Dispatch, SupportsQuery) {
   EXPECT_TRUE(apx_cpu_supports(APX_OP_Reshape, APX_DT_BOOL));
   EXPECT_TRUE(apx_cpu_supports(APX_OP_Gather, APX_DT_I64));
   EXPECT_FALSE(apx_cpu_supports(APX_OP_Relu, APX_DT_I64));
-  EXPECT_FALSE(apx_cpu_supports(APX_OP_Resize, APX_DT_F32));
+  EXPECT_FALSE(apx_cpu_supports(APX_OP_Upsample, APX_DT_F32));
   EXPECT_TRUE(apx_cpu_supports(APX_OP_ConvTranspose, APX_DT_F32));
   EXPECT_TRUE(apx_cpu_supports(APX_OP_ConvTransposeGrad, APX_DT_F64));
   EXPECT_FALSE(apx_cpu_supports(APX_OP_INVALID, APX_DT_F32));
@@ -44,7 +44,7 @@ TEST(Dispatch, SupportsCallTakesTheTypeFromTheTensors) {
   ApxTensor outs[2] = {absent, f32};  // the first present output decides
   EXPECT_TRUE(apx_cpu_supports_call(APX_OP_Split, &f32, 1, outs, 2));
   EXPECT_FALSE(apx_cpu_supports_call(APX_OP_Constant, nullptr, 0, &f32, 1));  // no kernel
-  EXPECT_FALSE(apx_cpu_supports_call(APX_OP_Resize, &f32, 1, &f32, 1));
+  EXPECT_FALSE(apx_cpu_supports_call(APX_OP_Upsample, &f32, 1, &f32, 1));
   EXPECT_FALSE(apx_cpu_supports_call(APX_OP_INVALID, &f32, 1, &f32, 1));
 }
 
@@ -66,8 +66,8 @@ TEST(Dispatch, EveryV1AndGradientOpHasAKernel) {
 TEST(Dispatch, NotSupportedYetNamesTheOp) {
   Tensor x(APX_DT_F32, {2}), y(APX_DT_F32, {2});
   std::string err;
-  EXPECT_EQ(run(APX_OP_Resize, nullptr, {&x}, {&y}, &err), APX_STATUS_UNSUPPORTED);
-  EXPECT_EQ(err, "Resize: not supported yet on the CPU backend");
+  EXPECT_EQ(run(APX_OP_Upsample, nullptr, {&x}, {&y}, &err), APX_STATUS_UNSUPPORTED);
+  EXPECT_EQ(err, "Upsample: not supported yet on the CPU backend");
   EXPECT_EQ(run(APX_OP_INVALID, nullptr, {&x}, {&y}, &err), APX_STATUS_BAD_INPUT);
 }
 

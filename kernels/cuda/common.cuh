@@ -321,6 +321,10 @@ APX_CUDA_ENTRY(apx_cuda_gather_nd_grad);
 APX_CUDA_ENTRY(apx_cuda_reduce_max);
 APX_CUDA_ENTRY(apx_cuda_reduce_max_grad);
 APX_CUDA_ENTRY(apx_cuda_random_uniform_like);
+/* v1.1 resampling and contraction: resample.cu */
+APX_CUDA_ENTRY(apx_cuda_resize);
+APX_CUDA_ENTRY(apx_cuda_resize_grad);
+APX_CUDA_ENTRY(apx_cuda_einsum);
 
 /* Shared between families. */
 /* dst (n elements of dtype dt) = src converted from sdt; n_src == 1 fills (AssignState). */

@@ -56,7 +56,7 @@ TEST(CudaSupports, Fp64MathStaysOnTheCpuDataMovementDoesNot) {
 }
 
 TEST(CudaSupports, TierTwoAndFoldedOpsAreRefused) {
-  for (ApxOp op : {APX_OP_Resize, APX_OP_Einsum, APX_OP_Equal, APX_OP_Allreduce})
+  for (ApxOp op : {APX_OP_Upsample, APX_OP_Equal, APX_OP_Allreduce})
     EXPECT_FALSE(apx_cuda_supports(op, APX_DT_F32)) << apx_op_name(op);
   EXPECT_TRUE(apx_cuda_supports(APX_OP_ConvTranspose, APX_DT_F16));
   EXPECT_TRUE(apx_cuda_supports(APX_OP_ConvTransposeGrad, APX_DT_F32));
@@ -73,8 +73,8 @@ class CudaHostChecks : public ::testing::Test {
 };
 
 TEST_F(CudaHostChecks, UnsupportedOpNamesItself) {
-  EXPECT_EQ(Run(APX_OP_Resize, nullptr, {T({1})}, {T({1})}), APX_STATUS_UNSUPPORTED);
-  EXPECT_EQ(Err(), "Resize: not supported yet on cuda: Resize");
+  EXPECT_EQ(Run(APX_OP_Upsample, nullptr, {T({1})}, {T({1})}), APX_STATUS_UNSUPPORTED);
+  EXPECT_EQ(Err(), "Upsample: not supported yet on cuda: Upsample");
 }
 
 TEST_F(CudaHostChecks, Fp64IsRefusedWithAReason) {

@@ -139,6 +139,10 @@ static void fill_table(void) {
   E(ReduceMax, apx_cuda_reduce_max, TF);
   E(ReduceMaxGrad, apx_cuda_reduce_max_grad, TF);
   E(RandomUniformLike, apx_cuda_random_uniform_like, TF);
+  /* v1.1 resampling and contraction (resample.cu) */
+  E(Resize, apx_cuda_resize, TF);
+  E(ResizeGrad, apx_cuda_resize_grad, TF);
+  E(Einsum, apx_cuda_einsum, TF);
   /* training step */
   E(LossScaleSeed, apx_cuda_loss_scale_seed, TF);
   E(AssignState, apx_cuda_assign_state, TANY);

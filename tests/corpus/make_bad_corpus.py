@@ -141,8 +141,9 @@ def main():
           model([helper.make_node("FooBar", ["x"], ["y"], name="foo")], [vi("x", [2])], [vi("y", [2])]),
           "load", "node 'foo' (FooBar): unknown op 'FooBar'")
     write("tier2_op.onnx",
-          model([helper.make_node("Resize", ["x"], ["y"], name="resize")], [vi("x", [2])], [vi("y", [2])]),
-          "load", "node 'resize' (Resize): not supported yet: Resize is a tier-2 op")
+          model([helper.make_node("Upsample", ["x", "s"], ["y"], name="up")],
+                [vi("x", [1, 1, 2, 2]), vi("s", [4])], [vi("y", [1, 1, 4, 4])]),
+          "load", "node 'up' (Upsample): not supported yet: Upsample is a tier-2 op")
     write("listed_op.onnx",
           model([helper.make_node("Reciprocal", ["x"], ["y"])], [vi("x", [2])], [vi("y", [2])]),
           "load", "node 'Reciprocal_0' (Reciprocal): not supported yet: Reciprocal")
@@ -156,6 +157,42 @@ def main():
           model([helper.make_node("Constant", [], ["c"], name="k", value_string="hi"),
                  helper.make_node("Identity", ["c"], ["y"])], [], [vi("y", [], TensorProto.STRING)]),
           "load", "node 'k' (Constant): not supported yet: Constant with attribute 'value_string'")
+    # Resize and Einsum: the forms not supported yet, each refused with its own line
+    scales = helper.make_tensor("scales", F, [4], [1, 1, 2, 2])
+
+    def resize(name, opset=17, inputs=("x", "", "scales"), **attrs):
+        return model([helper.make_node("Resize", list(inputs), ["y"], name=name, **attrs)],
+                     [vi("x", [1, 1, 2, 2])], [vi("y", [1, 1, 4, 4])], inits=[scales], opset=opset)
+
+    write("resize_cubic.onnx", resize("up", mode="cubic"), "infer",
+          "node 'up' (Resize): not supported yet: Resize mode=cubic")
+    write("resize_tf_crop_and_resize.onnx",
+          resize("crop", mode="linear", coordinate_transformation_mode="tf_crop_and_resize"), "infer",
+          "node 'crop' (Resize): not supported yet: Resize coordinate_transformation_mode=tf_crop_and_resize")
+    write("resize_antialias.onnx", resize("aa", opset=18, mode="linear", antialias=1), "infer",
+          "node 'aa' (Resize): not supported yet: Resize antialias=1")
+    write("resize_keep_aspect_ratio.onnx",
+          model([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="ka",
+                                  keep_aspect_ratio_policy="not_larger")],
+                [vi("x", [1, 1, 2, 2])], [vi("y", [1, 1, 4, 4])],
+                inits=[helper.make_tensor("sizes", TensorProto.INT64, [4], [1, 1, 4, 4])], opset=18),
+          "infer", "node 'ka' (Resize): not supported yet: Resize keep_aspect_ratio_policy=not_larger")
+    write("resize_runtime_scales.onnx",
+          model([helper.make_node("Resize", ["x", "", "s"], ["y"], name="rs")],
+                [vi("x", [1, 1, 2, 2]), vi("s", [4])], [vi("y", [1, 1, 4, 4])]),
+          "infer", "node 'rs' (Resize) input 2 'scales' must be a compile-time constant")
+    write("einsum_ellipsis.onnx",
+          model([helper.make_node("Einsum", ["a", "b"], ["y"], name="es", equation="...ij,...jk->...ik")],
+                [vi("a", [2, 3, 4]), vi("b", [2, 4, 5])], [vi("y", [2, 3, 5])]),
+          "infer", "node 'es' (Einsum): not supported yet: Einsum with ellipsis")
+    write("einsum_three_operands.onnx",
+          model([helper.make_node("Einsum", ["a", "b", "c"], ["y"], name="e3", equation="ij,jk,kl->il")],
+                [vi("a", [2, 3]), vi("b", [3, 4]), vi("c", [4, 5])], [vi("y", [2, 5])]),
+          "infer", "node 'e3' (Einsum): not supported yet: Einsum with 3 operands")
+    write("einsum_label_sizes.onnx",
+          model([helper.make_node("Einsum", ["a", "b"], ["y"], name="em", equation="ij,jk->ik")],
+                [vi("a", [2, 3]), vi("b", [4, 5])], [vi("y", [2, 5])]),
+          "infer", "node 'em' (Einsum) input 1: label 'j' has size 4, input 0 has 3")
     write("shape_mismatch_matmul.onnx",
           model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
                 [vi("a", [2, 3]), vi("b", [4, 5])], [vi("y", [2, 5])]),

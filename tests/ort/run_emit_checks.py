@@ -88,6 +88,63 @@ def opset_cases(tmp):
     return cases
 
 
+def resample_cases(tmp):
+    """Models of the v1.1 resampling and contraction ops with constant scales / sizes (the
+    node tests feed them as graph inputs, which apexc refuses): Resize linear (opset 17,
+    scales), Resize nearest in its opset-10 form (X, scales; fp16 only: bfloat16 needs
+    opset 13), and Einsum attention scores
+    plus a batched product (bf16 at no opset: written as fp32 compute between Casts)."""
+    from onnx import helper, numpy_helper
+    import numpy as np
+    rng = np.random.default_rng(17)
+    f32 = TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    cases = []
+
+    def save(label, nodes, inputs, outputs, inits, opset):
+        g = helper.make_graph(nodes, "g", [vi(n, f32, list(a.shape)) for n, a in inputs],
+                              [vi(n, f32, shp) for n, shp in outputs], inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+        d = os.path.join(tmp, label.split()[1])
+        os.makedirs(os.path.join(d, "test_data_set_0"))
+        onnx.save(m, os.path.join(d, "model.onnx"))
+        for k, (n, a) in enumerate(inputs):
+            with open(os.path.join(d, "test_data_set_0", f"input_{k}.pb"), "wb") as f:
+                f.write(numpy_helper.from_array(a, n).SerializeToString())
+        cases.append((label, os.path.join(d, "model.onnx")))
+
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    sc = numpy_helper.from_array(np.array([1, 1, 2, 1.5], np.float32), "scales")
+    save("resample resize-linear",
+         [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+          helper.make_node("Resize", ["c", "", "scales"], ["y"], name="resize", mode="linear")],
+         [("x", x)], [("y", [2, 4, 8, 7])], [w, sc], 17)
+    sc10 = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    save("resample resize-nearest-opset10",
+         [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+          helper.make_node("Resize", ["c", "scales"], ["y"], name="resize")],
+         [("x", x)], [("y", [2, 4, 8, 10])], [w, sc10], 10)
+    q = rng.standard_normal((2, 2, 3, 4)).astype(np.float32)
+    k = rng.standard_normal((2, 2, 5, 4)).astype(np.float32)
+    v = numpy_helper.from_array(rng.standard_normal((2, 5, 6)).astype(np.float32), "v")
+    save("resample einsum",
+         [helper.make_node("Einsum", ["q", "k"], ["s"], name="scores", equation="bhid,bhjd->bhij"),
+          helper.make_node("Reshape", ["s", "shape"], ["s2"], name="flat"),
+          helper.make_node("Einsum", ["s2", "v"], ["y"], name="mix", equation="bij,bjk->bik")],
+         [("q", q), ("k", k)], [("y", [2, 6, 6])],
+         [v, numpy_helper.from_array(np.array([2, 6, 5], np.int64), "shape")], 17)
+    return cases
+
+
+def _einsum_widened(emitted, half):
+    docs = [n.doc_string for n in emitted.graph.node if n.op_type == "Einsum"]
+    widened = all("fp32 compute" in d for d in docs) and docs
+    ok = bool(widened) == (half == "bf16")
+    return ok, (f"{'ok  ' if ok else 'FAIL'} Einsum {'written as fp32 compute' if widened else 'as decided'} "
+                f"({half}: ONNX Einsum has no bfloat16)")
+
+
 def _conv_doc(emitted):
     return next((n.doc_string for n in emitted.graph.node if n.name == "conv"), "")
 
@@ -106,7 +163,8 @@ def _expect_widened(emitted, half):
                 f"{'written as fp32 compute' if widened else 'as decided'}: {_conv_doc(emitted)[:160]}")
 
 
-EXPECT = {"opset conv-raised": _expect_raised, "opset conv-widened": _expect_widened}
+EXPECT = {"opset conv-raised": _expect_raised, "opset conv-widened": _expect_widened,
+          "resample einsum": _einsum_widened}
 
 
 def node_tests(root, allowed, name_filter):
@@ -171,6 +229,8 @@ def main():
     opset_tmp = tempfile.mkdtemp()
     for label, path in opset_cases(opset_tmp):
         work.append((label, path, os.path.dirname(path), ["--inference"]))
+    for label, path in resample_cases(opset_tmp):
+        work.append((label, path, os.path.dirname(path), ["--inference", "--allow-old-opset"]))
     taken, left_out = node_tests(a.node_tests, v1_ops(a.ops_def), a.node_filter)
     for d in taken:
         work.append((f"node {os.path.basename(d)}", os.path.join(d, "model.onnx"),
@@ -189,6 +249,8 @@ def main():
                 print(cases[-1][2])
                 continue
             for lvl, half in combos:
+                if half == "bf16" and label.endswith("opset10"):
+                    continue  # bfloat16 needs opset 13: the emitter refuses an opset-10 model
                 if True:
                     name = f"{label} -{lvl} {half}"
                     out = os.path.join(tmp, "emitted.onnx")
@@ -197,7 +259,7 @@ def main():
                     msg = (r.stderr.strip().splitlines() or [""])[-1]
                     if r.returncode != 0:
                         # a node test apexc rejects as input is listed with the reason; the
-                        # examples and the bf16 opset cases must always emit
+                        # examples, the bf16 opset cases and the resample cases must always emit
                         if r.returncode == 2 and label.startswith("node"):
                             skipped.append(f"{name}: {msg}")
                             continue
