@@ -203,8 +203,8 @@ void apx_train_config_init(ApxTrainConfig *c);
 /* Loss i's scaler (0: t->scaler). */
 ApxScaler *apx_trainer_scaler(ApxTrainer *t, int32_t i);
 
-/* Checks the plan is a trainable single-loss plan, creates the executor and opens the
- * dataset. total_steps of the lr schedule defaults to cfg->steps. Returns 0 or -1. */
+/* Checks the plan is a trainable plan (one loss, or several with their own scalers), creates
+ * the executor and opens the dataset. total_steps of the lr schedule defaults to cfg->steps. Returns 0 or -1. */
 int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *cfg, ApxDiag *d);
 void apx_trainer_free(ApxTrainer *t);
 
