@@ -9,6 +9,7 @@
 #     the message names the loss; later steps train with the two scales apart;
 #  3. a run stopped at step 6 and resumed from its checkpoint (version 5: both scalers) ends
 #     bit-identical to the uninterrupted run, with the same scales in every log row;
+#     --export-onnx drops every trained loss from the outputs;
 #  4. bad --loss lists: an unknown name, a name twice, --accumulate: one line, exit code 2.
 set -u
 export PYTHONDONTWRITEBYTECODE=1
@@ -65,6 +66,11 @@ for lvl in ("-O0", "-O1s", "-O1d"):
     two = {i.name: numpy_helper.to_array(i) for i in onnx.load(f"{tmp}/two{lvl}.onnx").graph.initializer}
     one = {i.name: numpy_helper.to_array(i) for i in onnx.load(f"{tmp}/sum{lvl}.onnx").graph.initializer}
     assert sorted(two) == sorted(one), (sorted(two), sorted(one))
+    # --export-onnx drops the trained losses' outputs (every one of them) and keeps the rest
+    outs = [o.name for o in onnx.load(f"{tmp}/two{lvl}.onnx").graph.output]
+    assert outs == ["total"], outs
+    outs = [o.name for o in onnx.load(f"{tmp}/sum{lvl}.onnx").graph.output]
+    assert outs == ["loss_cls", "loss_reg"], outs
     worst = 0.0
     for n in one:
         d = float(np.max(np.abs(two[n].astype(np.float64) - one[n])))
