@@ -176,4 +176,37 @@ for a, b in zip(full, part):
 print(f"ok: checkpoint version {version} at step 6; resumed run equals the uninterrupted one bit for bit; "
       f"scales at step 7: {full[6]['loss_scales']}")
 PY
+# a crafted version 5 state is refused before anything is loaded (checksum made valid again)
+bad_ckpt() { # field-index value-hex message
+  scripts/py - "$ck" "$tmp/bad/ckpt-000000000006.apxckpt" "$1" "$2" <<'PY' || fail "craft"
+import os, struct, sys
+src, dst, field, val = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4], 16)
+b = bytearray(open(src, "rb").read())
+struct.pack_into("<Q", b, 64 + 8 * field, val)
+def crc32c(data, crc=0):
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    crc ^= 0xFFFFFFFF
+    for x in data:
+        crc = table[(crc ^ x) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+b[36:40] = b"\0\0\0\0"
+struct.pack_into("<I", b, 36, crc32c(bytes(b)))
+os.makedirs(os.path.dirname(dst), exist_ok=True)
+open(dst, "wb").write(b)
+PY
+  "$apexrun" "$tmp/o2w3.apx" --data "$tmp/m100/data" --steps 12 --quiet --checkpoint-dir "$tmp/bad" --resume \
+    >"$tmp/out" 2>&1
+  local rc=$?
+  [ $rc -eq 2 ] && grep -qF -- "$3" "$tmp/out" || fail "crafted checkpoint (field $1 = $2): exit $rc: $(cat "$tmp/out")"
+  echo "ok: refused: $(cat "$tmp/out")"
+}
+bad_ckpt 25 bff0000000000000 "corrupt checkpoint: invalid training state (loss scaler 2: scale -1"
+bad_ckpt 24 0 "invalid training state (version 5 without more loss scalers)"
+bad_ckpt 31 3ff0000000000000 "an unused record must be zero"
+bad_ckpt 25 4330000000000000 "loss scaler 2 (scale 4.5036e+15"
 echo "two losses: ok"
