@@ -71,7 +71,7 @@ static const char usage_text[] =
     "  --dim NAME=V                bind a symbolic dimension (repeatable)\n"
     "  --loss NAME[,NAME...]       the loss value (default: the first graph output); several\n"
     "                              (--loss A,B) train the sum of their gradients, each loss\n"
-    "                              with its own dynamic loss scaler (Apex num_losses)\n"
+    "                              with its own loss scaler (Apex num_losses)\n"
     "  --frozen A,B                float initializers that are not trained (a model from\n"
     "                              scripts/apexc_torch.py lists its trainable ones in\n"
     "                              metadata_props apexc.trainable; --frozen removes names)\n"
