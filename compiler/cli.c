@@ -69,8 +69,9 @@ static const char usage_text[] =
     "\n"
     "Graph binding:\n"
     "  --dim NAME=V                bind a symbolic dimension (repeatable)\n"
-    "  --loss NAME                 the loss value (default: the first graph output); several\n"
-    "                              losses with their own scalers are not supported yet\n"
+    "  --loss NAME[,NAME...]       the loss value (default: the first graph output); several\n"
+    "                              (--loss A,B) train the sum of their gradients, each loss\n"
+    "                              with its own loss scaler (Apex num_losses)\n"
     "  --frozen A,B                float initializers that are not trained (a model from\n"
     "                              scripts/apexc_torch.py lists its trainable ones in\n"
     "                              metadata_props apexc.trainable; --frozen removes names)\n"
@@ -572,8 +573,8 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
       const char *s = need_value(&p, "--loss", v);
       if (!s) return -1;
       if (o->loss_name)
-        return fail(&p, "--loss %s: not supported yet: more than one loss (already --loss %s); "
-                    "add the losses into one graph output", s, o->loss_name);
+        return fail(&p, "--loss %s: --loss is already given (--loss %s); name several losses in one "
+                    "list: --loss %s,%s", s, o->loss_name, o->loss_name, s);
       o->loss_name = s;
     } else if (flag_is(arg, "--frozen", &v)) {
       const char *s = need_value(&p, "--frozen", v);

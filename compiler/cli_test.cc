@@ -375,7 +375,8 @@ TEST(Cli, RejectsContradictoryFlags) {
   expect_usage_error({"m.onnx", "--dim", "batch=2", "--dim", "batch=4"},
                      "--dim batch=4: 'batch' is already bound to 2");
   expect_usage_error({"m.onnx", "--explain-out", "x.txt"}, "--explain-out x.txt without --explain");
-  expect_usage_error({"m.onnx", "--loss", "a", "--loss", "b"}, "not supported yet: more than one loss");
+  expect_usage_error({"m.onnx", "--loss", "a", "--loss", "b"},
+                     "--loss b: --loss is already given (--loss a); name several losses in one list: --loss a,b");
   // consistent combinations still parse
   for (std::vector<const char *> ok : {
            std::vector<const char *>{"m.onnx", "--optimizer", "sgd", "--momentum", "0.9", "--nesterov"},

@@ -233,11 +233,15 @@ void apx_explain_loss_scaling(const ApxOptions *o, char *buf, size_t cap) {
              (int)o->scale_window);
   else
     snprintf(buf, cap, "static, scale %g", (double)o->loss_scale);
+  /* --loss A,B: one scaler per loss (passes/autodiff.h), each with these settings */
+  size_t k = strlen(buf);
+  if (o->training && o->loss_name && strchr(o->loss_name, ',') && k < cap)
+    snprintf(buf + k, cap - k, "; one scaler per loss: %s", o->loss_name);
 }
 
 void apx_explain_precision_line(const ApxOptions *o, char *buf, size_t cap) {
   ApxPrecSettings s = apx_prec_settings(o);
-  char ls[128];
+  char ls[600];
   apx_explain_loss_scaling(o, ls, sizeof ls);
   snprintf(buf, cap, "-O%d  half=%s  loss scaling: %s", (int)s.level,
            s.level == APX_O0 ? "none (fp32 throughout)" : apx_dtype_short(s.half), ls);
@@ -448,6 +452,8 @@ static int write_json(const ApxGraph *g, const ApxOptions *o, FILE *f) {
   apx_json_kv_number(&w, "loss_scale", o->training ? o->loss_scale : 1.0);
   if (o->training && o->loss_scale_mode == APX_LOSS_SCALE_DYNAMIC)
     apx_json_kv_int(&w, "growth_interval", o->scale_window);
+  if (o->training && o->loss_name && strchr(o->loss_name, ','))
+    apx_json_kv_string(&w, "losses", o->loss_name); /* one scaler each, the settings above */
   char bn[320];
   if (apx_explain_bn_running_var(g, o, bn, sizeof bn))
     apx_json_kv_string(&w, "bn_running_var", !strncmp(bn, "unbiased", 8) ? "unbiased" : "population");

@@ -28,6 +28,7 @@
 #include "compiler/json.h"
 #include "kernels/half.h"
 #include "ir/fileio.h"
+#include "ir/loss_list.h"
 #include "onnx.pb-c.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -1110,11 +1111,14 @@ static int load_outputs(Loader *L) {
   }
   int loss = g->outputs[0];
   if (L->opt.loss_name && *L->opt.loss_name) {
-    loss = apx_graph_find_value(g, L->opt.loss_name);
-    if (loss < 0 && strchr(L->opt.loss_name, ','))
-      return lerr(L, "--loss '%s': not supported yet: more than one loss (add the losses into "
-                  "one graph output)", L->opt.loss_name);
-    if (loss < 0) return lerr(L, "--loss '%s': no such value", L->opt.loss_name);
+    /* --loss A,B: several losses, each with its own scaler (passes/autodiff.h); g->loss is
+     * the first, every one is flagged APX_VALF_LOSS */
+    int ids[APX_MAX_LOSSES];
+    char why[600];
+    int n = apx_loss_list_resolve(g, L->opt.loss_name, ids, APX_MAX_LOSSES, why, sizeof why);
+    if (n < 0) return lerr(L, "%s", why);
+    loss = ids[0];
+    for (int i = 1; i < n; i++) g->vals[ids[i]].flags |= APX_VALF_LOSS;
   } else if (L->opt.training && warn_other_loss_candidates(L)) {
     return -1;
   }

@@ -1105,9 +1105,21 @@ TEST(OnnxLoad, FirstScalarOutputIsTheLossOthersAreNamed) {
     auto L = load(m, &o);
     EXPECT_LOADS(L);
     EXPECT_EQ(L->g.loss, apx_graph_find_value(&L->g, "l2"));
+    // several losses (each its own scaler, passes/autodiff.h): the first is g->loss, all flagged
     o.loss_name = "l1,l2";
     auto L2 = load(m, &o);
-    EXPECT_REJECTS(L2, "m.onnx: --loss 'l1,l2': not supported yet: more than one loss");
+    EXPECT_LOADS(L2);
+    EXPECT_EQ(L2->g.loss, apx_graph_find_value(&L2->g, "l1"));
+    EXPECT_TRUE(L2->g.vals[apx_graph_find_value(&L2->g, "l2")].flags & APX_VALF_LOSS);
+    o.loss_name = "l1,nope";
+    auto L3 = load(m, &o);
+    EXPECT_REJECTS(L3, "m.onnx: --loss 'l1,nope': no such value 'nope'");
+    o.loss_name = "l2,l2";
+    auto L4 = load(m, &o);
+    EXPECT_REJECTS(L4, "m.onnx: --loss 'l2,l2': 'l2' is named twice (each loss once)");
+    o.loss_name = ",l2";
+    auto L5 = load(m, &o);
+    EXPECT_REJECTS(L5, "m.onnx: --loss ',l2': empty name in the list");
   }
   {
     Model m;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ir/infer.h"
+#include "ir/loss_list.h"
 #include "passes/grad_rules.h"
 
 /* Gradient contributions waiting to be summed, one list per forward value. */
@@ -112,18 +113,18 @@ static int gradient_of(AD *a, int v, int *out) {
 
 /* ---- preparation: loss check, state, parameters ------------------------------------ */
 
-static int check_loss(ApxGraph *g, ApxDiag *d) {
-  if (g->loss < 0 || g->loss >= g->n_vals)
+static int check_loss(ApxGraph *g, int loss, ApxDiag *d) {
+  if (loss < 0 || loss >= g->n_vals)
     return apx_diag_error(d, APX_EXIT_BAD_INPUT,
                           "%s: no loss: training needs a scalar float loss (the first graph "
                           "output, or --loss NAME)", g->file);
-  const ApxValue *l = &g->vals[g->loss];
+  const ApxValue *l = &g->vals[loss];
   if (!apx_dtype_is_float(l->dtype))
-    return apx_value_error(d, g, g->loss, "the loss must be a float scalar, got %s",
+    return apx_value_error(d, g, loss, "the loss must be a float scalar, got %s",
                            apx_dtype_name(l->dtype));
   if (apx_value_numel(l) != 1) {
     char buf[128];
-    return apx_value_error(d, g, g->loss,
+    return apx_value_error(d, g, loss,
                            "the loss must be a scalar (one element), got shape %s (use "
                            "--loss NAME to pick another output)",
                            apx_value_shape_str(l, buf, sizeof buf));
@@ -190,23 +191,33 @@ static void compute_reach(AD *a) {
 
 /* ---- the seed ----------------------------------------------------------------------- */
 
-static int loss_scale_value(AD *a) {
+/* The fp32 [1] value `name` (kind STATE: the runtime's scaler writes it; CONST: fixed) at v. */
+static int scalar_value(AD *a, const char *name, ApxValueKind kind, float v) {
   ApxGraph *g = a->g;
-  int s = apx_graph_find_value(g, APX_LOSS_SCALE_NAME);
+  int s = apx_graph_find_value(g, name);
   if (s >= 0) return s;
   int64_t one = 1;
-  s = apx_graph_add_value(g, a->d, APX_LOSS_SCALE_NAME, APX_VAL_STATE, APX_DT_F32, 1, &one);
+  s = apx_graph_add_value(g, a->d, name, kind, APX_DT_F32, 1, &one);
   if (s < 0) return -1;
   float *p = apx_arena_alloc(&g->arena, sizeof(float));
   if (!p) return oom(a);
-  *p = a->o->loss_scale > 0 ? a->o->loss_scale : 1.0f;
+  *p = v;
   g->vals[s].data = p;
   return s;
 }
 
-static int seed(AD *a) {
+/* The loss scale of loss i of n: apx_loss_scale for one loss, apx_loss_scale/<loss> each
+ * for several. */
+static int loss_scale_value(AD *a, int loss, int n_losses) {
+  float init = a->o->loss_scale > 0 ? a->o->loss_scale : 1.0f;
+  if (n_losses == 1) return scalar_value(a, APX_LOSS_SCALE_NAME, APX_VAL_STATE, init);
+  const char *name = apx_arena_printf(&a->g->arena, "%s/%s", APX_LOSS_SCALE_NAME, a->g->vals[loss].name);
+  return name ? scalar_value(a, name, APX_VAL_STATE, init) : oom(a);
+}
+
+static int seed(AD *a, int loss, int n_losses) {
   ApxGraph *g = a->g;
-  int loss = g->loss, scale = loss_scale_value(a);
+  int scale = loss_scale_value(a, loss, n_losses);
   if (scale < 0) return -1;
   ApxValue lv = g->vals[loss];
   ApxDType dt = lv.dtype == APX_DT_F64 ? APX_DT_F64 : APX_DT_F32;
@@ -215,13 +226,16 @@ static int seed(AD *a) {
   if (sv < 0) return -1;
   ApxAttrLossScaleSeed at = {.multiplier = a->o->accumulate > 1 ? 1.0f / (float)a->o->accumulate : 1.0f};
   int in[2] = {loss, scale};
-  if (make_node(a, APX_OP_LossScaleSeed, "apx_loss_scale_seed", &at, 2, in, 1, &sv,
-                APX_SEC_BACKWARD, lv.producer) < 0)
+  const char *sn = n_losses == 1 ? "apx_loss_scale_seed"
+                                 : apx_arena_printf(&g->arena, "apx_loss_scale_seed/%s", lv.name);
+  const char *cn = sn ? apx_arena_printf(&g->arena, "%s/cast", sn) : NULL;
+  if (!cn) return oom(a);
+  if (make_node(a, APX_OP_LossScaleSeed, sn, &at, 2, in, 1, &sv, APX_SEC_BACKWARD, lv.producer) < 0)
     return -1;
   if (dt != lv.dtype) { /* a half loss: the gradient enters the graph in its type */
     ApxAttrCast c = {.to = (int32_t)lv.dtype, .saturate = 1};
     int cv = apx_graph_add_value(g, a->d, NULL, APX_VAL_ACTIVATION, APX_DT_UNDEFINED, -1, NULL);
-    if (cv < 0 || make_node(a, APX_OP_Cast, "apx_loss_scale_seed/cast", &c, 1, &sv, 1, &cv,
+    if (cv < 0 || make_node(a, APX_OP_Cast, cn, &c, 1, &sv, 1, &cv,
                             APX_SEC_BACKWARD, lv.producer) < 0)
       return -1;
     sv = cv;
@@ -402,6 +416,133 @@ static int make_accumulators(AD *a) {
   return 0;
 }
 
+/* ---- several losses (--loss A,B), each with its own scaler -------------------------- */
+
+/* One reverse sweep from `loss` (its own seed and scale); grads[p] = p's gradient from this
+ * loss, -1 where it does not reach p. */
+static int sweep_loss(AD *a, const int *order, int n_order, int loss, int n_losses, int *grads) {
+  for (int v = 0; v < a->nv0; v++) a->head[v] = -1, a->count[v] = 0;
+  a->n_pool = 0;
+  if (seed(a, loss, n_losses)) return -1;
+  for (int k = n_order - 1; k >= 0; k--)
+    if (backprop_node(a, order[k])) return -1;
+  for (int p = 0; p < a->nv0; p++) {
+    grads[p] = -1;
+    if (apx_value_is_trainable(a->g, a->o, p) && gradient_of(a, p, &grads[p])) return -1;
+  }
+  return 0;
+}
+
+/* An fp32 [1] (int32 for first_bad) output of a per-loss UnscaleCheck. */
+static int check_output(AD *a, const char *what, const char *loss, ApxDType dt) {
+  int64_t one = 1;
+  const char *n = fresh_name(a->g, what, loss);
+  return n ? apx_graph_add_value(a->g, a->d, n, APX_VAL_ACTIVATION, dt, 1, &one) : oom(a);
+}
+
+/* UnscaleCheck(apx_loss_scale/<loss>, its gradients) -> found_inf, first_bad, norm_sq,
+ * grad/<p>/<loss>/unscaled (OPTIMIZER section, value-id order); unscaled[p] = that value. */
+static int unscale_loss(AD *a, int loss, const int *grads, int *unscaled) {
+  ApxGraph *g = a->g;
+  const char *ln = g->vals[loss].name;
+  int n = 0;
+  for (int p = 0; p < a->nv0; p++) n += grads[p] >= 0;
+  int *in = malloc(((size_t)n + 1) * sizeof *in), *out = malloc(((size_t)n + 3) * sizeof *out);
+  int rc = -1;
+  if (!in || !out) {
+    oom(a);
+    goto done;
+  }
+  const char *sn = apx_arena_printf(&g->arena, "%s/%s", APX_LOSS_SCALE_NAME, ln);
+  if (!sn || (in[0] = apx_graph_find_value(g, sn)) < 0) goto done;
+  out[APX_UNSCALE_OUT_FOUND_INF] = check_output(a, "apx_found_inf/", ln, APX_DT_F32);
+  out[APX_UNSCALE_OUT_FIRST_BAD] = check_output(a, "apx_first_bad_grad/", ln, APX_DT_I32);
+  out[APX_UNSCALE_OUT_NORM_SQ] = check_output(a, "apx_grad_norm_sq/", ln, APX_DT_F32);
+  if (out[0] < 0 || out[1] < 0 || out[2] < 0) goto done;
+  int k = 0;
+  for (int p = 0; p < a->nv0; p++) {
+    unscaled[p] = -1;
+    if (grads[p] < 0) continue;
+    const ApxValue gv = g->vals[grads[p]];
+    const char *un = apx_arena_printf(&g->arena, "grad/%s/%s/unscaled", g->vals[p].name, ln);
+    un = un ? fresh_name(g, "", un) : NULL;
+    ApxDType dt = gv.dtype == APX_DT_F64 ? APX_DT_F64 : APX_DT_F32;
+    int u = un ? apx_graph_add_value(g, a->d, un, APX_VAL_ACTIVATION, dt, gv.rank, gv.dims) : oom(a);
+    if (u < 0) goto done;
+    g->vals[u].flags |= APX_VALF_GRAD;
+    g->vals[u].origin = p;
+    g->vals[grads[p]].flags |= APX_VALF_GRAD;
+    g->vals[grads[p]].origin = p;
+    in[1 + k] = grads[p];
+    out[APX_UNSCALE_OUT_FIRST_GRAD + k] = u;
+    unscaled[p] = u;
+    k++;
+  }
+  const char *nn = apx_arena_printf(&g->arena, "apx_unscale_check/%s", ln);
+  if (!nn) {
+    oom(a);
+    goto done;
+  }
+  if (make_node(a, APX_OP_UnscaleCheck, nn, NULL, 1 + n, in, 3 + n, out, APX_SEC_OPTIMIZER, -1) < 0) goto done;
+  rc = 0;
+done:
+  free(in);
+  free(out);
+  return rc;
+}
+
+/* Every loss's backward sweep, then each loss's gradients unscaled by its own scale (so each
+ * scaler sees only its own overflow), then grad/<p> = the sum of p's unscaled gradients
+ * (OPTIMIZER section). The optimizer pass's UnscaleCheck then reads apx_loss_scale, here
+ * the constant 1: it checks the sum (a non-finite contribution makes it non-finite) and
+ * computes the norm that clipping uses. */
+static int several_losses(AD *a, const int *order, int n_order, const int *losses, int n_losses) {
+  ApxGraph *g = a->g;
+  size_t per = (size_t)a->nv0 + 1;
+  int *grads = malloc(per * (size_t)n_losses * sizeof *grads);
+  int *unscaled = malloc(per * (size_t)n_losses * sizeof *unscaled);
+  int *terms = malloc(((size_t)n_losses + 1) * sizeof *terms);
+  int rc = -1;
+  if (!grads || !unscaled || !terms) {
+    oom(a);
+    goto done;
+  }
+  for (int i = 0; i < n_losses; i++)
+    if (sweep_loss(a, order, n_order, losses[i], n_losses, grads + per * (size_t)i)) goto done;
+  for (int i = 0; i < n_losses; i++)
+    if (unscale_loss(a, losses[i], grads + per * (size_t)i, unscaled + per * (size_t)i)) goto done;
+  if (scalar_value(a, APX_LOSS_SCALE_NAME, APX_VAL_CONST, 1.0f) < 0) goto done;
+  for (int p = 0; p < a->nv0; p++) {
+    if (!apx_value_is_trainable(g, a->o, p)) continue;
+    int n = 0;
+    for (int i = 0; i < n_losses; i++)
+      if (unscaled[per * (size_t)i + (size_t)p] >= 0) terms[n++] = unscaled[per * (size_t)i + (size_t)p];
+    if (n == 0) {
+      apx_diag_warn(a->d, "%s: parameter '%s' reaches none of the losses; it is not trained", g->file,
+                    g->vals[p].name);
+      continue;
+    }
+    int sum = terms[0];
+    if (n > 1) {
+      const char *vn = fresh_name(g, "grad/", g->vals[p].name);
+      const char *nn = apx_arena_printf(&g->arena, "%s/grad/sum_losses", g->vals[p].name);
+      sum = vn && nn ? apx_graph_add_value(g, a->d, vn, APX_VAL_ACTIVATION, APX_DT_UNDEFINED, -1, NULL) : oom(a);
+      if (sum < 0 || make_node(a, n == 2 ? APX_OP_Add : APX_OP_Sum, nn, NULL, n, terms, 1, &sum,
+                               APX_SEC_OPTIMIZER, -1) < 0)
+        goto done;
+    }
+    g->vals[p].grad = sum;
+    g->vals[sum].flags |= APX_VALF_GRAD;
+    g->vals[sum].origin = p;
+  }
+  rc = 0;
+done:
+  free(grads);
+  free(unscaled);
+  free(terms);
+  return rc;
+}
+
 /* BatchNormalization(training_mode=1): AssignState(out1, in3), AssignState(out2, in4). */
 static int bind_batchnorm_state(AD *a, const int *order, int n_order) {
   ApxGraph *g = a->g;
@@ -428,7 +569,17 @@ int pass_autodiff(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   for (int i = 0; i < g->n_nodes; i++)
     if (g->nodes[i].op == APX_OP_LossScaleSeed && !(g->nodes[i].flags & APX_NODEF_DEAD))
       return APX_PASS_UNCHANGED;
-  if (check_loss(g, d)) return APX_PASS_ERROR;
+  int losses[APX_MAX_LOSSES] = {g->loss}, n_losses = 1;
+  if (o->loss_name && strchr(o->loss_name, ',')) {
+    char why[600];
+    if ((n_losses = apx_loss_list_resolve(g, o->loss_name, losses, APX_MAX_LOSSES, why, sizeof why)) < 0)
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: %s", g->file, why), APX_PASS_ERROR;
+  }
+  for (int i = 0; i < n_losses; i++)
+    if (check_loss(g, losses[i], d)) return APX_PASS_ERROR;
+  if (n_losses > 1 && o->accumulate > 1)
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not supported yet: several losses (--loss %s) "
+                          "with --accumulate %d", g->file, o->loss_name, (int)o->accumulate), APX_PASS_ERROR;
 
   AD a = {.g = g, .o = o, .d = d};
   int *order = NULL;
@@ -449,10 +600,14 @@ int pass_autodiff(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   for (int v = 0; v < a.nv0; v++) a.head[v] = -1;
   compute_reach(&a);
 
-  if (seed(&a)) goto out;
-  for (int k = n_order - 1; k >= 0; k--)
-    if (backprop_node(&a, order[k])) goto out;
-  if (finish_params(&a)) goto out;
+  if (n_losses > 1) {
+    if (several_losses(&a, order, n_order, losses, n_losses)) goto out;
+  } else {
+    if (seed(&a, g->loss, 1)) goto out;
+    for (int k = n_order - 1; k >= 0; k--)
+      if (backprop_node(&a, order[k])) goto out;
+    if (finish_params(&a)) goto out;
+  }
   if (o->accumulate > 1 && make_accumulators(&a)) goto out;
   if (bind_batchnorm_state(&a, order, n_order)) goto out;
   rc = APX_PASS_CHANGED;

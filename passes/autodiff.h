@@ -42,6 +42,19 @@
  *    running statistics are then committed once per optimizer step (from the last
  *    micro-batch).
  *
+ *  - several losses (o->loss_name "A,B", ir/loss_list.h; Apex num_losses / loss_id, DESIGN.md
+ *    9): one reverse sweep per loss, each seeded by LossScaleSeed(loss, apx_loss_scale/<loss>)
+ *    (node "apx_loss_scale_seed/<loss>", STATE "apx_loss_scale/<loss>", initial o->loss_scale),
+ *    so each loss's parameter gradients carry its own scale; per loss, in the OPTIMIZER
+ *    section, UnscaleCheck(apx_loss_scale/<loss>, its gradients in value-id order) ->
+ *    apx_found_inf/<loss>, apx_first_bad_grad/<loss>, apx_grad_norm_sq/<loss>,
+ *    grad/<p>/<loss>/unscaled (origin p), which the runtime gives that loss's scaler; then
+ *    grad/<p> = Add/Sum of p's unscaled gradients (vals[p].grad; a parameter reached by one
+ *    loss keeps its unscaled value). apx_loss_scale is then the CONST 1: the optimizer pass's
+ *    UnscaleCheck checks the summed gradients (a non-finite one makes the sum non-finite, so
+ *    OptimizerStep skips) and computes the clipping norm of the sum. Refused (exit code 2):
+ *    --accumulate K > 1 with several losses ("not supported yet").
+ *
  * Node ids grow in section order (forward < backward < optimizer), so apx_graph_toposort
  * keeps the three sections contiguous. Nodes without outputs (AssignState, OptimizerStep)
  * are effects and must survive dead-code removal. Running the pass on a graph that

@@ -578,3 +578,88 @@ TEST(Autodiff, AccumulatedGradientIsTheSumOverMicroBatches) {
 }
 
 }  // namespace
+
+// --loss A,B: x -> Gemm(w1) -> Relu = h; la = ReduceMean(Gemm(h, wa)), lb = ReduceSum(Gemm(h, wb)),
+// total = la + lb (the single-loss twin). Deterministic parameters: both builds are equal.
+struct TwoHeads : GraphBuilder {
+  int x, w1, wa, wb, la, lb, total;
+  std::string names;
+  explicit TwoHeads(bool several) {
+    x = Input("x", {4, 3}, APX_DT_F32);
+    w1 = Param("w1", {3, 5}, -1, 1, 0, APX_DT_F32);
+    wa = Param("wa", {5, 2}, -1, 1, 0, APX_DT_F32);
+    wb = Param("wb", {5, 2}, -1, 1, 0, APX_DT_F32);
+    int h = Op("Relu", {Op("Gemm", {x, w1})});
+    la = Op("ReduceMean", {Op("Gemm", {h, wa})}, {Attr::Int("keepdims", 0)});
+    lb = Op("ReduceSum", {Op("Gemm", {h, wb})}, {Attr::Int("keepdims", 0)});
+    total = Op("Add", {la, lb});
+    SetLoss(several ? la : total);
+    names = std::string(g.vals[la].name) + "," + g.vals[lb].name;
+    if (several) o.loss_name = names.c_str();
+    SortAndVerify();
+  }
+};
+
+TEST(Autodiff, SeveralLossesEachScaledAndUnscaledByItsOwnScale) {
+  TwoHeads m(true), one(false);
+  ASSERT_EQ(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
+  ASSERT_EQ(m.RunPass(pass_optimizer), APX_PASS_CHANGED) << m.d.msg;
+  ASSERT_EQ(one.RunPass(pass_autodiff), APX_PASS_CHANGED) << one.d.msg;
+  EXPECT_EQ(m.CountOp(APX_OP_LossScaleSeed), 2);
+  EXPECT_EQ(m.CountOp(APX_OP_UnscaleCheck), 3);  // one per loss, then the sum's
+  EXPECT_EQ(m.CountOp(APX_OP_OptimizerStep), 1);
+  std::string a = m.g.vals[m.la].name, b = m.g.vals[m.lb].name;
+  int sa = m.Value(std::string(APX_LOSS_SCALE_NAME) + "/" + a), sb = m.Value(std::string(APX_LOSS_SCALE_NAME) + "/" + b);
+  ASSERT_GE(sa, 0);
+  ASSERT_GE(sb, 0);
+  EXPECT_EQ(m.g.vals[sa].kind, APX_VAL_STATE);
+  int one_scale = m.Value(APX_LOSS_SCALE_NAME);
+  ASSERT_GE(one_scale, 0);
+  EXPECT_EQ(m.g.vals[one_scale].kind, APX_VAL_CONST);  // the sum is unscaled already
+  EXPECT_EQ(*(const float *)m.g.vals[one_scale].data, 1.0f);
+  // each per-loss check reads its loss's scale, and only that loss's parameters
+  for (int k = 0; k < 2; k++) {
+    const ApxNode &uc = m.g.nodes[m.NodeByOp(APX_OP_UnscaleCheck, k)];
+    EXPECT_EQ(uc.section, APX_SEC_OPTIMIZER);
+    EXPECT_EQ(uc.in[0], k == 0 ? sa : sb);
+    EXPECT_EQ(uc.n_in, 1 + 2);  // w1 and its own head
+    EXPECT_STREQ(m.g.vals[uc.out[APX_UNSCALE_OUT_FOUND_INF]].name,
+                 ("apx_found_inf/" + (k == 0 ? a : b)).c_str());
+  }
+  // scales 4 and 256: each parameter's (unscaled, summed) gradient equals the single loss
+  // la + lb's gradient (scale 1)
+  *(float *)one.g.vals[one.Value(APX_LOSS_SCALE_NAME)].data = 1.0f;
+  ApxEval ev, ev1;
+  ASSERT_EQ(apx_eval_init(&ev, &m.g), 0) << ev.err;
+  ASSERT_EQ(apx_eval_init(&ev1, &one.g), 0) << ev1.err;
+  for (int64_t i = 0; i < 12; i++) apx_eval_set(&ev, m.x, i, 0.1 * (double)(i % 5) - 0.2);
+  for (int64_t i = 0; i < 12; i++) apx_eval_set(&ev1, one.x, i, 0.1 * (double)(i % 5) - 0.2);
+  apx_eval_set(&ev, sa, 0, 4.0);
+  apx_eval_set(&ev, sb, 0, 256.0);
+  ASSERT_EQ(apx_eval_run(&ev, APX_EVAL_FORWARD | APX_EVAL_BACKWARD), 0) << ev.err;
+  // the per-loss checks and sums (not OptimizerStep: the parameters stay)
+  for (int k = 0; k < m.g.n_order; k++) {
+    const ApxNode &n = m.g.nodes[m.g.order[k]];
+    if (n.section == APX_SEC_OPTIMIZER && n.op == APX_OP_OptimizerStep) m.g.nodes[m.g.order[k]].flags |= APX_NODEF_DEAD;
+  }
+  ASSERT_EQ(apx_eval_run(&ev, APX_EVAL_OPTIMIZER), 0) << ev.err;
+  ASSERT_EQ(apx_eval_run(&ev1, APX_EVAL_FORWARD | APX_EVAL_BACKWARD), 0) << ev1.err;
+  EXPECT_EQ(apx_eval_get(&ev, m.g.nodes[m.NodeByOp(APX_OP_UnscaleCheck, 0)].out[0], 0), 0.0);  // no overflow
+  for (int p : {m.w1, m.wa, m.wb}) {
+    int g2 = m.g.vals[p].grad, g1 = one.g.vals[p].grad;
+    ASSERT_GE(g2, 0);
+    ASSERT_GE(g1, 0);
+    int64_t n = apx_value_numel(&m.g.vals[p]);
+    for (int64_t i = 0; i < n; i++)
+      EXPECT_NEAR(apx_eval_get(&ev, g2, i), apx_eval_get(&ev1, g1, i), 1e-6) << m.g.vals[p].name << " " << i;
+  }
+  apx_eval_free(&ev);
+  apx_eval_free(&ev1);
+}
+
+TEST(Autodiff, SeveralLossesRefuseAccumulation) {
+  TwoHeads m(true);
+  m.o.accumulate = 4;
+  EXPECT_EQ(m.RunPass(pass_autodiff), APX_PASS_ERROR);
+  EXPECT_NE(std::string(m.d.msg).find("not supported yet: several losses"), std::string::npos) << m.d.msg;
+}

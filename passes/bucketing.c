@@ -41,6 +41,9 @@ static int find_unscale_check(const ApxGraph *g, int *count_allreduce) {
   *count_allreduce = 0;
   for (int32_t t = 0; t < g->n_order; t++) {
     const ApxNode *n = &g->nodes[g->order[t]];
+    /* several losses (--loss A,B: one UnscaleCheck per loss, then one of their sum) are not
+     * bucketed: the trainer refuses them on several ranks (runtime/train.h) */
+    if (n->op == APX_OP_UnscaleCheck && uc >= 0) return -1;
     if (n->op == APX_OP_UnscaleCheck && uc < 0) uc = g->order[t];
     if (n->op == APX_OP_Allreduce && ((const ApxAttrAllreduce *)n->typed)->bucket >= 0) (*count_allreduce)++;
   }

@@ -305,6 +305,15 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   for (int i = 0; i < g->n_inputs; i++) USE(g->inputs[i], n_steps - 1);
   for (int i = 0; i < g->n_outputs; i++) USE(g->outputs[i], n_steps - 1);
   if (g->loss >= 0) USE(g->loss, n_steps - 1);
+  /* the trainer reads every loss (LossScaleSeed input 0) and every UnscaleCheck's found_inf,
+   * first_bad and norm_sq after the step (several losses: one check per loss, train.h) */
+  for (int32_t t = 0; t < g->n_order; t++) {
+    const ApxNode *n = &g->nodes[g->order[t]];
+    if (n->op == APX_OP_LossScaleSeed && n->n_in > 0 && n->in[0] >= 0 && n->in[0] < nv)
+      USE(n->in[0], n_steps - 1);
+    for (int k = 0; n->op == APX_OP_UnscaleCheck && k < 3 && k < n->n_out; k++)
+      if (n->out[k] >= 0 && n->out[k] < nv) USE(n->out[k], n_steps - 1);
+  }
 #undef USE
   for (int v = 0; v < nv; v++) {
     if (def[v] == NOT_RUNTIME) continue;

@@ -84,11 +84,14 @@ static int reset_accumulators(ApxGraph *g, ApxDiag *d) {
 
 int pass_optimizer(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   if (!o->training) return APX_PASS_UNCHANGED;
+  int scale = apx_graph_find_value(g, APX_LOSS_SCALE_NAME);
+  /* done already: an OptimizerStep, or the UnscaleCheck of apx_loss_scale (several losses:
+   * autodiff's per-loss UnscaleChecks read their own scales, and apx_loss_scale is 1) */
   for (int i = 0; i < g->n_nodes; i++)
-    if ((g->nodes[i].op == APX_OP_OptimizerStep || g->nodes[i].op == APX_OP_UnscaleCheck) &&
+    if ((g->nodes[i].op == APX_OP_OptimizerStep ||
+         (g->nodes[i].op == APX_OP_UnscaleCheck && g->nodes[i].in[0] == scale)) &&
         !(g->nodes[i].flags & APX_NODEF_DEAD))
       return APX_PASS_UNCHANGED;
-  int scale = apx_graph_find_value(g, APX_LOSS_SCALE_NAME);
   if (scale < 0)
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: internal error: pass optimizer needs the "
                           "loss-scale state '%s' (run pass autodiff first)", g->file,

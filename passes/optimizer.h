@@ -20,6 +20,9 @@
  * (apex FusedLAMB); otherwise the options' values (AdamW: 1e-8, 0.01).
  * With --accumulate K > 1 it also resets each gradient accumulator ("gradacc/<p>", see
  * autodiff.h) with AssignState(0, gradacc) in this section.
+ * With several losses (autodiff.h) the gradients are already unscaled sums and
+ * apx_loss_scale is the constant 1; autodiff's per-loss UnscaleChecks read other scales and
+ * do not count as this pass's.
  * A graph whose parameters all lack gradients gets no optimizer section (warning). Running
  * it again on a graph that has an OptimizerStep changes nothing. */
 #ifndef APX_OPTIMIZER_H

@@ -21,6 +21,7 @@ static const char k_magic[8] = {'A', 'P', 'X', 'C', 'K', 'P', 'T', 0};
 enum {
   HEADER_BYTES = 64,
   N_STATE_FIELDS = 24,
+  N_STATE_FIELDS_V5 = 24 + 1 + 6 * APX_CHECKPOINT_MORE_SCALERS,
   N_STATE_FIELDS_V3 = 19,
   N_STATE_FIELDS_V2 = 18,
   N_STATE_FIELDS_V1 = 16
@@ -43,8 +44,9 @@ uint64_t apx_plan_hash(const ApxPlan *p) {
   return (uint64_t)meta << 32 | apx_le_get_u32(b + 48);
 }
 
-static void state_encode(const ApxTrainState *s, uint8_t *b) {
-  uint64_t f[N_STATE_FIELDS] = {
+/* n_fields: N_STATE_FIELDS (version 4) or N_STATE_FIELDS_V5 (the other losses' scalers). */
+static void state_encode(const ApxTrainState *s, uint8_t *b, int n_fields) {
+  uint64_t f[N_STATE_FIELDS_V5] = {
       (uint64_t)s->step, (uint64_t)s->batches, (uint64_t)s->epoch, (uint64_t)s->epoch_pos,
       s->sampler_seed, (uint64_t)s->order, (uint64_t)s->world, (uint64_t)s->accumulate,
       (uint64_t)s->dropout_step, s->dropout_seed, apx_f64_bits(s->scale), (uint64_t)s->scale_clean,
@@ -52,13 +54,20 @@ static void state_encode(const ApxTrainState *s, uint8_t *b) {
       (uint64_t)s->scale_overflows, (uint64_t)s->scale_below_one_warned, (uint64_t)s->lr_total,
       (uint64_t)s->lr_warmup, s->data_digest, apx_f64_bits(s->lr_base), (uint64_t)s->lr_schedule,
       apx_f64_bits(s->weight_decay), apx_f64_bits(s->max_grad_norm), s->hp_given};
-  for (int i = 0; i < N_STATE_FIELDS; i++) apx_le_put_u64(b + 8 * i, f[i]);
+  f[24] = (uint64_t)s->n_more_scalers;
+  for (int i = 0; i < APX_CHECKPOINT_MORE_SCALERS && i < s->n_more_scalers; i++) {
+    const ApxCkptScaler *m = &s->more[i];
+    uint64_t *o = &f[25 + 6 * i];
+    o[0] = apx_f64_bits(m->scale), o[1] = (uint64_t)m->clean, o[2] = (uint64_t)m->hysteresis_left;
+    o[3] = (uint64_t)m->overflow_run, o[4] = (uint64_t)m->overflows, o[5] = (uint64_t)m->below_one_warned;
+  }
+  for (int i = 0; i < n_fields; i++) apx_le_put_u64(b + 8 * i, f[i]);
 }
 
 /* n_fields: N_STATE_FIELDS, N_STATE_FIELDS_V3 (the hyperparameters read as unknown),
  * N_STATE_FIELDS_V2 (the data digest too) or N_STATE_FIELDS_V1 (the lr fields too). */
 static void state_decode(const uint8_t *b, int n_fields, ApxTrainState *s) {
-  uint64_t f[N_STATE_FIELDS] = {0};
+  uint64_t f[N_STATE_FIELDS_V5] = {0};
   f[16] = 0;                  /* lr_total: unknown */
   f[17] = (uint64_t)-1;       /* lr_warmup: unknown */
   f[18] = 0;                  /* data_digest: unknown */
@@ -90,6 +99,39 @@ static void state_decode(const uint8_t *b, int n_fields, ApxTrainState *s) {
   s->weight_decay = apx_bits_f64(f[21]);
   s->max_grad_norm = apx_bits_f64(f[22]);
   s->hp_given = f[23];
+  s->n_more_scalers = (int64_t)f[24];
+  for (int i = 0; i < APX_CHECKPOINT_MORE_SCALERS; i++) {
+    const uint64_t *o = &f[25 + 6 * i];
+    ApxCkptScaler *m = &s->more[i];
+    m->scale = apx_bits_f64(o[0]), m->clean = (int64_t)o[1], m->hysteresis_left = (int64_t)o[2];
+    m->overflow_run = (int64_t)o[3], m->overflows = (int64_t)o[4], m->below_one_warned = (int64_t)o[5];
+  }
+}
+
+/* Version 5's other scalers: "" when valid, else what is wrong. Unused records are zero. */
+static const char *more_scalers_problem(const ApxTrainState *s, char *buf, size_t cap) {
+  if (s->n_more_scalers < 0 || s->n_more_scalers > APX_CHECKPOINT_MORE_SCALERS) {
+    snprintf(buf, cap, "invalid training state (%" PRId64 " more loss scalers, at most %d)", s->n_more_scalers,
+             APX_CHECKPOINT_MORE_SCALERS);
+    return buf;
+  }
+  for (int i = 0; i < APX_CHECKPOINT_MORE_SCALERS; i++) {
+    const ApxCkptScaler *m = &s->more[i];
+    int used = i < s->n_more_scalers;
+    int bad = used ? !isfinite(m->scale) || !(m->scale > 0) || m->clean < 0 || m->hysteresis_left < 0 ||
+                         m->overflow_run < 0 || m->overflows < m->overflow_run ||
+                         (m->below_one_warned != 0 && m->below_one_warned != 1)
+                   : m->scale != 0 || m->clean || m->hysteresis_left || m->overflow_run || m->overflows ||
+                         m->below_one_warned;
+    if (bad) {
+      snprintf(buf, cap, "invalid training state (loss scaler %d: scale %g, %" PRId64 " clean steps, hysteresis %"
+               PRId64 ", overflow run %" PRId64 " of %" PRId64 ", below-one flag %" PRId64 ")%s", i + 2, m->scale,
+               m->clean, m->hysteresis_left, m->overflow_run, m->overflows, m->below_one_warned,
+               used ? "" : ": an unused record must be zero");
+      return buf;
+    }
+  }
+  return "";
 }
 
 /* A state no run can produce, whatever the plan: "" when none, else what is wrong. */
@@ -135,7 +177,9 @@ static const char *state_problem(const ApxTrainState *s, int version, char *buf,
         snprintf(buf, cap, "invalid training state (%s %g): it must be finite and >= 0", reals[i].name, reals[i].v);
         return buf;
       }
-  if (s->order != APX_ORDER_FILE && s->order != APX_ORDER_SHUFFLE)
+  if (version >= 5 && (*more_scalers_problem(s, buf, cap) || s->n_more_scalers == 0)) {
+    if (s->n_more_scalers == 0) snprintf(buf, cap, "invalid training state (version 5 without more loss scalers)");
+  } else if (s->order != APX_ORDER_FILE && s->order != APX_ORDER_SHUFFLE)
     snprintf(buf, cap, "invalid training state (sample order %" PRId64 ")", s->order);
   else if (version >= 4 && (s->lr_schedule < 0 || s->lr_schedule > 2))
     snprintf(buf, cap, "invalid training state (lr schedule %" PRId64 ")", s->lr_schedule);
@@ -300,7 +344,9 @@ int apx_checkpoint_write(const char *dir, const ApxTrainState *st, ApxExec *ex, 
 
   /* sizes first: the header carries the file size */
   uint32_t n_tensors = 0;
-  uint64_t size = HEADER_BYTES + 8 * N_STATE_FIELDS;
+  const int several = st->n_more_scalers > 0; /* several losses: version 5 */
+  const int n_fields = several ? N_STATE_FIELDS_V5 : N_STATE_FIELDS;
+  uint64_t size = HEADER_BYTES + 8 * (uint64_t)n_fields;
   int64_t max_bytes = 0;
   for (int32_t i = 0; i < p->n_bufs; i++) {
     const ApxPlanBuffer *b = &p->bufs[i];
@@ -340,15 +386,15 @@ int apx_checkpoint_write(const char *dir, const ApxTrainState *st, ApxExec *ex, 
   }
   uint8_t h[HEADER_BYTES] = {0};
   memcpy(h, k_magic, 8);
-  apx_le_put_u32(h + 8, APX_CHECKPOINT_VERSION);
+  apx_le_put_u32(h + 8, several ? APX_CHECKPOINT_VERSION_LOSSES : APX_CHECKPOINT_VERSION);
   apx_le_put_u64(h + 16, apx_plan_hash(p));
   apx_le_put_u64(h + 24, size);
   apx_le_put_u32(h + 32, n_tensors);
-  apx_le_put_u32(h + 40, 8 * N_STATE_FIELDS);
+  apx_le_put_u32(h + 40, 8 * (uint32_t)n_fields);
   if ((rc = w_bytes(&w, h, sizeof h))) goto out;
-  uint8_t sb[8 * N_STATE_FIELDS];
-  state_encode(st, sb);
-  if ((rc = w_bytes(&w, sb, sizeof sb))) goto out;
+  uint8_t sb[8 * N_STATE_FIELDS_V5];
+  state_encode(st, sb, n_fields);
+  if ((rc = w_bytes(&w, sb, 8 * (size_t)n_fields))) goto out;
   for (int32_t i = 0; i < p->n_bufs && !rc; i++) {
     const ApxPlanBuffer *b = &p->bufs[i];
     if (!apx_checkpoint_saves(b)) continue;
@@ -409,7 +455,7 @@ static int corrupt(ApxDiag *d, const char *path, const char *what) {
 
 /* The largest file a checkpoint of plan p can be (its own writer's layout, at any padding). */
 static uint64_t max_size(const ApxPlan *p) {
-  uint64_t size = HEADER_BYTES + 8 * N_STATE_FIELDS;
+  uint64_t size = HEADER_BYTES + 8 * N_STATE_FIELDS_V5;
   for (int32_t i = 0; i < p->n_bufs; i++) {
     const ApxPlanBuffer *b = &p->bufs[i];
     if (apx_checkpoint_saves(b))
@@ -436,15 +482,16 @@ int apx_checkpoint_read(const char *path, ApxTrainState *st, ApxExec *ex, ApxChe
     goto out;
   }
   uint32_t version = apx_le_get_u32(h + 8);
-  if (version < 1 || version > APX_CHECKPOINT_VERSION) {
+  if (version < 1 || version > APX_CHECKPOINT_VERSION_LOSSES) {
     rc = apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: checkpoint version %u, this apexrun reads 1 to %u", path,
-                        version, APX_CHECKPOINT_VERSION);
+                        version, APX_CHECKPOINT_VERSION_LOSSES);
     goto out;
   }
   const int n_fields = version == 1   ? N_STATE_FIELDS_V1
                        : version == 2 ? N_STATE_FIELDS_V2
                        : version == 3 ? N_STATE_FIELDS_V3
-                                      : N_STATE_FIELDS;
+                       : version == 4 ? N_STATE_FIELDS
+                                      : N_STATE_FIELDS_V5;
   uint64_t want_size = apx_le_get_u64(h + 24);
   if (want_size != size) {
     char msg[160];

@@ -10,13 +10,14 @@
  *
  * File layout (little-endian):
  *   0   char  magic[8]  "APXCKPT\0"
- *   8   u32   version   APX_CHECKPOINT_VERSION
+ *   8   u32   version   APX_CHECKPOINT_VERSION (APX_CHECKPOINT_VERSION_LOSSES: several losses)
  *   12  u32   flags     0
  *   16  u64   plan_hash apx_plan_hash() of the plan that wrote it
  *   24  u64   file_size the whole file; anything else is a truncated/padded file
  *   32  u32   n_tensors
  *   36  u32   checksum  CRC32C of the whole file with these 4 bytes as zero
- *   40  u32   state_len bytes of the training-state block (8 per field: 24 in version 4,
+ *   40  u32   state_len bytes of the training-state block (8 per field: 67 in version 5,
+ *                   which adds the other losses' scalers, 24 in version 4,
  *                   19 in version 3, which had no run-time hyperparameters, 18 in version 2,
  *                   which had no data digest either, 16 in version 1, which had no lr
  *                   schedule fields either)
@@ -33,7 +34,7 @@
  * writer SIGKILL its own process after BYTES bytes of step STEP's file;
  * APX_TEST_CHECKPOINT_SIGNALS_AT=STEP:BYTES sends it SIGINT then SIGTERM there instead.)
  * Reading (a bounded read, fileio.h: a FIFO, device or folder is refused at open) takes the
- * 64-byte header first and checks magic, version (1 to 4 are read), the declared size
+ * 64-byte header first and checks magic, version (1 to 5 are read), the declared size
  * against the file's, the plan hash, flags, state layout and reserved bytes, and that the
  * size is one a checkpoint of this plan can have; only then is the rest read (exactly the
  * declared size), the checksum checked and the state validated: loss scale finite and > 0,
@@ -60,6 +61,17 @@ extern "C" {
 #define APX_CHECKPOINT_VERSION 4u /* written; versions 3 (no run-time hyperparameters), 2 (no
                                      data digest either) and 1 (no lr schedule fields either)
                                      are still read */
+#define APX_CHECKPOINT_VERSION_LOSSES 5u /* written by a plan with several losses (apexc
+                                     --loss A,B): version 4's fields, then the count of the other
+                                     losses' scalers and APX_CHECKPOINT_MORE_SCALERS scaler records
+                                     (6 fields each, unused ones zero); state_len 536 */
+#define APX_CHECKPOINT_MORE_SCALERS 7 /* losses 2..8 */
+
+/* One more loss's scaler, as saved (the fields of the first loss's, in that order). */
+typedef struct ApxCkptScaler {
+  double scale;
+  int64_t clean, hysteresis_left, overflow_run, overflows, below_one_warned;
+} ApxCkptScaler;
 
 /* The run's position and the loss scaler, as saved (fields in file order). */
 typedef struct ApxTrainState {
@@ -90,6 +102,10 @@ typedef struct ApxTrainState {
   double weight_decay;
   double max_grad_norm;    /* --clip-grad-norm, 0: off */
   uint64_t hp_given;       /* APX_HP_* bits given on that run's apexrun command line */
+  /* version 5: the scalers of losses 2.. of a plan with several (the first loss's is above);
+   * 0 in older checkpoints */
+  int64_t n_more_scalers;
+  ApxCkptScaler more[APX_CHECKPOINT_MORE_SCALERS];
 } ApxTrainState;
 
 /* 1 when buffer b is saved in checkpoints (persistent PARAM or STATE that owns its bytes). */

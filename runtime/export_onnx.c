@@ -209,6 +209,19 @@ int apx_export_onnx_check(const ApxPlan *plan, const char *path, ApxDiag *d) {
   return 0;
 }
 
+/* 1 when name is a loss of plan: its loss, or the loss input of a LossScaleSeed kernel. */
+static int is_plan_loss(const ApxPlan *plan, const char *name) {
+  if (!name) return 0;
+  if (plan->loss >= 0 && !strcmp(plan->bufs[plan->loss].name, name)) return 1;
+  for (int32_t k = 0; k < plan->n_kernels; k++) {
+    const ApxPlanKernel *kn = &plan->kernels[k];
+    if (kn->op == APX_OP_LossScaleSeed && kn->n_in > 0 && kn->in[0] >= 0 && kn->in[0] < plan->n_bufs &&
+        !strcmp(plan->bufs[kn->in[0]].name, name))
+      return 1;
+  }
+  return 0;
+}
+
 int apx_export_onnx(const ApxPlan *plan, ApxExec *ex, const char *path, ApxDiag *d) {
   const char *pn = plan->path ? plan->path : "<plan>";
   const ApxPlanBlob *blob = source_model(plan, d);
@@ -238,12 +251,12 @@ int apx_export_onnx(const ApxPlan *plan, ApxExec *ex, const char *path, ApxDiag 
     goto done;
   }
 
-  /* outputs: drop the loss when something else remains */
-  const char *loss = plan->loss >= 0 ? plan->bufs[plan->loss].name : NULL;
-  size_t n_out = 0;
+  /* outputs: drop the losses (the plan's, and each LossScaleSeed's with several) when
+   * something else remains */
+  size_t n_out = 0, n_loss_out = 0;
+  for (size_t i = 0; i < g->n_output; i++) n_loss_out += is_plan_loss(plan, g->output[i]->name);
   for (size_t i = 0; i < g->n_output; i++)
-    if (!(loss && g->n_output > 1 && g->output[i]->name && !strcmp(g->output[i]->name, loss)))
-      outs[n_out++] = g->output[i];
+    if (n_loss_out == g->n_output || !is_plan_loss(plan, g->output[i]->name)) outs[n_out++] = g->output[i];
   for (size_t i = 0; i < n_out; i++)
     if (set_add(&need, outs[i]->name)) goto oom;
 

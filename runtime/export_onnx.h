@@ -12,9 +12,10 @@
  *    stripped them from the embedded copy (plan/model_blob.h), else keep their own; one
  *    stored as external data is written inline when the plan holds it, else "not
  *    supported yet".
- *  - training-only parts removed: the loss output and every node, graph input (the labels)
- *    and initializer only it needed are dropped when the model has another output (a model
- *    whose only output is the loss keeps it); BatchNormalization(training_mode=1) becomes
+ *  - training-only parts removed: the loss output (every loss, with several: apexc --loss
+ *    A,B) and every node, graph input (the labels) and initializer only they needed are
+ *    dropped when the model has another output (a model whose only outputs are losses keeps
+ *    them); BatchNormalization(training_mode=1) becomes
  *    training_mode=0 without its running-statistics outputs; Dropout loses its
  *    training_mode input (inference: identity); ModelProto.training_info is dropped.
  * The file is written atomically (temp file, fsync, rename). onnxruntime runs it

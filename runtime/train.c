@@ -35,7 +35,58 @@ static double now_ms(void) {
 
 static const char *plan_name(const ApxPlan *p) { return p->path ? p->path : "<plan>"; }
 
-/* The plan's training kernels: exactly one LossScaleSeed, UnscaleCheck and OptimizerStep. */
+/* A plan with several losses (passes/autodiff.h): each LossScaleSeed's loss and scale, and
+ * the UnscaleCheck that reads that scale (found_inf, first_bad). */
+static int find_losses(ApxTrainer *t, ApxDiag *d) {
+  const ApxPlan *p = t->plan;
+  int32_t n = 0;
+  for (int32_t k = 0; k < p->n_kernels; k++) {
+    const ApxPlanKernel *ks = &p->kernels[k];
+    if (ks->op != APX_OP_LossScaleSeed) continue;
+    ApxTrainLoss *l = &t->losses[n++];
+    l->loss_buf = ks->n_in > 1 ? ks->in[0] : -1;
+    l->scale_buf = ks->n_in > 1 ? ks->in[1] : -1;
+    l->check_kernel = -1;
+    for (int32_t u = 0; u < p->n_kernels && l->scale_buf >= 0; u++)
+      if (p->kernels[u].op == APX_OP_UnscaleCheck && p->kernels[u].n_in > 0 && p->kernels[u].n_out > 2 &&
+          p->kernels[u].in[0] == l->scale_buf)
+        l->check_kernel = u;
+    if (l->check_kernel < 0 || l->loss_buf < 0)
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: malformed training step (LossScaleSeed %d has no "
+                            "UnscaleCheck of its scale)", plan_name(p), (int)n - 1);
+    const ApxPlanKernel *ku = &p->kernels[l->check_kernel];
+    l->found_inf_buf = ku->out[APX_UNSCALE_OUT_FOUND_INF];
+    l->first_bad_buf = ku->out[APX_UNSCALE_OUT_FIRST_BAD];
+    l->name = p->bufs[l->loss_buf].name;
+    const int32_t bufs[] = {l->scale_buf, l->found_inf_buf, l->first_bad_buf};
+    for (int i = 0; i < 3; i++)
+      if (p->bufs[bufs[i]].bytes != 4)
+        return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: buffer '%s' is not a 4-byte scalar",
+                              plan_name(p), p->bufs[bufs[i]].name);
+    if (p->bufs[l->loss_buf].bytes != (int64_t)apx_dtype_size(p->bufs[l->loss_buf].dtype) ||
+        !apx_dtype_is_float(p->bufs[l->loss_buf].dtype))
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: the loss '%s' is not a float scalar",
+                            plan_name(p), l->name);
+  }
+  return 0;
+}
+
+/* The name of the parameter whose gradient is input 1 + i of UnscaleCheck kernel k (its
+ * unscaled output's origin: the model parameter, or the master's origin at O2), "?". */
+static const char *checked_param(const ApxPlan *p, int32_t k, int32_t i) {
+  const ApxPlanKernel *ku = &p->kernels[k];
+  if (i < 0 || APX_UNSCALE_OUT_FIRST_GRAD + i >= ku->n_out) return "?";
+  int32_t b = ku->out[APX_UNSCALE_OUT_FIRST_GRAD + i];
+  const ApxPlanBuffer *pb = b >= 0 ? &p->bufs[b] : NULL;
+  if (pb && pb->origin >= 0 && pb->origin < p->n_bufs) pb = &p->bufs[pb->origin];
+  if (pb && (pb->flags & APX_VALF_MASTER) && pb->origin >= 0 && pb->origin < p->n_bufs) pb = &p->bufs[pb->origin];
+  return pb ? pb->name : "?";
+}
+
+ApxScaler *apx_trainer_scaler(ApxTrainer *t, int32_t i) { return i <= 0 ? &t->scaler : &t->losses[i].scaler; }
+
+/* The plan's training kernels: one LossScaleSeed, UnscaleCheck and OptimizerStep; or with
+ * several losses one LossScaleSeed and UnscaleCheck per loss and the final UnscaleCheck. */
 static int find_training_kernels(ApxTrainer *t, ApxDiag *d) {
   const ApxPlan *p = t->plan;
   int32_t seed = -1, unscale = -1, opt = -1, n_seed = 0, n_unscale = 0, n_opt = 0;
@@ -49,17 +100,33 @@ static int find_training_kernels(ApxTrainer *t, ApxDiag *d) {
     return apx_diag_error(d, APX_EXIT_BAD_INPUT,
                           "%s: the plan has no training graph (compiled with --inference?); "
                           "run it with 'apexrun infer' or recompile it with apexc", plan_name(p));
-  if (n_seed > 1 || n_unscale > 1 || n_opt > 1)
+  if (n_seed > APX_TRAIN_MAX_LOSSES || n_opt > 1 || (n_seed == 1 && n_unscale > 1) ||
+      (n_seed > 1 && n_unscale != n_seed + 1))
     return apx_diag_error(d, APX_EXIT_BAD_INPUT,
-                          "%s: not supported yet: %d losses with their own loss scalers (one "
-                          "LossScaleSeed per plan)", plan_name(p), n_seed > 1 ? n_seed : n_unscale);
+                          "%s: malformed training step (%d LossScaleSeed, %d UnscaleCheck, %d "
+                          "OptimizerStep kernels)", plan_name(p), n_seed, n_unscale, n_opt);
   if (n_opt == 0 || n_unscale == 0)
     return apx_diag_error(d, APX_EXIT_BAD_INPUT,
                           "%s: the plan has no optimizer step (no trainable parameter reaches the "
                           "loss), nothing to train", plan_name(p));
+  if (n_seed > 1) {
+    /* several losses: the UnscaleCheck OptimizerStep reads is the final one (of the sum) */
+    unscale = -1;
+    for (int32_t k = 0; k < p->n_kernels; k++)
+      if (p->kernels[k].op == APX_OP_UnscaleCheck && p->kernels[k].n_out > 0 &&
+          p->kernels[opt].n_in > APX_OPTIM_IN_FOUND_INF &&
+          p->kernels[k].out[APX_UNSCALE_OUT_FOUND_INF] == p->kernels[opt].in[APX_OPTIM_IN_FOUND_INF])
+        unscale = k;
+    if (unscale < 0 || find_losses(t, d)) {
+      if (unscale < 0) apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: malformed training step (no "
+                                      "UnscaleCheck feeds OptimizerStep)", plan_name(p));
+      return -1;
+    }
+  }
+  t->n_losses = n_seed;
   const ApxPlanKernel *ks = &p->kernels[seed], *ku = &p->kernels[unscale], *ko = &p->kernels[opt];
   const ApxAttrOptimizer *oa = ko->attrs;
-  t->scale_buf = ks->n_in > 1 ? ks->in[1] : -1;
+  t->scale_buf = n_seed > 1 ? ku->in[0] : ks->n_in > 1 ? ks->in[1] : -1; /* several: the constant 1 */
   t->found_inf_buf = ku->n_out > 2 ? ku->out[APX_UNSCALE_OUT_FOUND_INF] : -1;
   t->first_bad_buf = ku->n_out > 2 ? ku->out[APX_UNSCALE_OUT_FIRST_BAD] : -1;
   t->norm_sq_buf = ku->n_out > 2 ? ku->out[APX_UNSCALE_OUT_NORM_SQ] : -1;
@@ -148,6 +215,11 @@ int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *c
                         po->max_loss_scale, po->scale_window, po->hysteresis,
                         po->growth_factor, po->backoff_factor};
   t->scale_clamped = apx_scaler_init(&t->scaler, &sc);
+  for (int32_t i = 1; i < t->n_losses; i++) apx_scaler_init(&t->losses[i].scaler, &sc);
+  if (t->n_losses > 1 && cfg->world > 1)
+    return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not supported yet: several losses (%s, %s%s) with "
+                          "data parallelism (%d ranks); run it as one process", plan_name(plan),
+                          t->losses[0].name, t->losses[1].name, t->n_losses > 2 ? ", ..." : "", (int)cfg->world);
   t->sampler_seed = cfg->seed_set ? cfg->seed : po->seed;
 
   ApxExecConfig ec = cfg->exec;
@@ -195,8 +267,9 @@ int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *c
   if (!t->idx || !t->host || !t->loss_host) return apx_diag_error(d, APX_EXIT_RUNTIME, "out of memory");
   /* the step's one host synchronization reads the loss of every micro-batch, found_inf,
    * first_bad and norm_sq together (apx_trainer_step) */
-  if (apx_exec_readback_init(&t->ex, t->accumulate + 3, d)) return -1;
-  t->readback = calloc((size_t)t->accumulate + 3, 8);
+  int32_t n_slots = t->accumulate + 3 + (t->n_losses > 1 ? 3 * t->n_losses : 0);
+  if (apx_exec_readback_init(&t->ex, n_slots, d)) return -1;
+  t->readback = calloc((size_t)n_slots, 8);
   if (!t->readback) return apx_diag_error(d, APX_EXIT_RUNTIME, "out of memory");
   for (int32_t i = 0; i < t->ds.n_inputs; i++) {
     t->host[i] = malloc((size_t)t->ds.batch * t->ds.sample_bytes[i] + 1);
@@ -266,11 +339,16 @@ static int name_cause(ApxTrainer *t, ApxStepRecord *rec, ApxDiag *d) {
   } else {
     rec->cause = APX_CAUSE_OVERFLOW;
     const char *who = rec->overflow_at ? rec->overflow_at : "?";
-    if (!t->scaler.cfg.dynamic && rec->loss_scale <= 1)
-      snprintf(t->reason, sizeof t->reason, "non-finite gradient in '%s' (the loss is finite; at loss scale %g "
-               "this is not a scaling overflow)", who, rec->loss_scale);
+    /* several losses: the one whose gradients overflowed, at its own scale */
+    int li = rec->overflow_loss;
+    double at = li >= 0 ? rec->loss_scales[li] : rec->loss_scale;
+    char of[320] = "";
+    if (li >= 0) snprintf(of, sizeof of, " of loss '%s'", rec->loss_names[li]);
+    if (!t->scaler.cfg.dynamic && at <= 1)
+      snprintf(t->reason, sizeof t->reason, "non-finite gradient in '%s'%s (the loss is finite; at loss scale %g "
+               "this is not a scaling overflow)", who, of, at);
     else
-      snprintf(t->reason, sizeof t->reason, "gradient overflow in '%s' at loss scale %g", who, rec->loss_scale);
+      snprintf(t->reason, sizeof t->reason, "gradient overflow in '%s'%s at loss scale %g", who, of, at);
   }
   rec->reason = t->reason;
   return 0;
@@ -287,7 +365,10 @@ int apx_trainer_step(ApxTrainer *t, ApxStepRecord *rec, ApxDiag *d) {
   int64_t overlapped0 = t->ex.overlapped_total;
   double lr = apx_lr_at(&t->lr, t->step);
   double scale = t->scaler.scale;
-  if (write_f32(t, t->lr_buf, lr, d) || write_f32(t, t->scale_buf, scale, d)) return -1;
+  const int32_t NL = t->n_losses > 1 ? t->n_losses : 0; /* several losses: their own scales */
+  if (write_f32(t, t->lr_buf, lr, d) || (NL == 0 && write_f32(t, t->scale_buf, scale, d))) return -1;
+  for (int32_t i = 0; i < NL; i++)
+    if (write_f32(t, t->losses[i].scale_buf, apx_trainer_scaler(t, i)->scale, d)) return -1;
   const int32_t K = t->accumulate;
   for (int32_t j = 0; j < K; j++) {
     int64_t k = t->step * K + j;
@@ -306,9 +387,14 @@ int apx_trainer_step(ApxTrainer *t, ApxStepRecord *rec, ApxDiag *d) {
   if (apx_dp_run_optimizer(&t->dp, &t->ex, d)) return -1; /* found_inf agreed over ranks */
   if (apx_exec_readback_stage(&t->ex, K, t->found_inf_buf, d) ||
       apx_exec_readback_stage(&t->ex, K + 1, t->first_bad_buf, d) ||
-      apx_exec_readback_stage(&t->ex, K + 2, t->norm_sq_buf, d) ||
-      apx_exec_readback_fetch(&t->ex, K + 3, t->readback, d))
+      apx_exec_readback_stage(&t->ex, K + 2, t->norm_sq_buf, d))
     return -1;
+  for (int32_t i = 0; i < NL; i++) /* K is 1 with several losses (apexc refuses --accumulate) */
+    if (apx_exec_readback_stage(&t->ex, K + 3 + 3 * i, t->losses[i].loss_buf, d) ||
+        apx_exec_readback_stage(&t->ex, K + 4 + 3 * i, t->losses[i].found_inf_buf, d) ||
+        apx_exec_readback_stage(&t->ex, K + 5 + 3 * i, t->losses[i].first_bad_buf, d))
+      return -1;
+  if (apx_exec_readback_fetch(&t->ex, K + 3 + 3 * NL, t->readback, d)) return -1;
   const uint8_t *rb = t->readback;
   double loss_sum = 0;
   const ApxPlanBuffer *lb = &p->bufs[t->loss_buf];
@@ -323,12 +409,41 @@ int apx_trainer_step(ApxTrainer *t, ApxStepRecord *rec, ApxDiag *d) {
   memcpy(&first_bad, rb + 8 * (K + 1), 4);
   memcpy(&norm_sq, rb + 8 * (K + 2), 4);
   int overflow = found_inf != 0.0f;
-  rec->scaler_events = apx_scaler_update(&t->scaler, overflow);
+  rec->n_losses = NL ? NL : 1;
+  rec->overflow_loss = -1;
   rec->step = t->step + 1;
   rec->loss = loss_sum / K;
   rec->loss_scale = scale;
-  rec->skipped = overflow;
   rec->overflow_at = overflow && first_bad >= 0 && first_bad < t->n_params ? t->param_names[first_bad] : NULL;
+  if (NL == 0) {
+    rec->scaler_events = apx_scaler_update(&t->scaler, overflow);
+  } else {
+    /* each loss's scaler sees its own overflow; the step skips when any overflowed */
+    rec->loss = 0;
+    for (int32_t i = 0; i < NL; i++) {
+      const ApxTrainLoss *l = &t->losses[i];
+      const uint8_t *slot = rb + 8 * (K + 3 + 3 * i);
+      float inf_i = 0;
+      int32_t bad_i = -1;
+      double li = 0;
+      apx_cpu_convert(slot, p->bufs[l->loss_buf].dtype, &li, APX_DT_F64, 1);
+      memcpy(&inf_i, slot + 8, 4);
+      memcpy(&bad_i, slot + 16, 4);
+      ApxScaler *sc = apx_trainer_scaler(t, i);
+      rec->loss_names[i] = l->name;
+      rec->losses[i] = li;
+      rec->loss_scales[i] = sc->scale;
+      rec->loss += li;
+      if (inf_i != 0.0f && rec->overflow_loss < 0) {
+        rec->overflow_loss = i;
+        rec->overflow_at = checked_param(p, l->check_kernel, bad_i);
+      }
+      overflow |= inf_i != 0.0f;
+      rec->scaler_events |= apx_scaler_update(sc, inf_i != 0.0f);
+    }
+    if (overflow) rec->scaler_events |= APX_SCALER_SKIPPED;
+  }
+  rec->skipped = overflow;
   rec->grad_norm = overflow ? NAN : sqrt((double)norm_sq);
   rec->lr = (double)(float)lr;
   if ((overflow || !isfinite(rec->loss)) && name_cause(t, rec, d)) return -1;
@@ -355,6 +470,12 @@ void apx_trainer_state(const ApxTrainer *t, ApxTrainState *st) {
   st->scale_overflow_run = t->scaler.overflow_run;
   st->scale_overflows = t->scaler.n_overflows;
   st->scale_below_one_warned = t->scaler.below_one_warned;
+  st->n_more_scalers = t->n_losses > 1 ? t->n_losses - 1 : 0; /* several losses: version 5 */
+  for (int32_t i = 1; i < t->n_losses && i <= APX_CHECKPOINT_MORE_SCALERS; i++) {
+    const ApxScaler *sc = &t->losses[i].scaler;
+    st->more[i - 1] = (ApxCkptScaler){sc->scale, sc->clean, sc->hysteresis_left, sc->overflow_run,
+                                      sc->n_overflows, sc->below_one_warned};
+  }
   st->lr_total = t->lr.total;
   st->lr_warmup = t->lr.warmup;
   st->data_digest = t->ds.digest;
@@ -505,7 +626,25 @@ static int check_settings(void *ctx, const ApxTrainState *st_in, const char *pat
     /* what this plan's scaler and this data cannot produce: a corrupt (crafted) state */
     int64_t epoch, pos;
     apx_sampler_position(&t->sampler, st->batches, &epoch, &pos);
-    if (sc->dynamic && (st->scale > sc->max_scale || (sc->min_scale > 0 && st->scale < sc->min_scale)))
+    int64_t more = t->n_losses > 1 ? t->n_losses - 1 : 0;
+    const ApxCkptScaler *bad = NULL; /* another loss's scaler out of this plan's range */
+    for (int64_t i = 0; i < st->n_more_scalers && i < more && !bad; i++) {
+      const ApxCkptScaler *m = &st->more[i];
+      if ((sc->dynamic && (m->scale > sc->max_scale || (sc->min_scale > 0 && m->scale < sc->min_scale))) ||
+          (!sc->dynamic && m->scale != t->scaler.cfg.init_scale) || m->clean >= sc->window ||
+          m->hysteresis_left > sc->hysteresis)
+        bad = m;
+    }
+    if (st->n_more_scalers != more) {
+      /* not corrupt: a checkpoint of another plan would have another hash; say it plainly */
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: the checkpoint holds %" PRId64 " loss scaler%s, this "
+                            "plan trains %" PRId64 " loss%s", path, st->n_more_scalers + 1,
+                            st->n_more_scalers ? "s" : "", more + 1, more ? "es" : "");
+    } else if (bad)
+      snprintf(msg, sizeof msg, "loss scaler %d (scale %g, %" PRId64 " clean steps, hysteresis %" PRId64 ") "
+               "outside this plan's scaler settings", (int)(bad - st->more) + 2, bad->scale, bad->clean,
+               bad->hysteresis_left);
+    else if (sc->dynamic && (st->scale > sc->max_scale || (sc->min_scale > 0 && st->scale < sc->min_scale)))
       snprintf(msg, sizeof msg, "loss scale %g outside this plan's range [%g, %g]", st->scale,
                sc->min_scale, sc->max_scale);
     else if (!sc->dynamic && st->scale != t->scaler.scale)
@@ -548,6 +687,16 @@ int apx_trainer_load(ApxTrainer *t, const char *path, ApxDiag *d) {
   t->scaler.overflow_run = st.scale_overflow_run;
   t->scaler.n_overflows = st.scale_overflows;
   t->scaler.below_one_warned = (int32_t)st.scale_below_one_warned;
+  for (int32_t i = 1; i < t->n_losses; i++) {
+    const ApxCkptScaler *m = &st.more[i - 1];
+    ApxScaler *sc = &t->losses[i].scaler;
+    sc->scale = m->scale;
+    sc->clean = m->clean;
+    sc->hysteresis_left = (int32_t)m->hysteresis_left;
+    sc->overflow_run = m->overflow_run;
+    sc->n_overflows = m->overflows;
+    sc->below_one_warned = (int32_t)m->below_one_warned;
+  }
   return 0;
 }
 
@@ -587,7 +736,23 @@ int apx_step_json(const ApxStepRecord *r, char *buf, size_t cap) {
   json_num(lr, sizeof lr, r->lr, "%.8g");
   if (r->overflow_at) json_str(name, sizeof name, r->overflow_at);
   else snprintf(name, sizeof name, "null");
-  char ov[48] = "", why[760] = "";
+  char ov[48] = "", why[760] = "", per[1024] = "";
+  if (r->n_losses > 1) {
+    /* several losses: "losses": {"A": 0.5, "B": 2}, "loss_scales": {"A": 65536, "B": 32768} */
+    size_t k = 0;
+    for (int part = 0; part < 2; part++) {
+      k += (size_t)snprintf(per + k, k < sizeof per ? sizeof per - k : 0, ", \"%s\": {",
+                            part ? "loss_scales" : "losses");
+      for (int32_t i = 0; i < r->n_losses && k < sizeof per; i++) {
+        char nm[300], v[48];
+        json_str(nm, sizeof nm, r->loss_names[i] ? r->loss_names[i] : "?");
+        json_num(v, sizeof v, part ? r->loss_scales[i] : r->losses[i], "%.9g");
+        k += (size_t)snprintf(per + k, sizeof per - k, "%s%s: %s", i ? ", " : "", nm, v);
+      }
+      if (k < sizeof per) k += (size_t)snprintf(per + k, sizeof per - k, "}");
+    }
+    if (k >= sizeof per) per[0] = 0; /* names too long for the row: left out */
+  }
   if (r->overlap_kernels >= 0) snprintf(ov, sizeof ov, ", \"overlap_kernels\": %" PRId64, r->overlap_kernels);
   /* a null loss (or a skipped step) always says why */
   const char *reason = r->reason ? r->reason : !isfinite(r->loss) ? "non-finite loss" : NULL;
@@ -597,8 +762,8 @@ int apx_step_json(const ApxStepRecord *r, char *buf, size_t cap) {
   }
   return snprintf(buf, cap,
                   "{\"step\": %" PRId64 ", \"loss\": %s, \"loss_scale\": %s, \"skipped\": %s, "
-                  "\"overflow_at\": %s, \"grad_norm\": %s, \"lr\": %s, \"ms\": %.3f%s%s}",
-                  r->step, loss, scale, r->skipped ? "true" : "false", name, gn, lr, r->ms, ov, why);
+                  "\"overflow_at\": %s, \"grad_norm\": %s, \"lr\": %s, \"ms\": %.3f%s%s%s}",
+                  r->step, loss, scale, r->skipped ? "true" : "false", name, gn, lr, r->ms, per, ov, why);
 }
 
 /* ---- the log -------------------------------------------------------------------------- */
@@ -624,13 +789,20 @@ static int log_write(Log *l, const char *buf, size_t n, ApxDiag *d) {
   return 0;
 }
 
-/* --tensorboard: the scalars of a step, the values of its --log row (runtime/tensorboard.h).
- * One loss and one scaler per plan (several losses are not supported yet). */
+/* --tensorboard: the scalars of a step, the values of its --log row (runtime/tensorboard.h);
+ * several losses add loss/<name> and loss_scale/<name> for each. */
 static int tb_write_step(ApxTbWriter *tb, const ApxStepRecord *r, int64_t skipped_so_far, ApxDiag *d) {
-  const ApxTbScalar s[] = {{"loss", r->loss},           {"loss_scale", r->loss_scale},
-                           {"lr", r->lr},               {"grad_norm", r->grad_norm},
-                           {"ms_per_step", r->ms},      {"skipped_steps", (double)skipped_so_far}};
-  return apx_tb_write_scalars(tb, r->step, s, (int)(sizeof s / sizeof s[0]), d);
+  ApxTbScalar s[6 + 2 * APX_TRAIN_MAX_LOSSES] = {
+      {"loss", r->loss},     {"loss_scale", r->loss_scale}, {"lr", r->lr},
+      {"grad_norm", r->grad_norm}, {"ms_per_step", r->ms},  {"skipped_steps", (double)skipped_so_far}};
+  char tags[2 * APX_TRAIN_MAX_LOSSES][300];
+  int n = 6;
+  for (int32_t i = 0; r->n_losses > 1 && i < r->n_losses && i < APX_TRAIN_MAX_LOSSES; i++)
+    for (int k = 0; k < 2; k++, n++) {
+      snprintf(tags[n - 6], sizeof tags[0], "%s/%s", k ? "loss_scale" : "loss", r->loss_names[i]);
+      s[n] = (ApxTbScalar){tags[n - 6], k ? r->loss_scales[i] : r->losses[i]};
+    }
+  return apx_tb_write_scalars(tb, r->step, s, n, d);
 }
 
 /* On resume: keep the log's records of steps <= step (a killed run may have logged more).
@@ -754,16 +926,26 @@ static const char *skipped_text(const RunStats *rs, char *buf, size_t cap) {
   return buf;
 }
 
+/* Several losses: prefix, then "A 65536, B 1024" (each one's scale for the next step). */
+static const char *scales_text(const ApxTrainer *t, const char *prefix, char *buf, size_t cap) {
+  size_t k = (size_t)snprintf(buf, cap, "%s", prefix);
+  for (int32_t i = 0; i < t->n_losses && k < cap; i++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%s %g", i ? ", " : "", t->losses[i].name,
+                          i ? t->losses[i].scaler.scale : t->scaler.scale);
+  return buf;
+}
+
 /* The summary line: the last step's loss and loss scale (as its progress line and log row
  * have them; the scale the next step would use follows when the last step changed it). */
 static void print_summary(FILE *out, const ApxTrainer *t, const ApxTrainConfig *cfg, const RunStats *rs,
                           const char *exported) {
-  char why[160], scale[96];
-  snprintf(scale, sizeof scale, "%g", rs->last_scale);
+  char why[160], scale[600];
+  snprintf(scale, sizeof scale, " %g", rs->last_scale);
   if (t->scaler.scale != rs->last_scale)
     snprintf(scale + strlen(scale), sizeof scale - strlen(scale), " (now %g)", t->scaler.scale);
+  if (t->n_losses > 1) scales_text(t, "s ", scale, sizeof scale); /* several: each one's next scale */
   fprintf(out, "apexrun: trained steps %" PRId64 "..%" PRId64 " of %" PRId64 " in %.2f s (%.2f ms/step): "
-          "loss %.6f -> %.6f, loss scale %s, %" PRId64 " skipped (%s)%s%s\n", rs->first_step + 1,
+          "loss %.6f -> %.6f, loss scale%s, %" PRId64 " skipped (%s)%s%s\n", rs->first_step + 1,
           rs->first_step + rs->n, cfg->steps, rs->total_ms / 1e3, rs->total_ms / (double)rs->n, rs->first_loss,
           rs->last_loss, scale, rs->skipped, skipped_text(rs, why, sizeof why), exported ? ", exported " : "",
           exported ? exported : "");
@@ -917,7 +1099,9 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
     if (lead && r.reason && !cfg.quiet) {
       apx_progress_break(&meter);
       char after[96] = "";
-      if (r.skipped && t.scaler.cfg.dynamic) snprintf(after, sizeof after, ", scale now %g", t.scaler.scale);
+      if (r.skipped && t.scaler.cfg.dynamic)
+        snprintf(after, sizeof after, ", scale%s now %g", r.overflow_loss >= 0 ? " of that loss" : "",
+                 apx_trainer_scaler(&t, r.overflow_loss)->scale);
       fprintf(stderr, "apexrun: step %" PRId64 ": %s: %s%s\n", r.step, r.reason,
               r.skipped ? "step skipped" : "its gradients are finite: the step was taken", after);
     }
@@ -926,10 +1110,10 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
       if (ev & APX_SCALER_WARN_RUN)
         fprintf(stderr, "apexrun: warning: %d overflowing steps in a row (loss scale now %g): the "
                 "gradients are not finite at any scale; check the loss and the data\n",
-                APX_SCALER_COLLAPSE_RUN, t.scaler.scale);
+                APX_SCALER_COLLAPSE_RUN, apx_trainer_scaler(&t, r.overflow_loss)->scale);
       if (ev & APX_SCALER_WARN_BELOW_ONE)
         fprintf(stderr, "apexrun: warning: loss scale collapsed below 1 (%g) at step %" PRId64 "\n",
-                t.scaler.scale, r.step);
+                apx_trainer_scaler(&t, r.overflow_loss)->scale, r.step);
     }
     if (!stop_sig && t.dp.check_every > 0 && t.step % t.dp.check_every == 0 && t.step < cfg.steps &&
         apx_dp_check_replicas(&t.dp, &t.ex, t.step, t.scaler.scale, 1, &d))
@@ -981,13 +1165,23 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
   int64_t n_run = rs.n;
   int all_overflowed = n_run > 0 && rs.skipped == n_run;
   const ApxScaler *sc = &t.scaler;
-  int collapsed = !sc->cfg.dynamic || sc->scale < 1 ||
-                  (sc->cfg.min_scale > 0 && sc->scale <= sc->cfg.min_scale) ||
-                  sc->overflow_run >= APX_SCALER_COLLAPSE_RUN || rs.by_cause[APX_CAUSE_DATA] > 0;
+  int collapsed = rs.by_cause[APX_CAUSE_DATA] > 0;
+  for (int32_t i = 0; i < (t.n_losses > 1 ? t.n_losses : 1); i++) { /* any loss's scaler */
+    const ApxScaler *si = apx_trainer_scaler(&t, i);
+    int c = !si->cfg.dynamic || si->scale < 1 || (si->cfg.min_scale > 0 && si->scale <= si->cfg.min_scale) ||
+            si->overflow_run >= APX_SCALER_COLLAPSE_RUN;
+    if (c && !collapsed) sc = si;
+    collapsed |= c;
+  }
   if (all_overflowed && !collapsed) {
-    if (lead)
-      fprintf(stderr, "apexrun: warning: all %" PRId64 " steps of this run overflowed while the loss scale "
-              "settles (now %g); nothing was updated\n", n_run, sc->scale);
+    if (lead) {
+      char now[600];
+      if (t.n_losses > 1) scales_text(&t, "", now, sizeof now);
+      else snprintf(now, sizeof now, "%g", sc->scale);
+      fprintf(stderr, "apexrun: warning: all %" PRId64 " steps of this run overflowed while the loss scale%s "
+              "settle%s (now %s); nothing was updated\n", n_run, t.n_losses > 1 ? "s" : "",
+              t.n_losses > 1 ? "" : "s", now);
+    }
     all_overflowed = 0;
   }
   int exported = cfg.export_onnx && !all_overflowed;
@@ -1010,10 +1204,10 @@ int apx_train_run(const ApxPlan *plan, const ApxTrainConfig *cfg_in) {
       goto done;
     }
     char scale_txt[96];
-    if (t.scaler.cfg.dynamic)
-      snprintf(scale_txt, sizeof scale_txt, "loss scale fell to %g", t.scaler.scale);
+    if (sc->cfg.dynamic)
+      snprintf(scale_txt, sizeof scale_txt, "loss scale fell to %g", sc->scale);
     else
-      snprintf(scale_txt, sizeof scale_txt, "static loss scale %g", t.scaler.scale);
+      snprintf(scale_txt, sizeof scale_txt, "static loss scale %g", sc->scale);
     if (rs.by_cause[APX_CAUSE_OVERFLOW] == n_run)
       apx_diag_error(&d, APX_EXIT_RUNTIME, "apexrun: all %" PRId64 " steps overflowed; %s; the model did "
                      "not train%s", n_run, scale_txt, cfg.export_onnx ? " (not exported)" : "");

@@ -26,8 +26,15 @@
  * APX_SCALER_COLLAPSE_RUN overflows in a row); during the scale's warm-up it warns and
  * completes (export included).
  *
- * Plans with more than one loss scaler (several LossScaleSeed kernels) are refused: "not
- * supported yet". rank/world select this process's slice of each global batch (sampler.h);
+ * Several losses (apexc --loss A,B; passes/autodiff.h): one LossScaleSeed per loss, each
+ * with its own scale buffer (apx_loss_scale/<loss>) and its own UnscaleCheck, whose found_inf
+ * drives that loss's scaler; the step skips when any loss overflowed (the final UnscaleCheck
+ * of the summed gradients, which OptimizerStep reads, sees every non-finite contribution) and
+ * only the scalers of the losses that overflowed back off (Apex num_losses / loss_id). The
+ * record's loss is the sum of the losses, losses[] and loss_scales[] each one's; an overflow
+ * names its loss. Each scaler's state is in the checkpoint (checkpoint.h version 5). Not
+ * supported yet with several losses: data parallelism (K ranks; refused here).
+ * rank/world select this process's slice of each global batch (sampler.h);
  * under mpirun cfg.coll (collective.h) carries them and dp.h adds what K ranks need:
  * gradient buckets reduced during BACKWARD, found_inf agreed before the update, replica
  * checks (every rank identical) after resume, every --check-replicas N steps and at the
@@ -123,8 +130,15 @@ typedef enum ApxStepCause {
   APX_CAUSE_LOSS = 3,        /* the loss is not finite with finite inputs: the forward pass */
 } ApxStepCause;
 
+#define APX_TRAIN_MAX_LOSSES 8
+
 typedef struct ApxStepRecord {
   int64_t step;              /* 1-based */
+  int32_t n_losses;          /* 1, or a plan's several losses (--loss A,B) */
+  const char *loss_names[APX_TRAIN_MAX_LOSSES]; /* several losses: each one's name, loss and */
+  double losses[APX_TRAIN_MAX_LOSSES];          /* scale used (loss is their sum, loss_scale */
+  double loss_scales[APX_TRAIN_MAX_LOSSES];     /* the first one's) */
+  int32_t overflow_loss;     /* the first loss whose gradients overflowed, -1 */
   double loss, loss_scale, grad_norm, lr, ms;
   int32_t skipped;
   const char *overflow_at;   /* parameter name or NULL */
@@ -137,6 +151,14 @@ typedef struct ApxStepRecord {
                                 allreduce was in flight (0 with --no-overlap); one process: -1 */
 } ApxStepRecord;
 
+/* One loss of a plan with several (--loss A,B): its buffers and its own scaler. */
+typedef struct ApxTrainLoss {
+  const char *name;          /* the loss buffer's name */
+  int32_t loss_buf, scale_buf, found_inf_buf, first_bad_buf;
+  int32_t check_kernel;      /* its UnscaleCheck */
+  ApxScaler scaler;          /* loss 0: the trainer's scaler (apx_trainer_scaler) */
+} ApxTrainLoss;
+
 typedef struct ApxTrainer {
   const ApxPlan *plan;
   ApxTrainConfig cfg;
@@ -144,7 +166,9 @@ typedef struct ApxTrainer {
   int32_t have_ex;
   ApxDataset ds;
   ApxSampler sampler;
-  ApxScaler scaler;
+  ApxScaler scaler;          /* the (first) loss's scaler */
+  int32_t n_losses;          /* LossScaleSeed kernels: 1, or several (--loss A,B) */
+  ApxTrainLoss losses[APX_TRAIN_MAX_LOSSES]; /* n_losses > 1 */
   ApxLrConfig lr;            /* the run's schedule: the plan's, or cfg.hp's overrides */
   ApxAttrOptimizer opt_attrs; /* OptimizerStep's attributes this run uses (weight decay,
                                  clipping from cfg.hp); the executor points at this copy */
@@ -165,7 +189,9 @@ typedef struct ApxTrainer {
   int64_t *idx;              /* [batch] */
   void **host;               /* [n_inputs] one batch per input */
   void *loss_host;
-  void *readback;            /* [accumulate + 3] 8-byte slots: losses, found_inf, first_bad, norm_sq */
+  void *readback;            /* [accumulate + 3 (+ 3 per loss when several)] 8-byte slots: losses,
+                                found_inf, first_bad, norm_sq (then each loss's loss, found_inf,
+                                first_bad) */
   /* naming the cause of a non-finite step (only when the data holds a NaN/Inf) */
   ApxSampler global;         /* every rank's samples of a global batch: batch x world */
   int64_t *global_idx;       /* [batch x world] */
@@ -174,8 +200,11 @@ typedef struct ApxTrainer {
 
 void apx_train_config_init(ApxTrainConfig *c);
 
-/* Checks the plan is a trainable single-loss plan, creates the executor and opens the
- * dataset. total_steps of the lr schedule defaults to cfg->steps. Returns 0 or -1. */
+/* Loss i's scaler (0: t->scaler). */
+ApxScaler *apx_trainer_scaler(ApxTrainer *t, int32_t i);
+
+/* Checks the plan is a trainable plan (one loss, or several with their own scalers), creates
+ * the executor and opens the dataset. total_steps of the lr schedule defaults to cfg->steps. Returns 0 or -1. */
 int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *cfg, ApxDiag *d);
 void apx_trainer_free(ApxTrainer *t);
 
