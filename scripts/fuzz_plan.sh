@@ -25,7 +25,8 @@ protoc-c --proto_path="$ROOT/plan" --c_out="$WORK/plan" "$ROOT/plan/plan.proto"
 # most of each run.
 GUIDED=(tests/fuzz/fuzz_plan.c tests/fuzz/plan_edit.c plan/plan.c plan/plan_validate.c
         ir/arena.c ir/diag.c kernels/op.c kernels/dtype.c kernels/tensor.c kernels/shape.c
-        kernels/validate.c runtime/exec.c runtime/backend.c runtime/backend_cpu.c
+        kernels/validate.c kernels/index_plan.c kernels/resample_plan.c runtime/exec.c
+        runtime/backend.c runtime/backend_registry.c runtime/backend_cpu.c
         kernels/cpu/dispatch.c "$WORK/plan/plan.pb-c.c")
 PLAIN=(ir/fileio.c $(cd "$ROOT" && ls kernels/cpu/*.c | grep -v 'dispatch.c\|reexec_probe.c'))
 # clang 14 does not know __builtin_cpu_supports("f16c"): CPU feature probes answer 0 here (the
