@@ -53,6 +53,10 @@ for py in python3 python; do
 done
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [ -d "$d" ] && libdirs="$libdirs:$d"; done
 export APEXC_CUDA_LIBS="${libdirs#:}"
+# the bundle's lib/ (OpenMPI's chain, built on Debian) is for the bundle's binaries only: the
+# device's own python3 (torch) runs with the library path it came with
+host_ld="${LD_LIBRARY_PATH:-}"
+python3() { LD_LIBRARY_PATH="$host_ld" command python3 "$@"; }
 export LD_LIBRARY_PATH="$B/lib:${APEXC_CUDA_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 status=0
@@ -64,7 +68,10 @@ stage() {
   local t0=$(date +%s.%N)
   ( $fn ) > "$OUT/$name.txt" 2>&1 &
   local pid=$!
-  ( sleep "$budget"; kill -TERM -- -$pid 2>/dev/null || kill -TERM $pid 2>/dev/null ) &
+  # the guard's sleep must not outlive the stage: it would hold run.sh's output open (a caller
+  # reading it to the end waited out the longest budget)
+  ( trap 'kill $s 2>/dev/null; exit 0' TERM; sleep "$budget" & s=$!; wait $s
+    kill -TERM -- -$pid 2>/dev/null || kill -TERM $pid 2>/dev/null ) >/dev/null 2>&1 &
   local guard=$!
   wait $pid; local rc=$?
   kill $guard 2>/dev/null; wait $guard 2>/dev/null
