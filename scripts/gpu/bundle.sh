@@ -19,7 +19,7 @@ out=.gpu_bundle
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
     *) echo "bundle.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
