@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
     --dry-run) dry=1; shift ;;
     --bundle) bundle="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -53,6 +53,10 @@ for py in python3 python; do
 done
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [ -d "$d" ] && libdirs="$libdirs:$d"; done
 export APEXC_CUDA_LIBS="${libdirs#:}"
+# the bundle's lib/ (OpenMPI's chain, built on Debian) is for the bundle's binaries only: the
+# device's own python3 (torch) runs with the library path it came with
+host_ld="${LD_LIBRARY_PATH:-}"
+python3() { LD_LIBRARY_PATH="$host_ld" command python3 "$@"; }
 export LD_LIBRARY_PATH="$B/lib:${APEXC_CUDA_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 status=0
@@ -64,7 +68,10 @@ stage() {
   local t0=$(date +%s.%N)
   ( $fn ) > "$OUT/$name.txt" 2>&1 &
   local pid=$!
-  ( sleep "$budget"; kill -TERM -- -$pid 2>/dev/null || kill -TERM $pid 2>/dev/null ) &
+  # the guard's sleep must not outlive the stage: it would hold run.sh's output open (a caller
+  # reading it to the end waited out the longest budget)
+  ( trap 'kill $s 2>/dev/null; exit 0' TERM; sleep "$budget" & s=$!; wait $s
+    kill -TERM -- -$pid 2>/dev/null || kill -TERM $pid 2>/dev/null ) >/dev/null 2>&1 &
   local guard=$!
   wait $pid; local rc=$?
   kill $guard 2>/dev/null; wait $guard 2>/dev/null
