@@ -324,6 +324,7 @@ CONTRACT(c_bool_unary) {
 CONTRACT(c_minmax) {
   (void)op, (void)attrs;
   if (n_in < 1) return bad(v, "no inputs");
+  for (int k = 0; k < n_in; k++) TRY(need_in(v, ins, n_in, k));
   TRY(same_input_types(v, ins, n_in));
   TRY(out_type(v, &outs[0], ins[0].dtype));
   for (int k = 0; k < n_in; k++)
@@ -383,6 +384,7 @@ CONTRACT(c_minmax_grad) {
   (void)op, (void)attrs;
   if (n_in < 3 || n_out != n_in - 2)
     return bad(v, "%d inputs and %d outputs (want n + 2 and n)", n_in, n_out);
+  for (int k = 0; k < n_in; k++) TRY(need_in(v, ins, n_in, k));
   TRY(same_input_types(v, ins, n_in));
   const ApxTensor *dy = &ins[0];
   int64_t n = numel(dy);

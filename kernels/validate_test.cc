@@ -222,3 +222,15 @@ TEST(Validate, ErrorPrefixNamesTheOp) {
 }
 
 }  // namespace
+
+// Found by scripts/fuzz_plan.sh: a Min/Max (or MinMaxGrad) whose later input is absent in the
+// plan reached the kernel, which read through a null pointer.
+TEST(Validate, MinMaxNeedEveryInput) {
+  ApxTensor o = T({4}, APX_DT_F32, 0x20000);
+  EXPECT_EQ(Check(APX_OP_Max, nullptr, {T({4}), T({4}, APX_DT_F32, 0x30000)}, {o}).st, APX_STATUS_OK);
+  Result r = Check(APX_OP_Max, nullptr, {T({4}), Absent()}, {o});
+  EXPECT_EQ(r.st, APX_STATUS_BAD_INPUT);
+  EXPECT_EQ(r.err, "input 1 missing");
+  r = Check(APX_OP_MinMaxGrad, nullptr, {T({4}), T({4}), T({4}), Absent()}, {T({4}, APX_DT_F32, 0x40000), Absent()});
+  EXPECT_EQ(r.err, "input 3 missing");
+}
