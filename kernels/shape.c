@@ -323,15 +323,19 @@ int apx_slice_view(const ApxAttrSlice *a, const ApxTensor *full, const ApxTensor
   apx_dims_strides(full->dims, full->rank, fs);
   *base = 0;
   for (int32_t d = 0; d < full->rank; d++) {
-    int64_t st = a->starts[d], step = a->steps[d], cnt = part->dims[d];
+    int64_t st = a->starts[d], step = a->steps[d], cnt = part->dims[d], last = 0, span = 0;
+    /* overflow-checked: a plan's attributes are data (scripts/fuzz_plan.sh found a step whose
+     * product overflowed) */
+    int over = __builtin_mul_overflow(step, fs[d], &strides[d]);
     if (cnt > 0) {
-      int64_t last = st + (cnt - 1) * step;
-      if (step == 0 || st < 0 || st >= full->dims[d] || last < 0 || last >= full->dims[d])
+      over |= __builtin_mul_overflow(cnt - 1, step, &span) | __builtin_add_overflow(st, span, &last);
+      if (over || step == 0 || st < 0 || st >= full->dims[d] || last < 0 || last >= full->dims[d])
         return fail(err, cap, "dim %d: start %lld step %lld count %lld outside [0, %lld)", d,
                     (long long)st, (long long)step, (long long)cnt, (long long)full->dims[d]);
       *base += st * fs[d];
+    } else if (over) {
+      return fail(err, cap, "dim %d: step %lld overflows", d, (long long)step);
     }
-    strides[d] = step * fs[d];
   }
   return 0;
 }
