@@ -278,10 +278,11 @@ ApxTensor T(uintptr_t addr, ApxDType dt, std::vector<int64_t> dims) {
 ApxAttrConv Conv3x3() {
   ApxAttrConv a;
   memset(&a, 0, sizeof a);
-  a.kernel[0] = a.kernel[1] = 3;
-  a.strides[0] = a.strides[1] = 1;
-  for (int i = 0; i < 4; i++) a.pads[i] = 1;
-  a.dilations[0] = a.dilations[1] = 1;
+  a.kernel[0] = 1;
+  a.kernel[1] = a.kernel[2] = 3;
+  a.strides[1] = a.strides[2] = 1;
+  for (int i : {1, 2, 4, 5}) a.pads[i] = 1;
+  a.dilations[1] = a.dilations[2] = 1;
   a.group = 1;
   return a;
 }

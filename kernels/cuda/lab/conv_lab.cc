@@ -10,10 +10,11 @@ namespace {
 ApxAttrConv Conv(int64_t k, int64_t stride, int64_t pad, int64_t dil, int64_t group) {
   ApxAttrConv a;
   memset(&a, 0, sizeof a);
-  a.kernel[0] = a.kernel[1] = k;
-  a.strides[0] = a.strides[1] = stride;
-  a.pads[0] = a.pads[1] = a.pads[2] = a.pads[3] = pad;
-  a.dilations[0] = a.dilations[1] = dil;
+  a.kernel[0] = 1;
+  a.kernel[1] = a.kernel[2] = k;
+  a.strides[1] = a.strides[2] = stride;
+  a.pads[1] = a.pads[2] = a.pads[4] = a.pads[5] = pad;
+  a.dilations[1] = a.dilations[2] = dil;
   a.group = group;
   return a;
 }
@@ -21,11 +22,12 @@ ApxAttrConv Conv(int64_t k, int64_t stride, int64_t pad, int64_t dil, int64_t gr
 ApxAttrConvTranspose ConvT(int64_t k, int64_t stride, int64_t pad, int64_t out_pad, int64_t group) {
   ApxAttrConvTranspose a;
   memset(&a, 0, sizeof a);
-  a.kernel[0] = a.kernel[1] = k;
-  a.strides[0] = a.strides[1] = stride;
-  a.pads[0] = a.pads[1] = a.pads[2] = a.pads[3] = pad;
-  a.dilations[0] = a.dilations[1] = 1;
-  a.output_padding[0] = a.output_padding[1] = out_pad;
+  a.kernel[0] = 1;
+  a.kernel[1] = a.kernel[2] = k;
+  a.strides[1] = a.strides[2] = stride;
+  a.pads[1] = a.pads[2] = a.pads[4] = a.pads[5] = pad;
+  a.dilations[1] = a.dilations[2] = 1;
+  a.output_padding[1] = a.output_padding[2] = out_pad;
   a.group = group;
   return a;
 }
@@ -51,8 +53,8 @@ std::vector<LabCase> Cases() {
                     .Out(dt, {2, 8, 9, 9}).Out(dt, {16, 8, 3, 3}).Out(dt, {16}).Reduce(2 * 81));
     // 1-D (N, C, L): height 1, the attributes' first entries unit; L: (33 + 2 - 3) / 2 + 1 = 17
     ApxAttrConv c1 = Conv(3, 2, 1, 1, 1);
-    c1.kernel[0] = c1.strides[0] = 1;
-    c1.pads[0] = c1.pads[2] = 0;
+    c1.kernel[1] = c1.strides[1] = 1;
+    c1.pads[1] = c1.pads[4] = 0;
     v.push_back(LabCase("Conv1D_s2_pad1_bias" + s, APX_OP_Conv).Attrs(c1)
                     .In(dt, {2, 8, 33}).In(dt, {16, 8, 3}).In(dt, {16}).Out(dt, {2, 16, 17}).Reduce(24));
     v.push_back(LabCase("ConvGrad1D_s2" + s, APX_OP_ConvGrad).Attrs(c1)

@@ -9,10 +9,11 @@ namespace {
 ApxAttrPool Pool(int64_t k, int64_t stride, int64_t pad, int64_t dil, int ceil, int cip, int so) {
   ApxAttrPool a;
   memset(&a, 0, sizeof a);
-  a.kernel[0] = a.kernel[1] = k;
-  a.strides[0] = a.strides[1] = stride;
-  a.pads[0] = a.pads[1] = a.pads[2] = a.pads[3] = pad;
-  a.dilations[0] = a.dilations[1] = dil;
+  a.kernel[0] = 1;
+  a.kernel[1] = a.kernel[2] = k;
+  a.strides[1] = a.strides[2] = stride;
+  a.pads[1] = a.pads[2] = a.pads[4] = a.pads[5] = pad;
+  a.dilations[1] = a.dilations[2] = dil;
   a.ceil_mode = ceil;
   a.count_include_pad = cip;
   a.storage_order = so;
