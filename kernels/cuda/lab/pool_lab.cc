@@ -1,5 +1,5 @@
 // pool_lab.cc - MaxPool (Indices, storage order, ceil mode, dilation, pads), AveragePool
-// (count_include_pad), their gradients and GlobalAveragePool on CUDA against the CPU.
+// (count_include_pad), their gradients (2-D and 3-D) and GlobalAveragePool on CUDA against the CPU.
 #include "kernels/cuda/lab/lab.h"
 
 using lab::LabCase;
@@ -20,6 +20,15 @@ ApxAttrPool Pool(int64_t k, int64_t stride, int64_t pad, int64_t dil, int ceil, 
   return a;
 }
 
+// 3-D: k, stride and pad the same in every slot
+ApxAttrPool Pool3D(int64_t k, int64_t stride, int64_t pad, int cip) {
+  ApxAttrPool a;
+  memset(&a, 0, sizeof a);
+  lab::CubicWindow(&a, k, stride, pad);
+  a.count_include_pad = cip;
+  return a;
+}
+
 std::vector<LabCase> Cases() {
   std::vector<LabCase> v;
   for (ApxDType dt : lab::FloatTypes()) {
@@ -36,6 +45,15 @@ std::vector<LabCase> Cases() {
                     .In(dt, {2, 4, 9, 8}).In(dt, {2, 4, 9, 8}).Out(dt, {2, 4, 9, 8}).Reduce(9));
     v.push_back(LabCase("AveragePoolGrad" + s, APX_OP_AveragePoolGrad).Attrs(Pool(3, 2, 1, 1, 0, 0, 0))
                     .In(dt, {2, 5, 7, 6}).Out(dt, {2, 5, 13, 12}).Reduce(4));
+    // 3-D (N, C, D, H, W): D, H, W (7, 8, 9) -> (4, 4, 5) with k3 s2 p1
+    v.push_back(LabCase("MaxPool3D_idx" + s, APX_OP_MaxPool).Attrs(Pool3D(3, 2, 1, 0))
+                    .In(dt, {2, 3, 7, 8, 9}).Out(dt, {2, 3, 4, 4, 5}).Out(APX_DT_I64, {2, 3, 4, 4, 5}));
+    v.push_back(LabCase("AveragePool3D_cip" + s, APX_OP_AveragePool).Attrs(Pool3D(3, 2, 1, 1))
+                    .In(dt, {2, 3, 7, 8, 9}).Out(dt, {2, 3, 4, 4, 5}).Reduce(27));
+    v.push_back(LabCase("MaxPoolGrad3D" + s, APX_OP_MaxPoolGrad).Attrs(Pool3D(3, 2, 1, 0))
+                    .In(dt, {2, 3, 4, 4, 5}).In(dt, {2, 3, 7, 8, 9}).Out(dt, {2, 3, 7, 8, 9}).Reduce(8));
+    v.push_back(LabCase("AveragePoolGrad3D" + s, APX_OP_AveragePoolGrad).Attrs(Pool3D(3, 2, 1, 0))
+                    .In(dt, {2, 3, 4, 4, 5}).Out(dt, {2, 3, 7, 8, 9}).Reduce(8));
     v.push_back(LabCase("GlobalAveragePool" + s, APX_OP_GlobalAveragePool).In(dt, {4, 16, 9, 7}).Out(dt, {4, 16, 1, 1}).Reduce(63));
     v.push_back(LabCase("GlobalAveragePoolGrad" + s, APX_OP_GlobalAveragePoolGrad).In(dt, {4, 16, 1, 1}).Out(dt, {4, 16, 9, 7}));
   }
