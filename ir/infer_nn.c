@@ -462,6 +462,16 @@ static void window_to_attrs(const Window *w, int64_t *kernel, int64_t *strides, 
   memcpy(dilations, w->dilations, sizeof w->dilations);
 }
 
+/* Input 0 of a window op: rank 5 (3-D), 4 (2-D) or 3 (1-D); more spatial dims are valid
+ * ONNX that apexc does not run yet. */
+static int check_spatial_rank(const ApxGraph *g, int node, const char *what, ApxDiag *d) {
+  const ApxValue *x = infer_in(g, node, 0);
+  if (x->rank > 5)
+    return apx_node_error(d, g, node, "not supported yet: %d-D %s (input 0 '%s' has rank %d; "
+                          "supported: 1-D, 2-D and 3-D)", x->rank - 2, what, x->name, x->rank);
+  return infer_check_rank(g, node, 0, 3, 5, d);
+}
+
 /* 2-D and 1-D windows run as 3-D ones with unit leading dims: X (N, C, H, W) is read as
  * (N, C, 1, H, W), (N, C, L) as (N, C, 1, 1, L), and the typed attributes hold three spatial
  * entries, the leading ones unit (kernel, strides and dilations 1, pads 0; kernels/shape.h
@@ -591,7 +601,7 @@ static int check_kernel_shape(ApxGraph *g, int node, const ApxValue *W, const in
 
 static int canon_conv(ApxGraph *g, int node, ApxDiag *d) {
   ApxAttrConv *a = APX_NODE_ATTRS(g, node, ApxAttrConv);
-  if (infer_check_rank(g, node, 0, 3, 5, d) || check_weight_rank(g, node, 0, 1, d)) return -1;
+  if (check_spatial_rank(g, node, "Conv", d) || check_weight_rank(g, node, 0, 1, d)) return -1;
   const ApxValue *W = infer_in(g, node, 1);
   Window w;
   memset(&w, 0, sizeof w);
@@ -697,7 +707,7 @@ static int attr_pair(ApxGraph *g, int node, const char *name, int ns, int64_t de
  * negative total, an output_shape above the natural size, is more output_padding). */
 static int canon_conv_transpose(ApxGraph *g, int node, ApxDiag *d) {
   ApxAttrConvTranspose *a = APX_NODE_ATTRS(g, node, ApxAttrConvTranspose);
-  if (infer_check_rank(g, node, 0, 3, 5, d) || check_weight_rank(g, node, 0, 1, d)) return -1;
+  if (check_spatial_rank(g, node, "ConvTranspose", d) || check_weight_rank(g, node, 0, 1, d)) return -1;
   const ApxValue *X = infer_in(g, node, 0), *W = infer_in(g, node, 1);
   int ns = X->rank - 2, off = 3 - ns;
   int64_t buf[8], in[3];
@@ -806,7 +816,7 @@ static int conv_transpose_shape(ApxGraph *g, int node, int x_slot, int w_slot, I
 static int canon_pool(ApxGraph *g, int node, ApxDiag *d) {
   ApxAttrPool *a = APX_NODE_ATTRS(g, node, ApxAttrPool);
   int is_max = g->nodes[node].op == APX_OP_MaxPool;
-  if (infer_check_rank(g, node, 0, 3, 5, d)) return -1;
+  if (check_spatial_rank(g, node, is_max ? "MaxPool" : "AveragePool", d)) return -1;
   Window w;
   memset(&w, 0, sizeof w);
   int64_t ks[8], v;
