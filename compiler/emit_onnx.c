@@ -315,15 +315,15 @@ static int attrs_from_fields(Emit *e, AttrList *l, int node) {
 }
 
 /* A window's kernel_shape, strides, pads and dilations (dilations NULL: not written) for an
- * input of rank `rank`: the typed attributes hold two spatial entries, a 1-D (rank 3) window
- * its own in the second ones. */
+ * input of rank `rank` (3, 4 or 5): the typed attributes hold three spatial entries, a 2-D or
+ * 1-D window its own in the last ones. */
 static int window_attrs(Emit *e, AttrList *l, int rank, const int64_t *kernel, const int64_t *strides,
                         const int64_t *pads, const int64_t *dilations) {
-  int ns = rank == 3 ? 1 : 2, off = 2 - ns;
-  int64_t p[4] = {pads[0], pads[1], pads[2], pads[3]};
-  if (ns == 1) { /* begin, end of the one dim */
-    p[0] = pads[1];
-    p[1] = pads[3];
+  int ns = rank - 2 < 1 ? 1 : rank - 2 > 3 ? 3 : rank - 2, off = 3 - ns;
+  int64_t p[6];
+  for (int i = 0; i < ns; i++) { /* begins, then ends, of the window's own dims */
+    p[i] = pads[off + i];
+    p[ns + i] = pads[3 + off + i];
   }
   int rc = attr_ints(e, l, "kernel_shape", kernel + off, ns) | attr_ints(e, l, "strides", strides + off, ns) |
            attr_ints(e, l, "pads", p, 2 * ns);
@@ -365,17 +365,19 @@ static int attrs_from_typed(Emit *e, AttrList *l, int node) {
       else rc |= attr_int(e, l, "storage_order", a->storage_order);
       break;
     }
-    case APX_OP_Conv: { /* 1-D: window_attrs; 2-D: from the fields */
+    case APX_OP_Conv: { /* 3-D: from the fields; 2-D, 1-D: window_attrs */
       const ApxAttrConv *a = t;
-      if (g->vals[n->in[0]].rank != 3) return attrs_from_fields(e, l, node);
-      rc = window_attrs(e, l, 3, a->kernel, a->strides, a->pads, a->dilations) | attr_int(e, l, "group", a->group);
+      int rank = g->vals[n->in[0]].rank;
+      if (rank == 5) return attrs_from_fields(e, l, node);
+      rc = window_attrs(e, l, rank, a->kernel, a->strides, a->pads, a->dilations) | attr_int(e, l, "group", a->group);
       break;
     }
     case APX_OP_ConvTranspose: {
       const ApxAttrConvTranspose *a = t;
-      if (g->vals[n->in[0]].rank != 3) return attrs_from_fields(e, l, node);
-      rc = window_attrs(e, l, 3, a->kernel, a->strides, a->pads, a->dilations) | attr_int(e, l, "group", a->group) |
-           attr_ints(e, l, "output_padding", a->output_padding + 1, 1);
+      int rank = g->vals[n->in[0]].rank, ns = rank == 3 ? 1 : 2;
+      if (rank == 5) return attrs_from_fields(e, l, node);
+      rc = window_attrs(e, l, rank, a->kernel, a->strides, a->pads, a->dilations) |
+           attr_ints(e, l, "output_padding", a->output_padding + 3 - ns, ns) | attr_int(e, l, "group", a->group);
       break;
     }
     case APX_OP_Reshape: /* allowzero exists from opset 14 */

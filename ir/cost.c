@@ -157,7 +157,8 @@ int64_t apx_node_flops(const ApxGraph *g, int node) {
     case APX_OP_AveragePoolGrad: {
       const ApxAttrPool *p = APX_NODE_ATTRS(g, node, ApxAttrPool);
       const ApxValue *big = n->op == APX_OP_MaxPool || n->op == APX_OP_AveragePool ? y : x;
-      return mul_ok(numel(big), mul_ok(p->kernel[0] > 0 ? p->kernel[0] : 1, p->kernel[1] > 0 ? p->kernel[1] : 1));
+      return mul_ok(numel(big), mul_ok(p->kernel[0] > 0 ? p->kernel[0] : 1,
+                                       mul_ok(p->kernel[1] > 0 ? p->kernel[1] : 1, p->kernel[2] > 0 ? p->kernel[2] : 1)));
     }
     case APX_OP_SoftmaxCrossEntropyLoss:
     case APX_OP_NegativeLogLikelihoodLoss:

@@ -433,10 +433,10 @@ static int infer_dropout(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out(g, node, 1, mask_dt, x->rank, x->dims, d);
 }
 
-/* ---- Conv and pooling (1-D and 2-D) ------------------------------------------------- */
+/* ---- Conv and pooling (1-D, 2-D and 3-D) ------------------------------------------------- */
 
 typedef struct Window {
-  int64_t kernel[2], strides[2], pads[4], dilations[2];
+  int64_t kernel[3], strides[3], pads[6], dilations[3];
   int32_t ceil_mode;
 } Window;
 
@@ -462,60 +462,55 @@ static void window_to_attrs(const Window *w, int64_t *kernel, int64_t *strides, 
   memcpy(dilations, w->dilations, sizeof w->dilations);
 }
 
-/* Input 0 of a window op: rank 4 (2-D) or 3 (1-D); 3-D is not supported yet. */
+/* Input 0 of a window op: rank 5 (3-D), 4 (2-D) or 3 (1-D); more spatial dims are valid
+ * ONNX that apexc does not run yet. */
 static int check_spatial_rank(const ApxGraph *g, int node, const char *what, ApxDiag *d) {
   const ApxValue *x = infer_in(g, node, 0);
-  if (x->rank == 4 || x->rank == 3) return 0;
-  if (x->rank == 5)
-    return apx_node_error(d, g, node, "not supported yet: 3-D %s (input 0 '%s' has rank 5; "
-                          "supported: 1-D and 2-D)", what, x->name);
-  return infer_check_rank(g, node, 0, 3, 4, d);
+  if (x->rank > 5)
+    return apx_node_error(d, g, node, "not supported yet: %d-D %s (input 0 '%s' has rank %d; "
+                          "supported: 1-D, 2-D and 3-D)", x->rank - 2, what, x->name, x->rank);
+  return infer_check_rank(g, node, 0, 3, 5, d);
 }
 
-/* 1-D windows run as 2-D ones of height 1: X (N, C, L) is read as (N, C, 1, L) and the
- * typed attributes hold two spatial entries, the first a unit one (kernel, strides and
- * dilations 1, pads 0; kernels/shape.h reads rank-3 operands so). The (H, W) plane of a
- * window operand of rank 3 or 4: */
-static void plane_of(const ApxValue *v, int64_t hw[2]) {
-  hw[0] = v->rank == 4 ? v->dims[2] : 1;
-  hw[1] = v->dims[v->rank - 1];
+/* 2-D and 1-D windows run as 3-D ones with unit leading dims: X (N, C, H, W) is read as
+ * (N, C, 1, H, W), (N, C, L) as (N, C, 1, 1, L), and the typed attributes hold three spatial
+ * entries, the leading ones unit (kernel, strides and dilations 1, pads 0; kernels/shape.h
+ * reads operands so). The (D, H, W) volume of a window operand of rank 3, 4 or 5: */
+static void plane_of(const ApxValue *v, int64_t dhw[3]) {
+  int ns = v->rank - 2;
+  for (int i = 0; i < 3; i++) dhw[i] = i < 3 - ns ? 1 : v->dims[v->rank - 3 + i];
 }
 
-/* (n, c, plane) in X's rank (3: the plane's W only). */
-static IShape window_shape(const ApxValue *X, int64_t n, int64_t c, const int64_t hw[2]) {
+/* (n, c, volume) in X's rank (the volume's last rank - 2 entries). */
+static IShape window_shape(const ApxValue *X, int64_t n, int64_t c, const int64_t dhw[3]) {
   IShape s;
   memset(&s, 0, sizeof s);
   s.rank = X->rank;
   s.dims[0] = n;
   s.dims[1] = c;
-  if (X->rank == 4) {
-    s.dims[2] = hw[0];
-    s.dims[3] = hw[1];
-  } else {
-    s.dims[2] = hw[1];
-  }
+  for (int i = 2; i < X->rank; i++) s.dims[i] = dhw[i + 3 - X->rank];
   return s;
 }
 
-/* W (w_slot) of X's rank (3 or 4). */
+/* W (w_slot) of X's rank (3, 4 or 5). */
 static int check_weight_rank(ApxGraph *g, int node, int x_slot, int w_slot, ApxDiag *d) {
   int r = infer_in(g, node, x_slot)->rank;
-  if (infer_check_rank(g, node, x_slot, 3, 4, d)) return -1;
+  if (infer_check_rank(g, node, x_slot, 3, 5, d)) return -1;
   return infer_check_rank(g, node, w_slot, r, r, d);
 }
 
-/* strides, dilations, pads and auto_pad -> explicit pads for the spatial dims (1-D: the
- * second entries, the first unit). */
+/* strides, dilations, pads and auto_pad -> explicit pads for the spatial dims (2-D and 1-D:
+ * the last entries, the leading ones unit). */
 static int canon_window(ApxGraph *g, int node, Window *w, int has_dilations, ApxDiag *d) {
   const ApxValue *x = infer_in(g, node, 0);
-  int ns = x->rank - 2, off = 2 - ns;
-  int64_t buf[8], in[2];
+  int ns = x->rank - 2, off = 3 - ns;
+  int64_t buf[8], in[3];
   plane_of(x, in);
   int n;
   static const char *const names[2] = {"strides", "dilations"};
   int64_t *dst[2] = {w->strides, w->dilations};
   for (int t = 0; t < 2; t++) {
-    dst[t][0] = dst[t][1] = 1;
+    dst[t][0] = dst[t][1] = dst[t][2] = 1;
     if (t == 1 && !has_dilations) continue;
     int got = infer_attr_ints(g, node, names[t], buf, 8, &n, d);
     if (got < 0) return -1;
@@ -539,7 +534,7 @@ static int canon_window(ApxGraph *g, int node, Window *w, int has_dilations, Apx
     for (int i = 0; i < 2 * ns; i++) {
       if (buf[i] < 0)
         return apx_node_error(d, g, node, "attribute 'pads' = %" PRId64 " must be >= 0", buf[i]);
-      w->pads[(i < ns ? 0 : 2) + off + i % ns] = buf[i];
+      w->pads[(i < ns ? 0 : 3) + off + i % ns] = buf[i];
     }
   }
   int same_upper = strcmp(auto_pad, "SAME_UPPER") == 0, same_lower = strcmp(auto_pad, "SAME_LOWER") == 0;
@@ -548,13 +543,13 @@ static int canon_window(ApxGraph *g, int node, Window *w, int has_dilations, Apx
     return apx_node_error(d, g, node, "attribute 'auto_pad' = '%s' (expected NOTSET, SAME_UPPER, "
                           "SAME_LOWER or VALID)", auto_pad);
   if (same_upper || same_lower || valid) {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 6; i++)
       if (w->pads[i])
         return apx_node_error(d, g, node, "attribute 'pads' cannot be used with auto_pad = '%s'", auto_pad);
     w->ceil_mode = 0; /* auto_pad fixes the output size */
   }
   if (same_upper || same_lower) {
-    for (int i = off; i < 2; i++) {
+    for (int i = off; i < 3; i++) {
       int64_t s = w->strides[i];
       int64_t ek = (w->kernel[i] - 1) * w->dilations[i] + 1;
       int64_t out = (in[i] + s - 1) / s;
@@ -562,37 +557,45 @@ static int canon_window(ApxGraph *g, int node, Window *w, int has_dilations, Apx
       if (total < 0) total = 0;
       int64_t small = total / 2, big = total - small;
       w->pads[i] = same_upper ? small : big;
-      w->pads[i + 2] = same_upper ? big : small;
+      w->pads[i + 3] = same_upper ? big : small;
     }
   }
   return 0;
 }
 
-/* Output spatial size; -1 with an error when the window does not fit. */
-static int window_out(const ApxGraph *g, int node, const Window *w, const int64_t *in, int64_t *out,
-                      ApxDiag *d) {
-  for (int i = 0; i < 2; i++) {
+/* Output spatial size; -1 with an error when the window does not fit (ns spatial dims: the
+ * last ns entries; the dim number in the error counts from the first of them). */
+static int window_out(const ApxGraph *g, int node, const Window *w, const int64_t *in, int ns,
+                      int64_t *out, ApxDiag *d) {
+  for (int i = 0; i < 3; i++) {
     int64_t o = apx_window_out(in[i], w->kernel[i], w->strides[i], w->dilations[i], w->pads[i],
-                               w->pads[i + 2], w->ceil_mode ? APX_WINDOW_CEIL : APX_WINDOW_FLOOR);
+                               w->pads[i + 3], w->ceil_mode ? APX_WINDOW_CEIL : APX_WINDOW_FLOOR);
     if (o < 0)
       return apx_node_error(d, g, node, "kernel extent %" PRId64 " is larger than the padded "
                             "input size %" PRId64 " (spatial dim %d)",
                             (w->kernel[i] - 1) * w->dilations[i] + 1,
-                            in[i] + w->pads[i] + w->pads[i + 2], i);
+                            in[i] + w->pads[i] + w->pads[i + 3], i - (3 - ns));
     out[i] = o;
   }
   return 0;
 }
 
-/* kernel_shape, when given, must be W's spatial dims (kernel: W's plane). */
-static int check_kernel_shape(ApxGraph *g, int node, const ApxValue *W, const int64_t kernel[2],
+/* kernel_shape, when given, must be W's spatial dims (kernel: W's volume). */
+static int check_kernel_shape(ApxGraph *g, int node, const ApxValue *W, const int64_t kernel[3],
                               ApxDiag *d) {
   int64_t ks[8];
   int ns = W->rank - 2, n, got = infer_attr_ints(g, node, "kernel_shape", ks, 8, &n, d);
   if (got < 0) return -1;
-  if (got && (n != ns || ks[n - 1] != kernel[1] || (ns == 2 && ks[0] != kernel[0])))
+  int same = got && n == ns;
+  for (int i = 0; same && i < ns; i++) same = ks[i] == kernel[3 - ns + i];
+  if (got && !same) {
+    char dims[96];
+    int len = 0;
+    for (int i = 3 - ns; i < 3; i++)
+      len += snprintf(dims + len, sizeof dims - (size_t)len, "%s%" PRId64, i > 3 - ns ? "," : "", kernel[i]);
     return apx_node_error(d, g, node, "attribute 'kernel_shape' does not match the weight's spatial "
-                          "dims [%" PRId64 ",%" PRId64 "]", kernel[0], kernel[1]);
+                          "dims [%s]", dims);
+  }
   return 0;
 }
 
@@ -624,19 +627,20 @@ static int conv_shape(ApxGraph *g, int node, int x_slot, int w_slot, IShape *y, 
   const ApxAttrConv *a = APX_NODE_ATTRS(g, node, ApxAttrConv);
   if (check_weight_rank(g, node, x_slot, w_slot, d)) return -1;
   const ApxValue *X = infer_in(g, node, x_slot), *W = infer_in(g, node, w_slot);
-  int64_t c = X->dims[1], m = W->dims[0], k[2], in[2];
+  int64_t c = X->dims[1], m = W->dims[0], k[3], in[3];
   plane_of(W, k);
   plane_of(X, in);
   if (a->group < 1 || c % a->group != 0 || m % a->group != 0)
     return apx_node_error(d, g, node, "group = %" PRId64 " must divide the input channels %" PRId64
                           " and the output channels %" PRId64, a->group, c, m);
-  if (W->dims[1] * a->group != c || k[0] != a->kernel[0] || k[1] != a->kernel[1]) {
+  if (W->dims[1] * a->group != c || k[0] != a->kernel[0] || k[1] != a->kernel[1] ||
+      k[2] != a->kernel[2]) {
     IShape want = window_shape(W, m, c / a->group, a->kernel);
     return infer_err_expected(g, node, w_slot, want.rank, want.dims, d);
   }
   Window w = window_of(a->kernel, a->strides, a->pads, a->dilations, 0);
-  int64_t o[2];
-  if (window_out(g, node, &w, in, o, d)) return -1;
+  int64_t o[3];
+  if (window_out(g, node, &w, in, X->rank - 2, o, d)) return -1;
   *y = window_shape(X, X->dims[0], m, o);
   return 0;
 }
@@ -676,23 +680,23 @@ static int infer_conv_relu_grad(ApxGraph *g, int node, ApxDiag *d) {
   return infer_set_out(g, node, 2, infer_in(g, node, 0)->dtype, 1, &y.dims[1], d);
 }
 
-/* ---- ConvTranspose (1-D and 2-D) ---------------------------------------------------- */
+/* ---- ConvTranspose (1-D, 2-D and 3-D) ---------------------------------------------------- */
 
-/* Integer-list attribute `name` of ns (1 or 2) values >= lo into the last ns entries of
- * out[2] (def when absent; a 1-D window's first entry stays def). */
+/* Integer-list attribute `name` of ns (1, 2 or 3) values >= lo into the last ns entries of
+ * out[3] (def when absent; the leading entries of a 2-D or 1-D window stay def). */
 static int attr_pair(ApxGraph *g, int node, const char *name, int ns, int64_t def, int64_t lo,
                      int64_t *out, ApxDiag *d) {
   int64_t buf[8];
   int n, got = infer_attr_ints(g, node, name, buf, 8, &n, d);
   if (got < 0) return -1;
-  out[0] = out[1] = def;
+  out[0] = out[1] = out[2] = def;
   if (!got) return 0;
   if (n != ns) return apx_node_error(d, g, node, "attribute '%s' has %d values, expected %d", name, n, ns);
   for (int i = 0; i < ns; i++) {
     if (buf[i] < lo)
       return apx_node_error(d, g, node, "attribute '%s' = %" PRId64 " must be >= %" PRId64, name,
                             buf[i], lo);
-    out[2 - ns + i] = buf[i];
+    out[3 - ns + i] = buf[i];
   }
   return 0;
 }
@@ -705,8 +709,8 @@ static int canon_conv_transpose(ApxGraph *g, int node, ApxDiag *d) {
   ApxAttrConvTranspose *a = APX_NODE_ATTRS(g, node, ApxAttrConvTranspose);
   if (check_spatial_rank(g, node, "ConvTranspose", d) || check_weight_rank(g, node, 0, 1, d)) return -1;
   const ApxValue *X = infer_in(g, node, 0), *W = infer_in(g, node, 1);
-  int ns = X->rank - 2, off = 2 - ns;
-  int64_t buf[8], in[2];
+  int ns = X->rank - 2, off = 3 - ns;
+  int64_t buf[8], in[3];
   int n, got;
   plane_of(X, in);
   memset(a, 0, sizeof *a);
@@ -726,7 +730,7 @@ static int canon_conv_transpose(ApxGraph *g, int node, ApxDiag *d) {
     for (int i = 0; i < 2 * ns; i++) {
       if (buf[i] < 0)
         return apx_node_error(d, g, node, "attribute 'pads' = %" PRId64 " must be >= 0", buf[i]);
-      a->pads[(i < ns ? 0 : 2) + off + i % ns] = buf[i];
+      a->pads[(i < ns ? 0 : 3) + off + i % ns] = buf[i];
     }
   }
   const char *auto_pad;
@@ -737,21 +741,20 @@ static int canon_conv_transpose(ApxGraph *g, int node, ApxDiag *d) {
     return apx_node_error(d, g, node, "attribute 'auto_pad' = '%s' (expected NOTSET, SAME_UPPER, "
                           "SAME_LOWER or VALID)", auto_pad);
   if ((same_upper || same_lower || valid) && got)
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 6; i++)
       if (a->pads[i])
         return apx_node_error(d, g, node, "attribute 'pads' cannot be used with auto_pad = '%s'", auto_pad);
-  int64_t out[2];
+  int64_t out[3];
   int n_out, has_out = infer_attr_ints(g, node, "output_shape", buf, 8, &n_out, d);
   if (has_out < 0) return -1;
   if (has_out) {
     if (n_out != ns && n_out != ns + 2)
       return apx_node_error(d, g, node, "attribute 'output_shape' has %d values, expected %d "
                             "(the spatial dims) or %d", n_out, ns, ns + 2);
-    out[0] = ns == 2 ? buf[n_out - 2] : 1;
-    out[1] = buf[n_out - 1];
+    for (int i = 0; i < 3; i++) out[i] = i < off ? 1 : buf[n_out - 3 + i];
   }
   if (!has_out && !same_upper && !same_lower) return 0; /* NOTSET / VALID: pads as given */
-  for (int i = off; i < 2; i++) {
+  for (int i = off; i < 3; i++) {
     int64_t s = a->strides[i];
     int64_t o = has_out ? out[i] : in[i] * s;
     if (o < 1)
@@ -762,11 +765,11 @@ static int canon_conv_transpose(ApxGraph *g, int node, ApxDiag *d) {
       return apx_node_error(d, g, node, "not supported yet: ConvTranspose sizes this large");
     int64_t total = s * (in[i] - 1) + a->output_padding[i] + (a->kernel[i] - 1) * a->dilations[i] + 1 - o;
     if (total < 0) {
-      a->pads[i] = a->pads[i + 2] = 0;
+      a->pads[i] = a->pads[i + 3] = 0;
       a->output_padding[i] -= total;
     } else {
       a->pads[i] = same_upper ? total / 2 : total - total / 2;
-      a->pads[i + 2] = total - a->pads[i];
+      a->pads[i + 3] = total - a->pads[i];
     }
   }
   return 0;
@@ -777,33 +780,33 @@ static int conv_transpose_shape(ApxGraph *g, int node, int x_slot, int w_slot, I
   const ApxAttrConvTranspose *a = APX_NODE_ATTRS(g, node, ApxAttrConvTranspose);
   if (check_weight_rank(g, node, x_slot, w_slot, d)) return -1;
   const ApxValue *X = infer_in(g, node, x_slot), *W = infer_in(g, node, w_slot);
-  int64_t c = X->dims[1], k[2], in2[2], o2[2];
+  int64_t c = X->dims[1], k[3], in2[3], o2[3];
   plane_of(W, k);
   plane_of(X, in2);
   if (a->group < 1 || c % a->group != 0)
     return apx_node_error(d, g, node, "group = %" PRId64 " must divide the input channels %" PRId64,
                           a->group, c);
   int64_t m = W->dims[1] * a->group;
-  if (W->dims[0] != c || k[0] != a->kernel[0] || k[1] != a->kernel[1]) {
+  if (W->dims[0] != c || k[0] != a->kernel[0] || k[1] != a->kernel[1] || k[2] != a->kernel[2]) {
     IShape want = window_shape(W, c, W->dims[1], a->kernel);
     return infer_err_expected(g, node, w_slot, want.rank, want.dims, d);
   }
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++) {
     int64_t in = in2[i];
     if (a->strides[i] < 1 || a->dilations[i] < 1 || a->output_padding[i] < 0 || a->pads[i] < 0 ||
-        a->pads[i + 2] < 0)
+        a->pads[i + 3] < 0)
       return apx_node_error(d, g, node, "typed attributes: strides and dilations must be >= 1, "
                             "pads and output_padding >= 0");
     if (in > (INT64_C(1) << 40) || a->strides[i] > (INT64_C(1) << 20) ||
         a->kernel[i] > (INT64_C(1) << 20) || a->dilations[i] > (INT64_C(1) << 20) ||
         a->output_padding[i] > (INT64_C(1) << 40) || a->pads[i] > (INT64_C(1) << 40) ||
-        a->pads[i + 2] > (INT64_C(1) << 40))
+        a->pads[i + 3] > (INT64_C(1) << 40))
       return apx_node_error(d, g, node, "not supported yet: ConvTranspose sizes this large");
     int64_t o = a->strides[i] * (in - 1) + a->output_padding[i] +
-                (a->kernel[i] - 1) * a->dilations[i] + 1 - a->pads[i] - a->pads[i + 2];
+                (a->kernel[i] - 1) * a->dilations[i] + 1 - a->pads[i] - a->pads[i + 3];
     if (o < 1)
       return apx_node_error(d, g, node, "output size %" PRId64 " of spatial dim %d is not positive "
-                            "(the pads exceed the output)", o, i - (4 - X->rank));
+                            "(the pads exceed the output)", o, i - (5 - X->rank));
     o2[i] = o;
   }
   *y = window_shape(X, X->dims[0], m, o2);
@@ -823,10 +826,10 @@ static int canon_pool(ApxGraph *g, int node, ApxDiag *d) {
   int ns = infer_in(g, node, 0)->rank - 2;
   if (n != ns)
     return apx_node_error(d, g, node, "attribute 'kernel_shape' has %d values, expected %d", n, ns);
-  w.kernel[0] = 1; /* 1-D: the unit leading entry */
+  w.kernel[0] = w.kernel[1] = 1; /* 2-D, 1-D: the unit leading entries */
   for (int i = 0; i < ns; i++) {
     if (ks[i] < 1) return apx_node_error(d, g, node, "attribute 'kernel_shape' = %" PRId64 " must be >= 1", ks[i]);
-    w.kernel[2 - ns + i] = ks[i];
+    w.kernel[3 - ns + i] = ks[i];
   }
   if (infer_attr_int(g, node, "ceil_mode", 0, &v, d)) return -1;
   if (v != 0 && v != 1) return apx_node_error(d, g, node, "attribute 'ceil_mode' = %" PRId64 " (expected 0 or 1)", v);
@@ -850,21 +853,22 @@ static int canon_pool(ApxGraph *g, int node, ApxDiag *d) {
 }
 
 /* Pooling output spatial size from the node's typed attributes for input spatial dims in. */
-static int pool_out(const ApxGraph *g, int node, const int64_t *in, int64_t *out, ApxDiag *d) {
+static int pool_out(const ApxGraph *g, int node, const int64_t *in, int ns, int64_t *out,
+                    ApxDiag *d) {
   const ApxAttrPool *a = APX_NODE_ATTRS(g, node, ApxAttrPool);
   Window w = window_of(a->kernel, a->strides, a->pads, a->dilations, a->ceil_mode);
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 3; i++)
     if (w.kernel[i] < 1 || w.strides[i] < 1 || w.dilations[i] < 1)
       return apx_node_error(d, g, node, "typed attributes: kernel, strides and dilations must be >= 1");
-  return window_out(g, node, &w, in, out, d);
+  return window_out(g, node, &w, in, ns, out, d);
 }
 
 static int pool_shape(ApxGraph *g, int node, int x_slot, IShape *y, ApxDiag *d) {
-  if (infer_check_rank(g, node, x_slot, 3, 4, d)) return -1;
+  if (infer_check_rank(g, node, x_slot, 3, 5, d)) return -1;
   const ApxValue *X = infer_in(g, node, x_slot);
-  int64_t o[2], in[2];
+  int64_t o[3], in[3];
   plane_of(X, in);
-  if (pool_out(g, node, in, o, d)) return -1;
+  if (pool_out(g, node, in, X->rank - 2, o, d)) return -1;
   *y = window_shape(X, X->dims[0], X->dims[1], o);
   return 0;
 }
@@ -897,15 +901,15 @@ static int infer_avg_pool_grad(ApxGraph *g, int node, ApxDiag *d) {
   if (infer_check_dtype(g, node, 0, INFER_DT_FLOAT, d)) return -1;
   IShape xs;
   if (infer_preset_shape(g, node, 0, &xs, d)) return -1;
-  if (xs.rank != 4 && xs.rank != 3)
-    return apx_node_error(d, g, node, "output 0 must have rank 3 or 4, has rank %d", xs.rank);
-  int64_t o[2], in[2];
+  if (xs.rank < 3 || xs.rank > 5)
+    return apx_node_error(d, g, node, "output 0 must have rank 3, 4 or 5, has rank %d", xs.rank);
+  int64_t o[3], in[3];
   ApxValue xv;
   memset(&xv, 0, sizeof xv);
   xv.rank = xs.rank;
   memcpy(xv.dims, xs.dims, sizeof xs.dims[0] * (size_t)xs.rank);
   plane_of(&xv, in);
-  if (pool_out(g, node, in, o, d)) return -1;
+  if (pool_out(g, node, in, xs.rank - 2, o, d)) return -1;
   IShape y = window_shape(&xv, xs.dims[0], xs.dims[1], o);
   if (check_input_shape(g, node, 0, &y, d)) return -1;
   return infer_set_out_shape(g, node, 0, infer_in(g, node, 0)->dtype, &xs, d);

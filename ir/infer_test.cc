@@ -545,15 +545,15 @@ TEST(Infer, ConvResolvesSameUpperAndSameLowerPads) {
   EXPECT_EQ(t.shape(y), (Dims{1, 2, 2, 2}));
   ApxAttrConv *a = t.attrs<ApxAttrConv>(n);
   // out = ceil(4/2) = 2, total pad = (2-1)*2 + 3 - 4 = 1: the extra pad goes at the end
-  EXPECT_EQ(Dims(a->pads, a->pads + 4), (Dims{0, 0, 1, 1}));
+  EXPECT_EQ(Dims(a->pads, a->pads + 6), (Dims{0, 0, 0, 0, 1, 1}));
   EXPECT_EQ(a->group, 1);
-  EXPECT_EQ(Dims(a->kernel, a->kernel + 2), (Dims{3, 3}));
+  EXPECT_EQ(Dims(a->kernel, a->kernel + 3), (Dims{1, 3, 3}));
   int m = t.node(APX_OP_Conv, "cl", {x, w}, {y2});
   t.attr_s(m, "auto_pad", "SAME_LOWER");
   t.attr_is(m, "strides", {2, 2});
   ASSERT_EQ(t.run(m), 0) << t.msg();
   ApxAttrConv *b = t.attrs<ApxAttrConv>(m);
-  EXPECT_EQ(Dims(b->pads, b->pads + 4), (Dims{1, 1, 0, 0}));
+  EXPECT_EQ(Dims(b->pads, b->pads + 6), (Dims{0, 1, 1, 0, 0, 0}));
 }
 
 TEST(Infer, ConvChecksChannelsAndGroups) {
@@ -572,11 +572,31 @@ TEST(Infer, ConvChecksChannelsAndGroups) {
   EXPECT_TRUE(has(t.msg(), "input 1: expected [6,4,3,3], got [6,2,3,3]")) << t.msg();
 }
 
-TEST(Infer, ConvRejectsOtherThan2D) {
+// 3-D windows use all three spatial slots (depth, height, width); rank 6 is refused.
+TEST(Infer, Conv3DUsesEveryWindowSlot) {
   G t;
-  int x = t.input("x", APX_DT_F32, {1, 1, 4, 4, 4}), w = t.input("w", APX_DT_F32, {1, 1, 3, 3, 3}), y = t.value("y");
-  EXPECT_LT(t.run(t.node(APX_OP_Conv, "c3", {x, w}, {y})), 0);
-  EXPECT_TRUE(has(t.msg(), "not supported yet: 3-D Conv")) << t.msg();
+  int x = t.input("x", APX_DT_F32, {1, 2, 5, 6, 7}), w = t.input("w", APX_DT_F32, {4, 2, 3, 3, 3});
+  int y = t.value("y");
+  int n = t.node(APX_OP_Conv, "c3", {x, w}, {y});
+  t.attr_is(n, "strides", {2, 1, 1});
+  t.attr_is(n, "pads", {1, 0, 1, 1, 0, 1});
+  t.attr_is(n, "dilations", {1, 1, 2});
+  ASSERT_EQ(t.run(n), 0) << t.msg();
+  // D: (5 + 2 - 3) / 2 + 1 = 3, H: 6 - 3 + 1 = 4, W: 7 + 2 - 5 + 1 = 5
+  EXPECT_EQ(t.shape(y), (Dims{1, 4, 3, 4, 5}));
+  ApxAttrConv *a = t.attrs<ApxAttrConv>(n);
+  EXPECT_EQ(Dims(a->pads, a->pads + 6), (Dims{1, 0, 1, 1, 0, 1}));
+  EXPECT_EQ(Dims(a->strides, a->strides + 3), (Dims{2, 1, 1}));
+  int pv = t.value("p");
+  int m = t.node(APX_OP_MaxPool, "mp3", {x}, {pv});
+  t.attr_is(m, "kernel_shape", {2, 2, 2});
+  t.attr_is(m, "strides", {2, 2, 2});
+  ASSERT_EQ(t.run(m), 0) << t.msg();
+  EXPECT_EQ(t.shape(pv), (Dims{1, 2, 2, 3, 3}));
+  int x6 = t.input("x6", APX_DT_F32, {1, 1, 4, 4, 4, 4}), w6 = t.input("w6", APX_DT_F32, {1, 1, 3, 3, 3, 3});
+  EXPECT_LT(t.run(t.node(APX_OP_Conv, "c4", {x6, w6}, {t.value("y6")})), 0);
+  EXPECT_TRUE(has(t.msg(), "not supported yet: 4-D Conv (input 0 'x6' has rank 6; supported: 1-D, 2-D and 3-D)"))
+      << t.msg();
 }
 
 // ConvTranspose: Y = strides (I - 1) + output_padding + (k - 1) dilations + 1 - pads; output_shape
@@ -602,15 +622,15 @@ TEST(Infer, ConvTransposeResolvesOutputShapeAndAutoPad) {
   ASSERT_EQ(t.run(m), 0) << t.msg();
   EXPECT_EQ(t.shape(y2), (Dims{1, 6, 6, 6}));  // in * strides; total pad 2 * 2 + 3 - 6 = 1
   ApxAttrConvTranspose *a = t.attrs<ApxAttrConvTranspose>(m);
-  EXPECT_EQ(Dims(a->pads, a->pads + 4), (Dims{0, 0, 1, 1}));
+  EXPECT_EQ(Dims(a->pads, a->pads + 6), (Dims{0, 0, 0, 0, 1, 1}));
   int o = t.node(APX_OP_ConvTranspose, "os", {x, w}, {y3});
   t.attr_i(o, "group", 2);
   t.attr_is(o, "output_shape", {4, 9});  // natural 5: total pad 1 on H; 4 more positions on W
   ASSERT_EQ(t.run(o), 0) << t.msg();
   EXPECT_EQ(t.shape(y3), (Dims{1, 6, 4, 9}));
   ApxAttrConvTranspose *b = t.attrs<ApxAttrConvTranspose>(o);
-  EXPECT_EQ(Dims(b->pads, b->pads + 4), (Dims{1, 0, 0, 0}));
-  EXPECT_EQ(Dims(b->output_padding, b->output_padding + 2), (Dims{0, 4}));
+  EXPECT_EQ(Dims(b->pads, b->pads + 6), (Dims{0, 1, 0, 0, 0, 0}));
+  EXPECT_EQ(Dims(b->output_padding, b->output_padding + 3), (Dims{0, 0, 4}));
   int q = t.node(APX_OP_ConvTranspose, "bad", {x, w}, {y4});  // pads larger than the output
   t.attr_is(q, "pads", {3, 3, 3, 3});
   EXPECT_LT(t.run(q), 0);
@@ -630,11 +650,17 @@ TEST(Infer, GlobalAveragePoolKeepsTheRank) {
   EXPECT_EQ(t.shape(y3), (Dims{2, 3, 1, 1, 1}));
 }
 
-TEST(Infer, ConvTransposeRejects3D) {
+TEST(Infer, ConvTranspose3D) {
   G t;
-  int x = t.input("x", APX_DT_F32, {1, 1, 4, 4, 4}), w = t.input("w", APX_DT_F32, {1, 1, 3, 3, 3}), y = t.value("y");
-  EXPECT_LT(t.run(t.node(APX_OP_ConvTranspose, "c3", {x, w}, {y})), 0);
-  EXPECT_TRUE(has(t.msg(), "not supported yet: 3-D ConvTranspose")) << t.msg();
+  int x = t.input("x", APX_DT_F32, {1, 1, 4, 4, 4}), w = t.input("w", APX_DT_F32, {1, 2, 3, 3, 3}), y = t.value("y");
+  int n = t.node(APX_OP_ConvTranspose, "c3", {x, w}, {y});
+  t.attr_is(n, "strides", {2, 1, 1});
+  t.attr_is(n, "output_padding", {1, 0, 0});
+  ASSERT_EQ(t.run(n), 0) << t.msg();
+  // D: 2 * 3 + 1 + 3 = 10, H, W: 3 + 3 = 6
+  EXPECT_EQ(t.shape(y), (Dims{1, 2, 10, 6, 6}));
+  ApxAttrConvTranspose *a = t.attrs<ApxAttrConvTranspose>(n);
+  EXPECT_EQ(Dims(a->output_padding, a->output_padding + 3), (Dims{1, 0, 0}));
 }
 
 // 1-D windows: the typed attributes hold two spatial entries, the first unit (X read as
@@ -650,16 +676,16 @@ TEST(Infer, OneDimensionalWindowsCanonicalizeWithAUnitLeadingEntry) {
   ASSERT_EQ(t.run(n), 0) << t.msg();
   EXPECT_EQ(t.shape(y), (Dims{2, 6, 5}));  // (9 + 3 - 3) / 2 + 1
   ApxAttrConv *a = t.attrs<ApxAttrConv>(n);
-  EXPECT_EQ(Dims(a->kernel, a->kernel + 2), (Dims{1, 3}));
-  EXPECT_EQ(Dims(a->strides, a->strides + 2), (Dims{1, 2}));
-  EXPECT_EQ(Dims(a->pads, a->pads + 4), (Dims{0, 1, 0, 2}));
+  EXPECT_EQ(Dims(a->kernel, a->kernel + 3), (Dims{1, 1, 3}));
+  EXPECT_EQ(Dims(a->strides, a->strides + 3), (Dims{1, 1, 2}));
+  EXPECT_EQ(Dims(a->pads, a->pads + 6), (Dims{0, 0, 1, 0, 0, 2}));
   int m = t.node(APX_OP_MaxPool, "mp", {x}, {p});
   t.attr_is(m, "kernel_shape", {3});
   t.attr_s(m, "auto_pad", "SAME_UPPER");
   ASSERT_EQ(t.run(m), 0) << t.msg();
   EXPECT_EQ(t.shape(p), (Dims{2, 4, 9}));
   ApxAttrPool *b = t.attrs<ApxAttrPool>(m);
-  EXPECT_EQ(Dims(b->pads, b->pads + 4), (Dims{0, 1, 0, 1}));
+  EXPECT_EQ(Dims(b->pads, b->pads + 6), (Dims{0, 0, 1, 0, 0, 1}));
   int q = t.node(APX_OP_ConvTranspose, "ct", {x, t.input("wt", APX_DT_F32, {4, 3, 2})}, {ct});
   t.attr_is(q, "strides", {2});
   t.attr_is(q, "output_shape", {20});  // natural 2 * 8 + 2 = 18: 2 more output_padding
@@ -983,8 +1009,9 @@ TEST(Infer, GradientOpsWithPresetOutputsCheckTheirInputs) {
   int dy = t.value("dy", APX_DT_F32, 4, {1, 1, 2, 2}), dx = t.value("dx", APX_DT_UNDEFINED, 4, {1, 1, 4, 4});
   int n = t.pass_node(APX_OP_AveragePoolGrad, {dy}, {dx});
   ApxAttrPool *p = t.attrs<ApxAttrPool>(n);
-  p->kernel[0] = p->kernel[1] = p->strides[0] = p->strides[1] = 2;
-  p->dilations[0] = p->dilations[1] = 1;
+  p->kernel[0] = p->strides[0] = 1;  // 2-D: the unit depth slot
+  p->kernel[1] = p->kernel[2] = p->strides[1] = p->strides[2] = 2;
+  p->dilations[0] = p->dilations[1] = p->dilations[2] = 1;
   ASSERT_EQ(apx_node_infer(&t.g, n, &t.d), 0) << t.msg();
   EXPECT_EQ(t.dtype(dx), APX_DT_F32);
   // GatherGrad: dY (2, 6, 3) from data (5, 3) gathered on axis 0 with indices (2, 6)
@@ -1017,8 +1044,10 @@ TEST(Infer, ConvAndNormGradsShapeLikeTheirForwardInputs) {
   int dy = t.value("dy", APX_DT_F16, 4, {2, 4, 6, 6}), dx = t.value("dx"), dw = t.value("dw"), db = t.value("db");
   int n = t.pass_node(APX_OP_ConvGrad, {dy, x, w}, {dx, dw, db});
   ApxAttrConv *c = t.attrs<ApxAttrConv>(n);
-  c->kernel[0] = c->kernel[1] = 3;
-  c->strides[0] = c->strides[1] = c->dilations[0] = c->dilations[1] = c->group = 1;
+  c->kernel[0] = 1;  // 2-D: the unit depth slot
+  c->kernel[1] = c->kernel[2] = 3;
+  c->strides[0] = c->dilations[0] = 1;
+  c->strides[1] = c->strides[2] = c->dilations[1] = c->dilations[2] = c->group = 1;
   ASSERT_EQ(apx_node_infer(&t.g, n, &t.d), 0) << t.msg();
   EXPECT_EQ(t.shape(dx), (Dims{2, 3, 8, 8}));
   EXPECT_EQ(t.shape(dw), (Dims{4, 3, 3, 3}));

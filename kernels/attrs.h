@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define APX_ATTRS_ABI 3
+#define APX_ATTRS_ABI 4
 
 /* Values of the APX_ENUM fields (attrs.def lists their names in the same order). */
 typedef enum ApxGeluApprox { APX_GELU_NONE = 0, APX_GELU_TANH = 1 } ApxGeluApprox;

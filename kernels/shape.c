@@ -433,12 +433,14 @@ int apx_loss_shape(const ApxTensor *x, const ApxTensor *labels, int64_t *N, int6
 
 static int64_t one_if_zero(int64_t v) { return v ? v : 1; }
 
-/* The (H, W) plane of a window operand: rank 4 (N, C, H, W), or rank 3 (N, C, L) as (N, C,
- * 1, L): 1-D windows run as 2-D ones of height 1 (their attributes canonicalized with a unit
- * leading entry, ir/infer_nn.c). 0 for other ranks. */
-static int plane(const ApxTensor *t, int64_t *h, int64_t *w) {
-  if (t->rank != 3 && t->rank != 4) return 0;
-  *h = t->rank == 4 ? t->dims[2] : 1;
+/* The (D, H, W) volume of a window operand: rank 5 (N, C, D, H, W), rank 4 (N, C, H, W) as
+ * (N, C, 1, H, W), or rank 3 (N, C, L) as (N, C, 1, 1, L): 2-D and 1-D windows run as 3-D
+ * ones with unit leading dims (their attributes canonicalized with unit leading entries,
+ * ir/infer_nn.c). 0 for other ranks. */
+static int volume(const ApxTensor *t, int64_t *d, int64_t *h, int64_t *w) {
+  if (t->rank < 3 || t->rank > 5) return 0;
+  *d = t->rank == 5 ? t->dims[2] : 1;
+  *h = t->rank >= 4 ? t->dims[t->rank - 2] : 1;
   *w = t->dims[t->rank - 1];
   return 1;
 }
@@ -446,52 +448,70 @@ static int plane(const ApxTensor *t, int64_t *h, int64_t *w) {
  * so that no index arithmetic of a kernel can overflow on a crafted plan. */
 static int beyond_int(int64_t v) { return v > 0x7fffffff || v < -0x7fffffff; }
 
-/* apx_conv_geom, with end pads (bottom, right) down to -neg_end allowed (ConvTranspose's
- * adjoint view: its output_padding). */
+/* Strides, dilations (0 read as 1) and pads of window attributes a (ApxAttrConv, ApxAttrPool:
+ * the same field names) into geometry g (ApxConvGeom, ApxPoolGeom). */
+#define READ_WINDOW(g, a)                                                              \
+  do {                                                                                 \
+    (g)->sd = one_if_zero((a)->strides[0]);                                            \
+    (g)->sh = one_if_zero((a)->strides[1]);                                            \
+    (g)->sw = one_if_zero((a)->strides[2]);                                            \
+    (g)->dd = one_if_zero((a)->dilations[0]);                                          \
+    (g)->dh = one_if_zero((a)->dilations[1]);                                          \
+    (g)->dw = one_if_zero((a)->dilations[2]);                                          \
+    (g)->pf = (a)->pads[0];                                                            \
+    (g)->pt = (a)->pads[1];                                                            \
+    (g)->pl = (a)->pads[2];                                                            \
+    (g)->pk = (a)->pads[3];                                                            \
+    (g)->pb = (a)->pads[4];                                                            \
+    (g)->pr = (a)->pads[5];                                                            \
+  } while (0)
+
+/* apx_conv_geom, with end pads (back, bottom, right) down to -neg_end allowed
+ * (ConvTranspose's adjoint view: its output_padding). */
 static int conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w,
                      const ApxTensor *y, ApxConvGeom *g, int64_t neg_end, char *err, size_t cap) {
   char sx[96], sw[96], sy[96];
   memset(g, 0, sizeof *g);
   if (w->rank != x->rank || y->rank != x->rank)
     return fail(err, cap, "operand ranks differ: X %d, W %d, Y %d", x->rank, w->rank, y->rank);
-  if (!plane(x, &g->H, &g->W) || !plane(w, &g->kh, &g->kw) || !plane(y, &g->OH, &g->OW))
-    return unsupported(err, cap, "not supported yet: convolution of rank %d (1-D and 2-D only, "
-                       "rank 3 and 4)", x->rank);
+  if (!volume(x, &g->D, &g->H, &g->W) || !volume(w, &g->kd, &g->kh, &g->kw) ||
+      !volume(y, &g->OD, &g->OH, &g->OW))
+    return unsupported(err, cap, "not supported yet: convolution of rank %d (1-D, 2-D and 3-D "
+                       "only, rank 3, 4 and 5)", x->rank);
   g->N = x->dims[0];
   g->C = x->dims[1];
   g->M = w->dims[0];
   g->G = one_if_zero(a->group);
-  g->sh = one_if_zero(a->strides[0]);
-  g->sw = one_if_zero(a->strides[1]);
-  g->dh = one_if_zero(a->dilations[0]);
-  g->dw = one_if_zero(a->dilations[1]);
-  g->pt = a->pads[0];
-  g->pl = a->pads[1];
-  g->pb = a->pads[2];
-  g->pr = a->pads[3];
+  READ_WINDOW(g, a);
   if (beyond_int(g->G) || beyond_int(g->sh) || beyond_int(g->sw) || beyond_int(g->dh) ||
       beyond_int(g->dw) || beyond_int(g->pt) || beyond_int(g->pl) || beyond_int(g->pb) ||
-      beyond_int(g->pr))
+      beyond_int(g->pr) || beyond_int(g->sd) || beyond_int(g->dd) || beyond_int(g->pf) ||
+      beyond_int(g->pk))
     return unsupported(err, cap, "not supported yet: convolution attributes beyond 2^31");
   int bad = g->G < 1 || g->C % g->G || g->M % g->G || g->sh < 1 || g->sw < 1 || g->dh < 1 ||
-            g->dw < 1 || g->pt < 0 || g->pl < 0 || g->pb < -neg_end || g->pr < -neg_end;
+            g->dw < 1 || g->pt < 0 || g->pl < 0 || g->pb < -neg_end || g->pr < -neg_end ||
+            g->sd < 1 || g->dd < 1 || g->pf < 0 || g->pk < -neg_end;
   if (!bad) {
     g->Cg = g->C / g->G;
     g->Mg = g->M / g->G;
-    bad = w->dims[1] != g->Cg || (a->kernel[0] && a->kernel[0] != g->kh) ||
-          (a->kernel[1] && a->kernel[1] != g->kw) || y->dims[0] != g->N || y->dims[1] != g->M;
+    bad = w->dims[1] != g->Cg || (a->kernel[0] && a->kernel[0] != g->kd) ||
+          (a->kernel[1] && a->kernel[1] != g->kh) || (a->kernel[2] && a->kernel[2] != g->kw) ||
+          y->dims[0] != g->N || y->dims[1] != g->M;
   }
   if (!bad) {
+    int64_t od = apx_window_out(g->D, g->kd, g->sd, g->dd, g->pf, g->pk, APX_WINDOW_FLOOR);
     int64_t oh = apx_window_out(g->H, g->kh, g->sh, g->dh, g->pt, g->pb, APX_WINDOW_FLOOR);
     int64_t ow = apx_window_out(g->W, g->kw, g->sw, g->dw, g->pl, g->pr, APX_WINDOW_FLOOR);
-    bad = oh < 0 || ow < 0 || g->OH != oh || g->OW != ow;
+    bad = od < 0 || oh < 0 || ow < 0 || g->OD != od || g->OH != oh || g->OW != ow;
   }
   if (bad)
     return fail(err, cap, "shapes/attributes do not match: X %s, W %s, Y %s, group %lld",
                 apx_dims_str(x, sx, sizeof sx), apx_dims_str(w, sw, sizeof sw),
                 apx_dims_str(y, sy, sizeof sy), (long long)a->group);
+  g->depth = !(g->D == 1 && g->OD == 1 && g->kd == 1);
   g->pointwise = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pt == 0 &&
-                 g->pl == 0 && g->pb == 0 && g->pr == 0;
+                 g->pl == 0 && g->pb == 0 && g->pr == 0 && g->kd == 1 && g->sd == 1 &&
+                 g->pf == 0 && g->pk == 0;
   return 0;
 }
 
@@ -504,26 +524,26 @@ int apx_conv_transpose_geom(const ApxAttrConvTranspose *a, const ApxTensor *x, c
                             const ApxTensor *y, ApxConvGeom *g, char *err, size_t cap) {
   char sx[96], sw[96], sy[96];
   memset(g, 0, sizeof *g);
-  int64_t in[2], out[2];
+  int64_t in[3], out[3];
   if (w->rank != x->rank || y->rank != x->rank)
     return fail(err, cap, "operand ranks differ: X %d, W %d, Y %d", x->rank, w->rank, y->rank);
-  if (!plane(x, &in[0], &in[1]) || !plane(y, &out[0], &out[1]))
-    return unsupported(err, cap, "not supported yet: ConvTranspose of rank %d (1-D and 2-D only, "
-                       "rank 3 and 4)", x->rank);
+  if (!volume(x, &in[0], &in[1], &in[2]) || !volume(y, &out[0], &out[1], &out[2]))
+    return unsupported(err, cap, "not supported yet: ConvTranspose of rank %d (1-D, 2-D and 3-D "
+                       "only, rank 3, 4 and 5)", x->rank);
   ApxAttrConv c;
   memset(&c, 0, sizeof c);
   int64_t lim = 0;
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++) {
     int64_t op = a->output_padding[i];
-    if (beyond_int(op) || beyond_int(a->pads[i + 2]))
+    if (beyond_int(op) || beyond_int(a->pads[i + 3]))
       return unsupported(err, cap, "not supported yet: convolution attributes beyond 2^31");
     if (op < 0) return fail(err, cap, "output_padding %lld is negative", (long long)op);
     c.kernel[i] = a->kernel[i];
     c.strides[i] = a->strides[i];
     c.dilations[i] = a->dilations[i];
     c.pads[i] = a->pads[i];
-    c.pads[i + 2] = a->pads[i + 2] - op;
-    if (a->pads[i + 2] < 0) return fail(err, cap, "pads are negative");
+    c.pads[i + 3] = a->pads[i + 3] - op;
+    if (a->pads[i + 3] < 0) return fail(err, cap, "pads are negative");
     if (op > lim) lim = op;
   }
   c.group = a->group;
@@ -532,13 +552,13 @@ int apx_conv_transpose_geom(const ApxAttrConvTranspose *a, const ApxTensor *x, c
   int rc = conv_geom(&c, y, w, x, g, lim, err, cap);
   if (rc == APX_SHAPE_UNSUPPORTED) return rc;
   if (rc == 0) {
-    int64_t k[2] = {g->kh, g->kw}, st[2] = {g->sh, g->sw}, d[2] = {g->dh, g->dw};
+    int64_t k[3] = {g->kd, g->kh, g->kw}, st[3] = {g->sd, g->sh, g->sw}, d[3] = {g->dd, g->dh, g->dw};
     int ok = 1;
-    for (int i = 0; i < 2 && ok; i++) {
+    for (int i = 0; i < 3 && ok; i++) {
       int64_t t, e; /* st (in - 1) + op + (k - 1) d + 1 - pads, every step checked */
       ok = !__builtin_mul_overflow(st[i], in[i] - 1, &t) &&
            !__builtin_mul_overflow(k[i] - 1, d[i], &e) && !__builtin_add_overflow(t, e, &t) &&
-           !__builtin_add_overflow(t, a->output_padding[i] + 1 - a->pads[i] - a->pads[i + 2], &t) &&
+           !__builtin_add_overflow(t, a->output_padding[i] + 1 - a->pads[i] - a->pads[i + 3], &t) &&
            t == out[i];
     }
     if (ok) return 0;
@@ -576,35 +596,33 @@ int apx_pool_geom(const ApxAttrPool *a, const ApxTensor *x, const ApxTensor *y, 
                   char *err, size_t cap) {
   char sx[96], sy[96];
   if (y->rank != x->rank) return fail(err, cap, "ranks differ: X %d, Y %d", x->rank, y->rank);
-  if (!plane(x, &g->H, &g->W) || !plane(y, &g->OH, &g->OW))
-    return unsupported(err, cap, "not supported yet: pooling of rank %d (1-D and 2-D only, rank "
-                       "3 and 4)", x->rank);
+  if (!volume(x, &g->D, &g->H, &g->W) || !volume(y, &g->OD, &g->OH, &g->OW))
+    return unsupported(err, cap, "not supported yet: pooling of rank %d (1-D, 2-D and 3-D only, "
+                       "rank 3, 4 and 5)", x->rank);
   g->N = x->dims[0];
   g->C = x->dims[1];
-  g->kh = a->kernel[0];
-  g->kw = a->kernel[1];
-  g->sh = one_if_zero(a->strides[0]);
-  g->sw = one_if_zero(a->strides[1]);
-  g->dh = one_if_zero(a->dilations[0]);
-  g->dw = one_if_zero(a->dilations[1]);
-  g->pt = a->pads[0];
-  g->pl = a->pads[1];
-  g->pb = a->pads[2];
-  g->pr = a->pads[3];
+  g->kd = a->kernel[0];
+  g->kh = a->kernel[1];
+  g->kw = a->kernel[2];
+  READ_WINDOW(g, a);
   g->storage_order = a->storage_order;
   g->count_include_pad = a->count_include_pad;
   if (g->kh < 1 || g->kw < 1 || g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->pt < 0 ||
-      g->pl < 0 || g->pb < 0 || g->pr < 0)
+      g->pl < 0 || g->pb < 0 || g->pr < 0 || g->kd < 1 || g->sd < 1 || g->dd < 1 || g->pf < 0 ||
+      g->pk < 0)
     return fail(err, cap, "bad kernel/strides/dilations/pads");
   if (beyond_int(g->kh) || beyond_int(g->kw) || beyond_int(g->sh) || beyond_int(g->sw) ||
       beyond_int(g->dh) || beyond_int(g->dw) || beyond_int(g->pt) || beyond_int(g->pl) ||
-      beyond_int(g->pb) || beyond_int(g->pr))
+      beyond_int(g->pb) || beyond_int(g->pr) || beyond_int(g->kd) || beyond_int(g->sd) ||
+      beyond_int(g->dd) || beyond_int(g->pf) || beyond_int(g->pk))
     return unsupported(err, cap, "not supported yet: pooling attributes beyond 2^31");
   if (y->dims[0] != g->N || y->dims[1] != g->C ||
+      !out_size_ok(g->D, g->kd, g->sd, g->dd, g->pf, g->pk, a->ceil_mode, g->OD) ||
       !out_size_ok(g->H, g->kh, g->sh, g->dh, g->pt, g->pb, a->ceil_mode, g->OH) ||
       !out_size_ok(g->W, g->kw, g->sw, g->dw, g->pl, g->pr, a->ceil_mode, g->OW))
     return fail(err, cap, "output %s does not match input %s", apx_dims_str(y, sy, sizeof sy),
                 apx_dims_str(x, sx, sizeof sx));
+  g->depth = !(g->D == 1 && g->OD == 1 && g->kd == 1);
   return 0;
 }
 

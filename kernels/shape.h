@@ -222,15 +222,19 @@ typedef enum ApxWindowMode {
 int64_t apx_window_out(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1,
                        ApxWindowMode mode);
 
-/* Convolution geometry (Conv, ConvGrad): x (N, C, H, W), w (M, C / G, kh, kw),
- * y (N, M, OH, OW); strides, dilations and group 0 read as 1. 1-D operands (rank 3,
- * (N, C, L)) read as height 1 (H = OH = kh = 1; their attributes' first entries unit, as
- * canonicalization writes them), so every kernel runs them unchanged. Other ranks than 3
- * and 4 (3-D) are APX_SHAPE_UNSUPPORTED. */
+/* Convolution geometry (Conv, ConvGrad): x (N, C, D, H, W), w (M, C / G, kd, kh, kw),
+ * y (N, M, OD, OH, OW); strides, dilations and group 0 read as 1. 2-D operands (rank 4)
+ * read as depth 1 (D = OD = kd = 1) and 1-D ones (rank 3, (N, C, L)) as depth and height 1
+ * (their attributes' leading entries unit, as canonicalization writes them), so the 2-D
+ * kernels run them unchanged; `depth` says a kernel needs the 3-D path. Other ranks than 3,
+ * 4 and 5 are APX_SHAPE_UNSUPPORTED. */
 typedef struct ApxConvGeom {
   int64_t N, C, H, W, M, OH, OW, G, Cg, Mg; /* Cg = C / G, Mg = M / G */
   int64_t kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
-  int32_t pointwise; /* 1x1, stride 1, no padding: im2col is X itself */
+  int64_t D, OD, kd, sd, dd, pf, pk; /* depth: size, output size, kernel, stride, dilation,
+                                      * front and back pads (1, 1, 1, 1, 1, 0, 0 for 2-D) */
+  int32_t pointwise; /* 1x1(x1), stride 1, no padding: im2col is X itself */
+  int32_t depth;     /* 1 unless D = OD = kd = 1 (the 2-D kernels apply) */
 } ApxConvGeom;
 int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, const ApxTensor *y,
                   ApxConvGeom *g, char *err, size_t cap);
@@ -240,19 +244,21 @@ int apx_conv_geom(const ApxAttrConv *a, const ApxTensor *x, const ApxTensor *w, 
  * kh, kw) and output x (N, C_in, IH, IW), so g.C = C_out, g.M = C_in, g.OH / g.OW are X's
  * dims and g.H / g.W Y's, with the end pads reduced by output_padding (g.pb, g.pr may be
  * negative: the end pads only decide the output size, which is checked here). Y is that
- * convolution's ConvGrad dX for dY = X; ConvTransposeGrad's dX is its forward on dY. Y's dims
- * must be exactly strides (I - 1) + output_padding + (k - 1) dilations + 1 - pads. */
+ * convolution's ConvGrad dX for dY = X; ConvTransposeGrad's dX is its forward on dY (3-D:
+ * the same with depth, g.pk may be negative too). Y's dims must be exactly strides (I - 1) + output_padding + (k - 1) dilations + 1 - pads. */
 int apx_conv_transpose_geom(const ApxAttrConvTranspose *a, const ApxTensor *x, const ApxTensor *w,
                             const ApxTensor *y, ApxConvGeom *g, char *err, size_t cap);
 
-/* Pooling geometry: x (N, C, H, W), y (N, C, OH, OW) with floor / ceil mode output sizes
- * (ceil: the last window must start inside the input or its begin padding, as in PyTorch
- * and ONNX's reference); rank 3 (1-D) as height 1, as apx_conv_geom. Other ranks than 3
- * and 4 are APX_SHAPE_UNSUPPORTED. */
+/* Pooling geometry: x (N, C, D, H, W), y (N, C, OD, OH, OW) with floor / ceil mode output
+ * sizes (ceil: the last window must start inside the input or its begin padding, as in
+ * PyTorch and ONNX's reference); rank 4 (2-D) as depth 1 and rank 3 (1-D) as depth and
+ * height 1, as apx_conv_geom. Other ranks than 3, 4 and 5 are APX_SHAPE_UNSUPPORTED. */
 typedef struct ApxPoolGeom {
   int64_t N, C, H, W, OH, OW;
   int64_t kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
   int32_t storage_order, count_include_pad;
+  int64_t D, OD, kd, sd, dd, pf, pk; /* depth, as ApxConvGeom's */
+  int32_t depth;                     /* 1 unless D = OD = kd = 1 */
 } ApxPoolGeom;
 int apx_pool_geom(const ApxAttrPool *a, const ApxTensor *x, const ApxTensor *y, ApxPoolGeom *g,
                   char *err, size_t cap);

@@ -226,8 +226,8 @@ TEST(Shape, TransposeSourceStrides) {
 TEST(Shape, ConvAndPoolGeometry) {
   ApxAttrConv c;
   memset(&c, 0, sizeof c);
-  c.pads[0] = c.pads[1] = c.pads[2] = c.pads[3] = 1;
-  c.strides[0] = c.strides[1] = 2;
+  c.pads[1] = c.pads[2] = c.pads[4] = c.pads[5] = 1;
+  c.strides[1] = c.strides[2] = 2;
   ApxTensor x = T({2, 4, 9, 9}), w = T({8, 2, 3, 3}), y = T({2, 8, 5, 5});
   c.group = 2;
   ApxConvGeom g;
@@ -239,8 +239,9 @@ TEST(Shape, ConvAndPoolGeometry) {
 
   ApxAttrPool p;
   memset(&p, 0, sizeof p);
-  p.kernel[0] = p.kernel[1] = 3;
-  p.strides[0] = p.strides[1] = 2;
+  p.kernel[0] = 1;
+  p.kernel[1] = p.kernel[2] = 3;
+  p.strides[1] = p.strides[2] = 2;
   p.ceil_mode = 1;
   ApxTensor px = T({1, 1, 6, 6}), py = T({1, 1, 3, 3});
   ApxPoolGeom pg;
@@ -272,7 +273,7 @@ TEST(Shape, WindowOutputSizeModes) {
 TEST(Shape, WindowAttributesBeyondIntAreRefused) {
   ApxAttrConv c;
   memset(&c, 0, sizeof c);
-  c.dilations[0] = (int64_t)1 << 40;
+  c.dilations[1] = (int64_t)1 << 40;
   ApxTensor x = T({1, 1, 8, 8}), w = T({1, 1, 3, 3}), y = T({1, 1, 6, 6});
   ApxConvGeom g;
   char err[256];
@@ -280,8 +281,9 @@ TEST(Shape, WindowAttributesBeyondIntAreRefused) {
   EXPECT_STREQ(err, "not supported yet: convolution attributes beyond 2^31");
   ApxAttrPool p;
   memset(&p, 0, sizeof p);
-  p.kernel[0] = p.kernel[1] = 2;
-  p.pads[2] = INT64_MAX;
+  p.kernel[0] = 1;
+  p.kernel[1] = p.kernel[2] = 2;
+  p.pads[4] = INT64_MAX;
   ApxPoolGeom pg;
   EXPECT_EQ(apx_pool_geom(&p, &x, &y, &pg, err, sizeof err), APX_SHAPE_UNSUPPORTED);
 }

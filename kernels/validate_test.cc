@@ -57,9 +57,9 @@ TEST(Validate, AcceptsWhatTheKernelsRun) {
 TEST(Validate, ConvTransposeContract) {
   ApxAttrConvTranspose a;
   memset(&a, 0, sizeof a);
-  a.strides[0] = a.strides[1] = 2;
-  for (int i = 0; i < 4; i++) a.pads[i] = 1;
-  a.output_padding[0] = a.output_padding[1] = 1;
+  a.strides[1] = a.strides[2] = 2;
+  for (int i : {1, 2, 4, 5}) a.pads[i] = 1;
+  a.output_padding[1] = a.output_padding[2] = 1;
   a.group = 1;
   Result r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3, 3}), T({2, 3, 3, 3}), T({3})}, {T({1, 3, 6, 6})});
   EXPECT_EQ(r.st, APX_STATUS_OK) << r.err;
@@ -70,20 +70,27 @@ TEST(Validate, ConvTransposeContract) {
   EXPECT_EQ(r.st, APX_STATUS_BAD_INPUT);
   r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3, 3}), T({2, 3, 3, 3}), T({2})}, {T({1, 3, 6, 6})});
   EXPECT_EQ(r.err, "B must have M = 3 elements");
+  // 3-D: the depth slot (strides 1, pads 0 here): D = 1 (3 - 1) + 3 = 5
+  r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3, 3, 3}), T({2, 3, 3, 3, 3})}, {T({1, 3, 5, 6, 6})});
+  EXPECT_EQ(r.st, APX_STATUS_OK) << r.err;
   r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3, 3, 3}), T({2, 3, 3, 3, 3})}, {T({1, 3, 6, 6, 6})});
+  EXPECT_EQ(r.st, APX_STATUS_BAD_INPUT);
+  r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 1, 3, 3, 3}), T({2, 3, 1, 3, 3, 3})}, {T({1, 3, 1, 5, 6, 6})});
   EXPECT_EQ(r.st, APX_STATUS_UNSUPPORTED);
-  EXPECT_EQ(r.err, "not supported yet: ConvTranspose of rank 5 (1-D and 2-D only, rank 3 and 4)");
+  EXPECT_EQ(r.err, "not supported yet: ConvTranspose of rank 6 (1-D, 2-D and 3-D only, rank 3, 4 and 5)");
   // 1-D: (N, C, L) as (N, C, 1, L), the attributes' first entries unit
-  a.strides[0] = 1;
-  a.pads[0] = a.pads[2] = 0;
-  a.output_padding[0] = 0;
+  a.strides[1] = 1;
+  a.pads[1] = a.pads[4] = 0;
+  a.output_padding[1] = 0;
   a.kernel[0] = 1;
+  a.kernel[1] = 1;
   r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3}), T({2, 3, 3}), T({3})}, {T({1, 3, 6})});
   EXPECT_EQ(r.st, APX_STATUS_OK) << r.err;
-  a.strides[0] = 2;
-  for (int i = 0; i < 4; i++) a.pads[i] = 1;
-  a.output_padding[0] = 1;
-  a.kernel[0] = 0;
+  a.strides[1] = 2;
+  for (int i : {1, 2, 4, 5}) a.pads[i] = 1;
+  a.output_padding[1] = 1;
+  a.kernel[0] = 1;
+  a.kernel[1] = 0;
   r = Check(APX_OP_ConvTranspose, &a, {T({1, 2, 3, 3}), T({2, 3, 3, 3})}, {T({1, 3, 6})});
   EXPECT_EQ(r.st, APX_STATUS_BAD_INPUT);
   EXPECT_EQ(r.err, "operand ranks differ: X 4, W 4, Y 3");

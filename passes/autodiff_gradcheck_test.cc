@@ -326,6 +326,34 @@ std::vector<Case> Cases() {
                  int x = b.Param("x", {2, 3, 5});
                  b.WeightedSumLoss(b.Op("GlobalAveragePool", {x}));
                }});
+  // 3-D windows (X (N, C, D, H, W)): every slot of the window attributes
+  c.push_back({"Conv3D_Groups_Strides_Dilations_AsymPads_Bias", [](GraphBuilder &b) {
+                 int x = b.Param("x", {1, 4, 5, 4, 5}), w = b.Param("w", {4, 2, 2, 3, 2}), bias = b.Param("bias", {4});
+                 b.WeightedSumLoss(b.Op("Conv", {x, w, bias},
+                                        {Attr::Int("group", 2), Attr::Ints("strides", {2, 1, 2}),
+                                         Attr::Ints("dilations", {1, 1, 2}), Attr::Ints("pads", {1, 0, 1, 0, 1, 1})}));
+               }});
+  c.push_back({"ConvTranspose3D_Strides_Pads_OutputPadding_Bias", [](GraphBuilder &b) {
+                 int x = b.Param("x", {1, 2, 3, 2, 3}), w = b.Param("w", {2, 3, 2, 2, 3}), bias = b.Param("bias", {3});
+                 b.WeightedSumLoss(b.Op("ConvTranspose", {x, w, bias},
+                                        {Attr::Ints("strides", {2, 1, 2}), Attr::Ints("pads", {1, 0, 1, 0, 1, 0}),
+                                         Attr::Ints("output_padding", {1, 0, 1})}));
+               }});
+  c.push_back({"MaxPool3D_Pads_Stride2", [](GraphBuilder &b) {
+                 int x = b.Data("x", APX_VAL_PARAM, APX_DT_F64, {1, 2, 4, 5, 4}, b.Distinct(160));
+                 b.WeightedSumLoss(b.Op("MaxPool", {x}, {Attr::Ints("kernel_shape", {2, 3, 2}), Attr::Ints("strides", {2, 2, 1}),
+                                                        Attr::Ints("pads", {0, 1, 1, 1, 1, 0})}));
+               }});
+  c.push_back({"AveragePool3D_Pads_IncludePad", [](GraphBuilder &b) {
+                 int x = b.Param("x", {1, 2, 4, 3, 5});
+                 b.WeightedSumLoss(b.Op("AveragePool", {x}, {Attr::Ints("kernel_shape", {2, 2, 3}), Attr::Ints("strides", {1, 2, 2}),
+                                                            Attr::Ints("pads", {1, 0, 1, 0, 1, 1}), Attr::Int("count_include_pad", 1)}));
+               }});
+  c.push_back({"AveragePool3D_Ceil_ExcludePad", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 1, 5, 4, 4});
+                 b.WeightedSumLoss(b.Op("AveragePool", {x}, {Attr::Ints("kernel_shape", {3, 2, 2}), Attr::Ints("strides", {2, 2, 2}),
+                                                            Attr::Ints("pads", {1, 1, 0, 0, 0, 1}), Attr::Int("ceil_mode", 1)}));
+               }});
   c.push_back({"AveragePool_Pads_ExcludePad", [](GraphBuilder &b) {
                  int x = b.Param("x", {1, 2, 5, 5});
                  b.WeightedSumLoss(b.Op("AveragePool", {x}, {Attr::Ints("kernel_shape", {3, 3}), Attr::Ints("strides", {2, 2}),

@@ -1,5 +1,5 @@
-/* conv.c - Conv(X, W, B?) -> Y and ConvBiasRelu (same, then Relu), 2-D (N, C, H, W) or 1-D
- * (N, C, L: height 1, kernels/shape.h) with
+/* conv.c - Conv(X, W, B?) -> Y and ConvBiasRelu (same, then Relu), 3-D (N, C, D, H, W), 2-D
+ * (N, C, H, W) or 1-D (N, C, L: depth and height 1, kernels/shape.h) with
  * groups, pads, strides, dilations; ConvGrad(dY, X, W) -> dX?, dW?, dB?;
  * ConvBiasReluGrad(dY, Y, X, W) -> ConvGrad of dY * (Y > 0); ConvTranspose(X, W, B?) -> Y and
  * ConvTransposeGrad(dY, X, W) -> dX?, dW?, dB? through the adjoint convolution's geometry. im2col + OpenBLAS
@@ -26,8 +26,8 @@
 
 /* The GEMM sizes of geometry g in int range (OpenBLAS). */
 static ApxStatus gemm_sizes(ApxCpuCtx *ctx, const ApxConvGeom *g) {
-  int64_t Kc = g->Cg * g->kh * g->kw;
-  if (Kc > 0x7fffffff || g->OH * g->OW > 0x7fffffff || g->Mg > 0x7fffffff)
+  int64_t Kc = g->Cg * g->kd * g->kh * g->kw;
+  if (Kc > 0x7fffffff || g->OD * g->OH * g->OW > 0x7fffffff || g->Mg > 0x7fffffff)
     return apx_cpu_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet: dims beyond 2^31");
   return APX_STATUS_OK;
 }
@@ -52,7 +52,7 @@ static ApxStatus conv_transpose_geom(ApxCpuCtx *ctx, const ApxAttrConvTranspose 
 
 /* im2col scratch: nbuf buffers of Kc * OHW elements (one per thread for the parallel paths) */
 static void *alloc_col(const ApxConvGeom *g, size_t es, int nbuf) {
-  size_t n = g->pointwise ? 1 : (size_t)(g->Cg * g->kh * g->kw * g->OH * g->OW);
+  size_t n = g->pointwise ? 1 : (size_t)(g->Cg * g->kd * g->kh * g->kw * g->OD * g->OH * g->OW);
   return malloc((n ? n : 1) * es * (size_t)(nbuf > 0 ? nbuf : 1));
 }
 

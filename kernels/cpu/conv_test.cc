@@ -21,16 +21,17 @@ int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t
 
 ApxAttrConv attrs_of(const ConvCase &c) {
   ApxAttrConv a = {};
-  a.kernel[0] = c.kh;
-  a.kernel[1] = c.kw;
-  a.strides[0] = c.sh;
-  a.strides[1] = c.sw;
-  a.dilations[0] = c.dh;
-  a.dilations[1] = c.dw;
-  a.pads[0] = c.pt;
-  a.pads[1] = c.pl;
-  a.pads[2] = c.pb;
-  a.pads[3] = c.pr;
+  a.kernel[0] = 1;
+  a.kernel[1] = c.kh;
+  a.kernel[2] = c.kw;
+  a.strides[1] = c.sh;
+  a.strides[2] = c.sw;
+  a.dilations[1] = c.dh;
+  a.dilations[2] = c.dw;
+  a.pads[1] = c.pt;
+  a.pads[2] = c.pl;
+  a.pads[4] = c.pb;
+  a.pads[5] = c.pr;
   a.group = c.group;
   return a;
 }
@@ -109,8 +110,9 @@ TEST(Conv, RejectsMismatchedShapes) {
   // 1-D (rank 3) runs as height 1: a 3x3 kernel attribute does not fit it
   Tensor x3(APX_DT_F32, {2, 3, 7}), w1(APX_DT_F32, {4, 3, 3}), y3(APX_DT_F32, {2, 4, 7});
   EXPECT_EQ(run(APX_OP_Conv, &a, {&x3, &w1}, {&y3}, &err), APX_STATUS_BAD_INPUT) << err;
+  // 3-D operands with 2-D attributes (unit depth kernel) do not fit a 3x3x3 weight
   Tensor x5(APX_DT_F32, {2, 3, 7, 7, 7}), w5(APX_DT_F32, {4, 3, 3, 3, 3}), y5(APX_DT_F32, {2, 4, 7, 7, 7});
-  EXPECT_EQ(run(APX_OP_Conv, &a, {&x5, &w5}, {&y5}, &err), APX_STATUS_UNSUPPORTED) << err;
+  EXPECT_EQ(run(APX_OP_Conv, &a, {&x5, &w5}, {&y5}, &err), APX_STATUS_BAD_INPUT) << err;
 }
 
 // Large products are tiled over the threads; many small ones (64 images, also grouped) run

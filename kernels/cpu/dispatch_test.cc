@@ -86,7 +86,8 @@ TEST(Dispatch, MissingAttrsAndInputsAreErrors) {
 TEST(Dispatch, UnsupportedTypesAreRejectedBeforeTheKernel) {
   Tensor x = make(APX_DT_I32, {1, 1, 2, 2}, {1, 2, 3, 4}), y(APX_DT_I32, {1, 1, 1, 1});
   ApxAttrPool a = {};
-  a.kernel[0] = a.kernel[1] = 2;
+  a.kernel[0] = 1;
+  a.kernel[1] = a.kernel[2] = 2;
   std::string err;
   EXPECT_EQ(run(APX_OP_AveragePool, &a, {&x}, {&y}, &err), APX_STATUS_UNSUPPORTED);
   EXPECT_EQ(err, "AveragePool: not supported yet: type int32");

@@ -412,10 +412,11 @@ TEST(Grad, Conv) {
                {1, 2, 2, 5, 2, 5, 1, 1, 1, 2}};  // "same" path with taps off the image
   for (const C &c : cases) {
     ApxAttrConv a = {};
-    a.kernel[0] = a.kernel[1] = c.k;
-    a.strides[0] = a.strides[1] = c.stride;
-    a.dilations[0] = a.dilations[1] = c.dil;
-    for (int i = 0; i < 4; i++) a.pads[i] = c.pad;
+    a.kernel[0] = 1;
+    a.kernel[1] = a.kernel[2] = c.k;
+    a.strides[1] = a.strides[2] = c.stride;
+    a.dilations[1] = a.dilations[2] = c.dil;
+    for (int i : {1, 2, 4, 5}) a.pads[i] = c.pad;
     a.group = c.group;
     int64_t OH = (c.H + 2 * c.pad - c.dil * (c.k - 1) - 1) / c.stride + 1;
     int64_t OW = (c.W + 2 * c.pad - c.dil * (c.k - 1) - 1) / c.stride + 1;
@@ -446,10 +447,11 @@ TEST(Grad, Pooling) {
   for (const P &p : cases)
     for (ApxOp op : {APX_OP_MaxPool, APX_OP_AveragePool}) {
       ApxAttrPool a = {};
-      a.kernel[0] = a.kernel[1] = p.k;
-      a.strides[0] = a.strides[1] = p.s;
-      a.dilations[0] = a.dilations[1] = 1;
-      for (int i = 0; i < 4; i++) a.pads[i] = p.pad;
+      a.kernel[0] = 1;
+      a.kernel[1] = a.kernel[2] = p.k;
+      a.strides[1] = a.strides[2] = p.s;
+      a.dilations[1] = a.dilations[2] = 1;
+      for (int i : {1, 2, 4, 5}) a.pads[i] = p.pad;
       a.ceil_mode = p.ceil;
       a.count_include_pad = p.cip;
       auto od = [&](int64_t in) {
@@ -676,10 +678,11 @@ TEST(Grad, BatchNormReluAndConvBiasRelu) {
   fd_check("BatchNormReluGrad", {x, s, bb, m, v}, {0, 1, 2}, f, b);
 
   ApxAttrConv a = {};
-  a.kernel[0] = a.kernel[1] = 3;
-  a.strides[0] = a.strides[1] = 1;
-  a.dilations[0] = a.dilations[1] = 1;
-  for (int i = 0; i < 4; i++) a.pads[i] = 1;
+  a.kernel[0] = 1;
+  a.kernel[1] = a.kernel[2] = 3;
+  a.strides[1] = a.strides[2] = 1;
+  a.dilations[1] = a.dilations[2] = 1;
+  for (int i : {1, 2, 4, 5}) a.pads[i] = 1;
   a.group = 1;
   Tensor cx = rand(APX_DT_F64, {2, 2, 4, 4}, -1, 1, 54), cw = rand(APX_DT_F64, {3, 2, 3, 3}, -1, 1, 55),
          cb = rand(APX_DT_F64, {3}, -0.5, 0.5, 56);

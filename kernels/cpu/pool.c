@@ -1,10 +1,10 @@
-/* pool.c - MaxPool(X) -> Y, Indices? and AveragePool(X) -> Y, 2-D (N, C, H, W) or 1-D
- * (N, C, L: height 1, kernels/shape.h), with pads,
+/* pool.c - MaxPool(X) -> Y, Indices? and AveragePool(X) -> Y, 3-D (N, C, D, H, W), 2-D
+ * (N, C, H, W) or 1-D (N, C, L: depth and height 1, kernels/shape.h), with pads,
  * strides, dilations, ceil_mode (output dims come from Y), count_include_pad, storage_order;
  * MaxPoolGrad(dY, X) -> dX; AveragePoolGrad(dY) -> dX; GlobalAveragePool(X) -> Y (any
  * spatial rank) and GlobalAveragePoolGrad(dY) -> dX.
  * MaxPool Indices (ONNX): flat indices into X including n and c, ignoring padding; row-major
- * (storage_order 0) or with h and w swapped (storage_order 1). MaxPool also takes integer
+ * (storage_order 0) or column-major (storage_order 1: h and w swapped; 3-D: (w, h, d)). MaxPool also takes integer
  * tensors (as int64 here; compared through double, exact below 2^53). */
 #include <stdlib.h>
 
@@ -13,11 +13,13 @@
 #define APX_REAL_F64 0
 #include "kernels/cpu/real_begin.h"
 #include "kernels/cpu/sum_real.inc"
+#include "kernels/cpu/pool3_real.inc"
 #include "kernels/cpu/pool_real.inc"
 #include "kernels/cpu/real_end.h"
 #define APX_REAL_F64 1
 #include "kernels/cpu/real_begin.h"
 #include "kernels/cpu/sum_real.inc"
+#include "kernels/cpu/pool3_real.inc"
 #include "kernels/cpu/pool_real.inc"
 #include "kernels/cpu/real_end.h"
 

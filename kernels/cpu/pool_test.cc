@@ -24,16 +24,17 @@ int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t
 
 ApxAttrPool attrs_of(const PoolCase &c, int cip, int order) {
   ApxAttrPool a = {};
-  a.kernel[0] = c.kh;
-  a.kernel[1] = c.kw;
-  a.strides[0] = c.sh;
-  a.strides[1] = c.sw;
-  a.dilations[0] = c.dh;
-  a.dilations[1] = c.dw;
-  a.pads[0] = c.pt;
-  a.pads[1] = c.pl;
-  a.pads[2] = c.pb;
-  a.pads[3] = c.pr;
+  a.kernel[0] = 1;
+  a.kernel[1] = c.kh;
+  a.kernel[2] = c.kw;
+  a.strides[1] = c.sh;
+  a.strides[2] = c.sw;
+  a.dilations[1] = c.dh;
+  a.dilations[2] = c.dw;
+  a.pads[1] = c.pt;
+  a.pads[2] = c.pl;
+  a.pads[4] = c.pb;
+  a.pads[5] = c.pr;
   a.ceil_mode = c.ceil_mode;
   a.count_include_pad = cip;
   a.storage_order = order;

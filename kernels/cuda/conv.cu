@@ -1,5 +1,6 @@
-/* conv.cu - Conv(X, W, B?) -> Y and ConvBiasRelu (then Relu), 2-D (N, C, H, W) or 1-D
- * (N, C, L: 4-d descriptors of height 1, kernels/shape.h) with groups,
+/* conv.cu - Conv(X, W, B?) -> Y and ConvBiasRelu (then Relu), 3-D (N, C, D, H, W: 5-d
+ * descriptors, cudnnSet*NdDescriptor), 2-D (N, C, H, W) or 1-D (N, C, L: 4-d descriptors of
+ * height 1, kernels/shape.h) with groups,
  * strides, dilations and symmetric pads, through cuDNN 9's convolution API (cudnn_cnn.h:
  * cudnnConvolutionForward / BackwardData / BackwardFilter); ConvGrad(dY, X, W) -> dX?, dW?,
  * dB? and ConvBiasReluGrad(dY, Y, X, W) = ConvGrad of dY * (Y > 0).
@@ -103,22 +104,52 @@ static void conv_destroy(ConvDescs *d) {
  * the same output size is that convolution exactly: ConvTranspose's adjoint convolutions with
  * output_padding below the stride, and Conv's asymmetric pads that the floor absorbs. */
 static int symmetric_equivalent(const ApxConvGeom *g) {
-  return apx_window_out(g->H, g->kh, g->sh, g->dh, g->pt, g->pt, APX_WINDOW_FLOOR) == g->OH &&
+  return apx_window_out(g->D, g->kd, g->sd, g->dd, g->pf, g->pf, APX_WINDOW_FLOOR) == g->OD &&
+         apx_window_out(g->H, g->kh, g->sh, g->dh, g->pt, g->pt, APX_WINDOW_FLOOR) == g->OH &&
          apx_window_out(g->W, g->kw, g->sw, g->dw, g->pl, g->pl, APX_WINDOW_FLOOR) == g->OW;
 }
 
 static ApxStatus conv_descs(ApxCudaCtx *ctx, const ApxConvGeom *g, ApxDType dt, ConvDescs *d) {
-  if ((g->pt != g->pb || g->pl != g->pr) && !symmetric_equivalent(g))
+  if ((g->pt != g->pb || g->pl != g->pr || g->pf != g->pk) && !symmetric_equivalent(g)) {
+    if (g->depth)
+      return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
+                           "not supported yet on cuda: asymmetric pads [%lld, %lld, %lld, %lld, %lld, %lld]",
+                           (long long)g->pf, (long long)g->pt, (long long)g->pl, (long long)g->pk,
+                           (long long)g->pb, (long long)g->pr);
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
                          "not supported yet on cuda: asymmetric pads [%lld, %lld, %lld, %lld]",
                          (long long)g->pt, (long long)g->pl, (long long)g->pb, (long long)g->pr);
-  if (g->N > 0x7fffffff || g->C > 0x7fffffff || g->H > 0x7fffffff || g->W > 0x7fffffff || g->M > 0x7fffffff)
+  }
+  if (g->N > 0x7fffffff || g->C > 0x7fffffff || g->H > 0x7fffffff || g->W > 0x7fffffff || g->M > 0x7fffffff ||
+      (g->depth && (g->D > 0x7fffffff || g->N * g->C * g->D * g->H * g->W > 0x7fffffff ||
+                    g->N * g->M * g->OD * g->OH * g->OW > 0x7fffffff)))
     return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED, "not supported yet on cuda: dims beyond 2^31");
   cudnnDataType_t t = dnn_type(dt);
   APX_CUDNN_TRY(ctx, cudnnCreateTensorDescriptor(&d->x));
   APX_CUDNN_TRY(ctx, cudnnCreateTensorDescriptor(&d->y));
   APX_CUDNN_TRY(ctx, cudnnCreateFilterDescriptor(&d->w));
   APX_CUDNN_TRY(ctx, cudnnCreateConvolutionDescriptor(&d->conv));
+  if (g->depth) { /* 5-d NCDHW descriptors, packed strides */
+    int xd[5] = {(int)g->N, (int)g->C, (int)g->D, (int)g->H, (int)g->W};
+    int yd[5] = {(int)g->N, (int)g->M, (int)g->OD, (int)g->OH, (int)g->OW};
+    int wd[5] = {(int)g->M, (int)(g->C / g->G), (int)g->kd, (int)g->kh, (int)g->kw};
+    int xs[5], ys[5];
+    xs[4] = ys[4] = 1;
+    for (int i = 3; i >= 0; i--) {
+      xs[i] = xs[i + 1] * xd[i + 1];
+      ys[i] = ys[i + 1] * yd[i + 1];
+    }
+    int pad[3] = {(int)g->pf, (int)g->pt, (int)g->pl}, st[3] = {(int)g->sd, (int)g->sh, (int)g->sw};
+    int dil[3] = {(int)g->dd, (int)g->dh, (int)g->dw};
+    APX_CUDNN_TRY(ctx, cudnnSetTensorNdDescriptor(d->x, t, 5, xd, xs));
+    APX_CUDNN_TRY(ctx, cudnnSetTensorNdDescriptor(d->y, t, 5, yd, ys));
+    APX_CUDNN_TRY(ctx, cudnnSetFilterNdDescriptor(d->w, t, CUDNN_TENSOR_NCHW, 5, wd));
+    APX_CUDNN_TRY(ctx, cudnnSetConvolutionNdDescriptor(d->conv, 3, pad, st, dil, CUDNN_CROSS_CORRELATION,
+                                                       CUDNN_DATA_FLOAT));
+    APX_CUDNN_TRY(ctx, cudnnSetConvolutionGroupCount(d->conv, (int)g->G));
+    APX_CUDNN_TRY(ctx, cudnnSetConvolutionMathType(d->conv, dt == APX_DT_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+    return APX_STATUS_OK;
+  }
   APX_CUDNN_TRY(ctx, cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, t, (int)g->N, (int)g->C, (int)g->H, (int)g->W));
   APX_CUDNN_TRY(ctx, cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, t, (int)g->N, (int)g->M, (int)g->OH, (int)g->OW));
   APX_CUDNN_TRY(ctx, cudnnSetFilter4dDescriptor(d->w, t, CUDNN_TENSOR_NCHW, (int)g->M, (int)(g->C / g->G),
@@ -253,7 +284,7 @@ APX_CUDA_ENTRY(apx_cuda_conv) {
   conv_destroy(&d);
   if (st != APX_STATUS_OK) return st;
   int relu = op == APX_OP_ConvBiasRelu;
-  if (b || relu) APX_TRY(bias_act(ctx, dt, outs[0].data, b, g.M, g.OH * g.OW, ny, relu));
+  if (b || relu) APX_TRY(bias_act(ctx, dt, outs[0].data, b, g.M, g.OD * g.OH * g.OW, ny, relu));
   return APX_STATUS_OK;
 }
 
@@ -339,6 +370,6 @@ APX_CUDA_ENTRY(apx_cuda_conv_transpose) {
     conv_destroy(&d);
     if (st != APX_STATUS_OK) return st;
   }
-  if (b) APX_TRY(bias_act(ctx, dt, outs[0].data, b, g.C, g.H * g.W, ny, 0));
+  if (b) APX_TRY(bias_act(ctx, dt, outs[0].data, b, g.C, g.D * g.H * g.W, ny, 0));
   return APX_STATUS_OK;
 }

@@ -198,17 +198,27 @@ static int bind_entry(ApxCudaLib lib, const char *name, void **slot) {
   X(cudnnStatus_t, cudnnSetTensor4dDescriptor,                                                               \
     (cudnnTensorDescriptor_t d, cudnnTensorFormat_t f, cudnnDataType_t t, int n, int c, int h, int w),       \
     (d, f, t, n, c, h, w))                                                                                   \
+  X(cudnnStatus_t, cudnnSetTensorNdDescriptor,                                                               \
+    (cudnnTensorDescriptor_t d, cudnnDataType_t t, int n, const int *dims, const int *strides),              \
+    (d, t, n, dims, strides))                                                                                \
   X(cudnnStatus_t, cudnnCreateFilterDescriptor, (cudnnFilterDescriptor_t * d), (d))                          \
   X(cudnnStatus_t, cudnnDestroyFilterDescriptor, (cudnnFilterDescriptor_t d), (d))                           \
   X(cudnnStatus_t, cudnnSetFilter4dDescriptor,                                                               \
     (cudnnFilterDescriptor_t d, cudnnDataType_t t, cudnnTensorFormat_t f, int k, int c, int h, int w),       \
     (d, t, f, k, c, h, w))                                                                                   \
+  X(cudnnStatus_t, cudnnSetFilterNdDescriptor,                                                               \
+    (cudnnFilterDescriptor_t d, cudnnDataType_t t, cudnnTensorFormat_t f, int n, const int *dims),           \
+    (d, t, f, n, dims))                                                                                      \
   X(cudnnStatus_t, cudnnCreateConvolutionDescriptor, (cudnnConvolutionDescriptor_t * d), (d))                \
   X(cudnnStatus_t, cudnnDestroyConvolutionDescriptor, (cudnnConvolutionDescriptor_t d), (d))                 \
   X(cudnnStatus_t, cudnnSetConvolution2dDescriptor,                                                          \
     (cudnnConvolutionDescriptor_t d, int ph, int pw, int u, int v, int dh, int dw, cudnnConvolutionMode_t m, \
      cudnnDataType_t t),                                                                                     \
     (d, ph, pw, u, v, dh, dw, m, t))                                                                         \
+  X(cudnnStatus_t, cudnnSetConvolutionNdDescriptor,                                                          \
+    (cudnnConvolutionDescriptor_t d, int n, const int *pads, const int *strides, const int *dil,            \
+     cudnnConvolutionMode_t m, cudnnDataType_t t),                                                           \
+    (d, n, pads, strides, dil, m, t))                                                                        \
   X(cudnnStatus_t, cudnnSetConvolutionGroupCount, (cudnnConvolutionDescriptor_t d, int g), (d, g))           \
   X(cudnnStatus_t, cudnnSetConvolutionMathType, (cudnnConvolutionDescriptor_t d, cudnnMathType_t m), (d, m)) \
   X(cudnnStatus_t, cudnnGetConvolutionMathType, (cudnnConvolutionDescriptor_t d, cudnnMathType_t * m), (d, m)) \

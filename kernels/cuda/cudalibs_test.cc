@@ -7,6 +7,8 @@
 //     before the query set it and never convolved);
 //   - the chosen algorithm's math type is set on the descriptor before the call (fp32 prefers
 //     an FMA-math algorithm: no TF32);
+//   - a 3-D convolution sets 5-d descriptors (cudnnSet*NdDescriptor) with its (d, h, w)
+//     pads, strides and dilations;
 //   - cuBLASLt is told each operand's real alignment (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*);
 //   - a product's descriptors and heuristic result are made once and reused by later calls.
 // Also: a library that cannot be found fails its first call with a line naming what was
@@ -39,6 +41,9 @@ struct Calls {
   int algo = -1;
   cudnnMathType_t math_at_call = CUDNN_DEFAULT_MATH;
   bool fp32 = false;  // which ranking the fake queries return
+  // the 5-d (3-D) descriptors: the last tensor, filter and convolution set
+  std::vector<int> nd_dims, nd_strides, nd_filter, nd_pads, nd_conv_strides, nd_dilations;
+  int nd_tensors = 0;
 } g;
 
 FakeConv *conv_of(cudnnConvolutionDescriptor_t d) { return reinterpret_cast<FakeConv *>(d); }
@@ -57,6 +62,23 @@ cudnnStatus_t FakeDestroyTensor(cudnnTensorDescriptor_t d) {
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t FakeSetTensor4d(cudnnTensorDescriptor_t, cudnnTensorFormat_t, cudnnDataType_t, int, int, int, int) {
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t FakeSetTensorNd(cudnnTensorDescriptor_t, cudnnDataType_t, int n, const int *dims, const int *strides) {
+  g.nd_tensors++;
+  g.nd_dims.assign(dims, dims + n);
+  g.nd_strides.assign(strides, strides + n);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t FakeSetFilterNd(cudnnFilterDescriptor_t, cudnnDataType_t, cudnnTensorFormat_t, int n, const int *dims) {
+  g.nd_filter.assign(dims, dims + n);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t FakeSetConvNd(cudnnConvolutionDescriptor_t, int n, const int *pads, const int *strides, const int *dil,
+                            cudnnConvolutionMode_t, cudnnDataType_t) {
+  g.nd_pads.assign(pads, pads + n);
+  g.nd_conv_strides.assign(strides, strides + n);
+  g.nd_dilations.assign(dil, dil + n);
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t FakeCreateFilter(cudnnFilterDescriptor_t *d) {
@@ -234,6 +256,9 @@ class CudaLibs : public ::testing::Test {
     OVERRIDE("cudnnCreateConvolutionDescriptor", FakeCreateConv);
     OVERRIDE("cudnnDestroyConvolutionDescriptor", FakeDestroyConv);
     OVERRIDE("cudnnSetConvolution2dDescriptor", FakeSetConv2d);
+    OVERRIDE("cudnnSetTensorNdDescriptor", FakeSetTensorNd);
+    OVERRIDE("cudnnSetFilterNdDescriptor", FakeSetFilterNd);
+    OVERRIDE("cudnnSetConvolutionNdDescriptor", FakeSetConvNd);
     OVERRIDE("cudnnSetConvolutionGroupCount", FakeSetGroups);
     OVERRIDE("cudnnSetConvolutionMathType", FakeSetMath);
     OVERRIDE("cudnnGetConvolutionForwardAlgorithm_v7", FakeFwdAlgo);
@@ -278,10 +303,11 @@ ApxTensor T(uintptr_t addr, ApxDType dt, std::vector<int64_t> dims) {
 ApxAttrConv Conv3x3() {
   ApxAttrConv a;
   memset(&a, 0, sizeof a);
-  a.kernel[0] = a.kernel[1] = 3;
-  a.strides[0] = a.strides[1] = 1;
-  for (int i = 0; i < 4; i++) a.pads[i] = 1;
-  a.dilations[0] = a.dilations[1] = 1;
+  a.kernel[0] = 1;
+  a.kernel[1] = a.kernel[2] = 3;
+  a.strides[1] = a.strides[2] = 1;
+  for (int i : {1, 2, 4, 5}) a.pads[i] = 1;
+  a.dilations[1] = a.dilations[2] = 1;
   a.group = 1;
   return a;
 }
@@ -319,6 +345,38 @@ TEST_F(CudaLibs, ConvGradReachesBackwardDataAndFilter) {
   EXPECT_EQ(g.bwd_data, 1) << "cudnnConvolutionBackwardData was not called";
   EXPECT_EQ(g.bwd_filter, 1) << "cudnnConvolutionBackwardFilter was not called";
   EXPECT_EQ(g.math_at_call, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
+}
+
+// 3-D: 5-d descriptors (NCDHW, packed strides), the window's three pads, strides and
+// dilations in (d, h, w) order; 2-D convolutions never set one.
+TEST_F(CudaLibs, ThreeDimensionalConvolutionUsesNdDescriptors) {
+  ApxAttrConv a;
+  memset(&a, 0, sizeof a);
+  const int64_t k[3] = {3, 3, 1}, s[3] = {2, 1, 1}, d[3] = {1, 2, 1}, p[3] = {1, 2, 0};
+  for (int i = 0; i < 3; i++) {
+    a.kernel[i] = k[i];
+    a.strides[i] = s[i];
+    a.dilations[i] = d[i];
+    a.pads[i] = a.pads[i + 3] = p[i];
+  }
+  a.group = 2;
+  // D: (5 + 2 - 3) / 2 + 1 = 3, H: (6 + 4 - 5) + 1 = 6, W: 7
+  ApxTensor ins[2] = {T(kBase, APX_DT_F16, {2, 4, 5, 6, 7}), T(kBase + (1 << 20), APX_DT_F16, {6, 2, 3, 3, 1})};
+  ApxTensor outs[1] = {T(kBase + (2 << 20), APX_DT_F16, {2, 6, 3, 6, 7})};
+  ASSERT_EQ(apx_cuda_run(&ctx_, APX_OP_Conv, &a, ins, 2, outs, 1), APX_STATUS_OK) << ctx_.err;
+  EXPECT_EQ(g.fwd, 1);
+  EXPECT_EQ(g.nd_tensors, 2);
+  EXPECT_EQ(g.nd_dims, (std::vector<int>{2, 6, 3, 6, 7}));  // y, the last set
+  EXPECT_EQ(g.nd_strides, (std::vector<int>{6 * 3 * 6 * 7, 3 * 6 * 7, 6 * 7, 7, 1}));
+  EXPECT_EQ(g.nd_filter, (std::vector<int>{6, 2, 3, 3, 1}));
+  EXPECT_EQ(g.nd_pads, (std::vector<int>{1, 2, 0}));
+  EXPECT_EQ(g.nd_conv_strides, (std::vector<int>{2, 1, 1}));
+  EXPECT_EQ(g.nd_dilations, (std::vector<int>{1, 2, 1}));
+  // asymmetric depth pads the floor does not absorb are refused, naming all six
+  a.pads[3] = 3;  // D: (5 + 4 - 3) / 2 + 1 = 4, its symmetric twin's 3
+  ApxTensor y2[1] = {T(kBase + (2 << 20), APX_DT_F16, {2, 6, 4, 6, 7})};
+  EXPECT_EQ(apx_cuda_run(&ctx_, APX_OP_Conv, &a, ins, 2, y2, 1), APX_STATUS_UNSUPPORTED);
+  EXPECT_STREQ(ctx_.err, "Conv: not supported yet on cuda: asymmetric pads [1, 2, 0, 3, 2, 0]");
 }
 
 TEST_F(CudaLibs, MatMulStatesOperandAlignmentAndReusesItsPlan) {

@@ -4,7 +4,7 @@
 //
 // Which tests: every test folder whose model uses only apexc v1 / compile-time ops
 // (apx_node::model_is_v1), minus the v1 tests out of scope for apexc v1
-// (apx_node::excluded_tests(), node_harness.cc, each with its reason: 1-D/3-D pooling,
+// (apx_node::excluded_tests(), node_harness.cc, each with its reason:
 // string/optional/sequence types, opset-1 models; node_shape_test checks they are rejected
 // cleanly). Each test folder runs in three modes: Fp32, Fp16, Bf16.
 //

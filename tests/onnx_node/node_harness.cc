@@ -92,9 +92,6 @@ const std::map<std::string, std::string> &excluded_tests() {
       "Equal on runtime data (the ignore_index mask): Equal is compile-time only in v1";
   static const char *const kResizeCubic = "Resize mode=cubic: not supported yet (nearest and linear are)";
   static const std::map<std::string, std::string> k = {
-      {"test_averagepool_3d_default", "3-D pooling: Conv/Pool are 1-D and 2-D only"},
-      {"test_maxpool_3d_default", "3-D pooling: Conv/Pool are 1-D and 2-D only"},
-      {"test_convtranspose_3d", "3-D ConvTranspose: ConvTranspose is 1-D and 2-D only"},
       {"test_cast_FLOAT_to_STRING", "string tensors are not supported"},
       {"test_cast_STRING_to_FLOAT", "string tensors are not supported"},
       {"test_castlike_FLOAT_to_STRING", "string tensors are not supported"},

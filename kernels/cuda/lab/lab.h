@@ -34,6 +34,18 @@ extern "C" {
 
 namespace lab {
 
+// A 3-D window (ApxAttrConv / ApxAttrConvTranspose / ApxAttrPool): kernel k, stride and pads
+// `pad` in every slot, dilation 1.
+template <typename A>
+void CubicWindow(A *a, int64_t k, int64_t stride, int64_t pad) {
+  for (int i = 0; i < 3; i++) {
+    a->kernel[i] = k;
+    a->strides[i] = stride;
+    a->dilations[i] = 1;
+    a->pads[i] = a->pads[i + 3] = pad;
+  }
+}
+
 enum class Init {
   kUniform,   // uniform in [lo, hi]
   kPositive,  // uniform in [0.1, hi]
