@@ -95,9 +95,12 @@ static inline APX_HD double apx_random_uniform_f64(uint64_t seed, uint64_t rng_s
 }
 
 /* The key of a RandomUniformLike node: its seed attribute truncated to an integer when it
- * has one, else the run's seed. */
+ * has one, else the run's seed. kernels/validate.c refuses a seed outside int64's range (NaN
+ * included); such a seed gives key 0 here rather than an undefined conversion. */
 static inline APX_HD uint64_t apx_random_key(int32_t has_seed, float seed, uint64_t run_seed) {
-  return has_seed ? (uint64_t)(int64_t)seed : run_seed;
+  if (!has_seed) return run_seed;
+  if (!(seed > -9.2e18f && seed < 9.2e18f)) return 0;
+  return (uint64_t)(int64_t)seed;
 }
 
 #ifdef __cplusplus

@@ -398,7 +398,10 @@ CONTRACT(c_minmax_grad) {
 /* RandomUniformLike(input?) -> output: the input, when given, has the output's element count
  * (its values are never read). */
 CONTRACT(c_random_uniform_like) {
-  (void)op, (void)attrs;
+  (void)op;
+  const ApxAttrRandomUniform *a = attrs;
+  if (a->has_seed && !(a->seed > -9.2e18f && a->seed < 9.2e18f))
+    return bad(v, "seed %g is not an integer in int64's range", (double)a->seed);
   if (has(ins, n_in, 0) && numel(&ins[0]) != numel(&outs[0]))
     return bad(v, "output has %lld elements, input %lld", (long long)numel(&outs[0]),
                (long long)numel(&ins[0]));

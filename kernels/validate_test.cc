@@ -4,6 +4,7 @@
 // input count that overflows int). Tensors carry fake addresses: nothing is dereferenced.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -240,4 +241,20 @@ TEST(Validate, MinMaxNeedEveryInput) {
   EXPECT_EQ(r.err, "input 1 missing");
   r = Check(APX_OP_MinMaxGrad, nullptr, {T({4}), T({4}), T({4}), Absent()}, {T({4}, APX_DT_F32, 0x40000), Absent()});
   EXPECT_EQ(r.err, "input 3 missing");
+}
+
+// Found by scripts/fuzz_plan.sh: a NaN seed reached the float -> int64 conversion of the key.
+TEST(Validate, RandomUniformSeedMustBeInInt64Range) {
+  ApxAttrRandomUniform a;
+  memset(&a, 0, sizeof a);
+  a.high = 1.0f;
+  a.has_seed = 1;
+  a.seed = 7.0f;
+  EXPECT_EQ(Check(APX_OP_RandomUniformLike, &a, {T({4})}, {T({4}, APX_DT_F32, 0x20000)}).st, APX_STATUS_OK);
+  a.seed = NAN;
+  Result r = Check(APX_OP_RandomUniformLike, &a, {T({4})}, {T({4}, APX_DT_F32, 0x20000)});
+  EXPECT_EQ(r.st, APX_STATUS_BAD_INPUT);
+  EXPECT_NE(r.err.find("is not an integer in int64's range"), std::string::npos) << r.err;
+  a.seed = 1e30f;
+  EXPECT_EQ(Check(APX_OP_RandomUniformLike, &a, {T({4})}, {T({4}, APX_DT_F32, 0x20000)}).st, APX_STATUS_BAD_INPUT);
 }
