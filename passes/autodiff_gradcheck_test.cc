@@ -267,6 +267,12 @@ std::vector<Case> Cases() {
                                         {Attr::Int("group", 2), Attr::Ints("strides", {2, 2}),
                                          Attr::Ints("pads", {1, 1, 1, 1})}));
                }});
+  c.push_back({"Conv_Depthwise_Multiplier_Strides_AsymPads_Bias", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 3, 6, 5}), w = b.Param("w", {6, 1, 3, 3}), bias = b.Param("bias", {6});
+                 b.WeightedSumLoss(b.Op("Conv", {x, w, bias},
+                                        {Attr::Int("group", 3), Attr::Ints("strides", {2, 1}),
+                                         Attr::Ints("pads", {1, 0, 1, 2})}));
+               }});
   c.push_back({"Conv_Dilations_AsymPads_Bias", [](GraphBuilder &b) {
                  int x = b.Param("x", {2, 2, 6, 6}), w = b.Param("w", {3, 2, 2, 2}), bias = b.Param("bias", {3});
                  b.WeightedSumLoss(b.Op("Conv", {x, w, bias},
