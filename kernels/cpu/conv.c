@@ -19,6 +19,18 @@ static int conv_is_depthwise(const ApxConvGeom *g) {
   return g->Cg == 1 && g->G > 1 && g->Mg <= 4;
 }
 
+/* for (p_ = 0; p_ < n; p_++) call; over nt threads when par, else without entering an
+ * OpenMP region (libgomp builds a team even for one thread: a malloc and a futex wake) */
+#define CONV_FOR(par, n, call)                                          \
+  do {                                                                  \
+    if (nt > 1 && (par)) {                                              \
+      APX_OMP_FOR(1)                                                    \
+      for (int64_t p_ = 0; p_ < (n); p_++) call;                        \
+    } else {                                                            \
+      for (int64_t p_ = 0; p_ < (n); p_++) call;                        \
+    }                                                                   \
+  } while (0)
+
 #define APX_REAL_F64 0
 #include "kernels/cpu/real_begin.h"
 #include "kernels/cpu/sum_real.inc"
