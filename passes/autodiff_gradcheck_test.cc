@@ -267,6 +267,12 @@ std::vector<Case> Cases() {
                                         {Attr::Int("group", 2), Attr::Ints("strides", {2, 2}),
                                          Attr::Ints("pads", {1, 1, 1, 1})}));
                }});
+  c.push_back({"Conv_Depthwise_Multiplier_Strides_AsymPads_Bias", [](GraphBuilder &b) {
+                 int x = b.Param("x", {2, 3, 6, 5}), w = b.Param("w", {6, 1, 3, 3}), bias = b.Param("bias", {6});
+                 b.WeightedSumLoss(b.Op("Conv", {x, w, bias},
+                                        {Attr::Int("group", 3), Attr::Ints("strides", {2, 1}),
+                                         Attr::Ints("pads", {1, 0, 1, 2})}));
+               }});
   c.push_back({"Conv_Dilations_AsymPads_Bias", [](GraphBuilder &b) {
                  int x = b.Param("x", {2, 2, 6, 6}), w = b.Param("w", {3, 2, 2, 2}), bias = b.Param("bias", {3});
                  b.WeightedSumLoss(b.Op("Conv", {x, w, bias},
@@ -289,6 +295,13 @@ std::vector<Case> Cases() {
                  // natural size (5, 5); output_shape (7, 6): the extra rows/columns see no window
                  int x = b.Param("x", {1, 2, 3, 3}), w = b.Param("w", {2, 2, 3, 3}), bias = b.Param("bias", {2});
                  b.WeightedSumLoss(b.Op("ConvTranspose", {x, w, bias}, {Attr::Ints("output_shape", {7, 6})}));
+               }});
+  c.push_back({"ConvTranspose_Depthwise_Dilations_OutputShape_Larger", [](GraphBuilder &b) {
+                 // group == C_in == C_out: the depthwise CPU loops (conv.c); natural size (7, 7)
+                 int x = b.Param("x", {2, 3, 3, 3}), w = b.Param("w", {3, 1, 3, 2}), bias = b.Param("bias", {3});
+                 b.WeightedSumLoss(b.Op("ConvTranspose", {x, w, bias},
+                                        {Attr::Int("group", 3), Attr::Ints("strides", {2, 2}),
+                                         Attr::Ints("dilations", {1, 2}), Attr::Ints("output_shape", {8, 8})}));
                }});
   c.push_back({"MaxPool_2x2_Stride2", [](GraphBuilder &b) {
                  int x = b.Data("x", APX_VAL_PARAM, APX_DT_F64, {1, 2, 4, 4}, b.Distinct(32));

@@ -3,13 +3,33 @@
  * groups, pads, strides, dilations; ConvGrad(dY, X, W) -> dX?, dW?, dB?;
  * ConvBiasReluGrad(dY, Y, X, W) -> ConvGrad of dY * (Y > 0); ConvTranspose(X, W, B?) -> Y and
  * ConvTransposeGrad(dY, X, W) -> dX?, dW?, dB? through the adjoint convolution's geometry. im2col + OpenBLAS
- * GEMM (fp32 accumulation for half tensors, rounded once by dispatch.c). */
+ * GEMM, or direct loops for depthwise convolutions (fp32 accumulation for half tensors, rounded
+ * once by dispatch.c). */
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/ew_math.h"
+
+/* Depthwise convolutions (one input channel per group, at most 4 filters each: MobileNet's,
+ * EfficientNet's) run directly (conv_real.inc's dw_conv*), with no im2col scratch; the other
+ * groupings through im2col + GEMM. */
+static int conv_is_depthwise(const ApxConvGeom *g) { /* 1-D and 2-D windows (3-D: im2col3) */
+  return g->Cg == 1 && g->G > 1 && g->Mg <= 4 && !g->depth;
+}
+
+/* for (p_ = 0; p_ < n; p_++) call; over nt threads when par, else without entering an
+ * OpenMP region (libgomp builds a team even for one thread: a malloc and a futex wake) */
+#define CONV_FOR(par, n, call)                                          \
+  do {                                                                  \
+    if (nt > 1 && (par)) {                                              \
+      APX_OMP_FOR(1)                                                    \
+      for (int64_t p_ = 0; p_ < (n); p_++) call;                        \
+    } else {                                                            \
+      for (int64_t p_ = 0; p_ < (n); p_++) call;                        \
+    }                                                                   \
+  } while (0)
 
 #define APX_REAL_F64 0
 #include "kernels/cpu/real_begin.h"
@@ -52,7 +72,8 @@ static ApxStatus conv_transpose_geom(ApxCpuCtx *ctx, const ApxAttrConvTranspose 
 
 /* im2col scratch: nbuf buffers of Kc * OHW elements (one per thread for the parallel paths) */
 static void *alloc_col(const ApxConvGeom *g, size_t es, int nbuf) {
-  size_t n = g->pointwise ? 1 : (size_t)(g->Cg * g->kd * g->kh * g->kw * g->OD * g->OH * g->OW);
+  size_t n = g->pointwise || conv_is_depthwise(g) ? 1
+                                                 : (size_t)(g->Cg * g->kd * g->kh * g->kw * g->OD * g->OH * g->OW);
   return malloc((n ? n : 1) * es * (size_t)(nbuf > 0 ? nbuf : 1));
 }
 

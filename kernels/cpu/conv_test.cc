@@ -136,3 +136,53 @@ TEST(Conv, ThreadCountDoesNotChangeBits) {
       expect_same_bits(y1, y2, "Conv 1 vs 2 threads");
     }
 }
+
+// Depthwise convolutions (one input channel per group, multiplier up to 4) run directly,
+// without im2col (conv.c); the same convolution written as a dense one (group 1, the weight
+// block-diagonal with zeros elsewhere) goes through im2col + GEMM. Forward, dX and dW agree
+// to the accumulation tolerances, over strides, dilations, asymmetric pads, multipliers 1
+// and 2 and the "same" im2col path; results do not depend on the thread count.
+TEST(Conv, DepthwiseMatchesGeneralPath) {
+  const ConvCase cases[] = {{2, 6, 9, 8, 6, 3, 3, 6, 1, 1, 1, 1, 1, 1, 1, 1, false},
+                            {3, 4, 11, 10, 8, 3, 3, 4, 2, 2, 1, 1, 1, 1, 1, 1, false},
+                            {1, 3, 12, 9, 6, 5, 3, 3, 2, 1, 2, 1, 2, 0, 1, 3, false},
+                            {2, 5, 6, 7, 5, 5, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2, false},
+                            {1, 2, 5, 5, 2, 3, 3, 2, 3, 3, 1, 1, 0, 0, 0, 0, false}};
+  for (const ConvCase &c : cases)
+    for (ApxDType dt : {APX_DT_F32, APX_DT_F64}) {
+      int64_t OH = out_dim(c.H, c.kh, c.sh, c.dh, c.pt, c.pb);
+      int64_t OW = out_dim(c.W, c.kw, c.sw, c.dw, c.pl, c.pr);
+      int64_t Mg = c.M / c.group, T = c.kh * c.kw;
+      Tensor x = rand(dt, {c.N, c.C, c.H, c.W}, -1, 1, 41);
+      Tensor w = rand(dt, {c.M, 1, c.kh, c.kw}, -1, 1, 42);
+      Tensor dy = rand(dt, {c.N, c.M, OH, OW}, -1, 1, 43);
+      Tensor wd(dt, {c.M, c.C, c.kh, c.kw});  // dense: filter m reads only channel m / Mg
+      for (int64_t m = 0; m < c.M; m++)
+        for (int64_t t = 0; t < T; t++) wd.set((m * c.C + m / Mg) * T + t, w.get(m * T + t));
+      ApxAttrConv a = attrs_of(c), ad = a;
+      ad.group = 1;
+      Tensor y(dt, {c.N, c.M, OH, OW}), yd(dt, y.dims), y2(dt, y.dims);
+      run_ok(APX_OP_Conv, &a, {&x, &w}, {&y});
+      run_ok(APX_OP_Conv, &ad, {&x, &wd}, {&yd});
+      std::vector<double> sc(y.numel(), (double)T);  // |x|, |w| < 1
+      expect_close(y, yd.values(), (double)T + 2, &sc, "depthwise Conv");
+      RunOpts two;
+      two.threads = 2;
+      run_ok(APX_OP_Conv, &a, {&x, &w}, {&y2}, two);
+      expect_same_bits(y, y2, "depthwise Conv 1 vs 2 threads");
+
+      Tensor dx(dt, x.dims), dw(dt, w.dims), dxd(dt, x.dims), dwd(dt, wd.dims);
+      Tensor dx2(dt, x.dims), dw2(dt, w.dims);
+      run_ok(APX_OP_ConvGrad, &a, {&dy, &x, &w}, {&dx, &dw, nullptr});
+      run_ok(APX_OP_ConvGrad, &ad, {&dy, &x, &wd}, {&dxd, &dwd, nullptr});
+      std::vector<double> scx(dx.numel(), (double)(Mg * T));
+      expect_close(dx, dxd.values(), (double)(Mg * T) + 2, &scx, "depthwise ConvGrad dX");
+      std::vector<double> dwref(dw.numel()), scw(dw.numel(), (double)(c.N * OH * OW));
+      for (int64_t m = 0; m < c.M; m++)
+        for (int64_t t = 0; t < T; t++) dwref[m * T + t] = dwd.get((m * c.C + m / Mg) * T + t);
+      expect_close(dw, dwref, (double)(c.N * OH * OW) + 2, &scw, "depthwise ConvGrad dW");
+      run_ok(APX_OP_ConvGrad, &a, {&dy, &x, &w}, {&dx2, &dw2, nullptr}, two);
+      expect_same_bits(dx, dx2, "depthwise ConvGrad dX 1 vs 2 threads");
+      expect_same_bits(dw, dw2, "depthwise ConvGrad dW 1 vs 2 threads");
+    }
+}

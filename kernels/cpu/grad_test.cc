@@ -409,7 +409,9 @@ TEST(Grad, Conv) {
     int64_t N, C, H, W, M, k, group, stride, dil, pad;
   } cases[] = {{2, 2, 5, 4, 3, 3, 1, 1, 1, 1}, {1, 4, 6, 6, 2, 2, 2, 2, 1, 0},
                {1, 2, 7, 5, 2, 3, 2, 1, 2, 2}, {2, 3, 3, 3, 2, 1, 1, 1, 1, 0},
-               {1, 2, 2, 5, 2, 5, 1, 1, 1, 2}};  // "same" path with taps off the image
+               {1, 2, 2, 5, 2, 5, 1, 1, 1, 2},   // "same" path with taps off the image
+               {2, 3, 5, 6, 3, 3, 3, 1, 1, 1},   // depthwise (direct path)
+               {1, 2, 7, 6, 4, 3, 2, 2, 2, 2}};  // depthwise, multiplier 2, strides, dilations
   for (const C &c : cases) {
     ApxAttrConv a = {};
     a.kernel[0] = 1;
