@@ -1147,6 +1147,12 @@ static Contract contract_of(ApxOp op) {
     case APX_OP_RandomUniformLike: return c_random_uniform_like;
     case APX_OP_Resize: case APX_OP_ResizeGrad: return c_resize;
     case APX_OP_Einsum: return c_einsum;
+    default: break;
+  }
+  /* every op generated from a formula (ops.def KIND), those added since included */
+  switch (apx_op_info(op)->kind) {
+    case APX_KIND_EW_UNARY: return c_unary;
+    case APX_KIND_EW_UNARY_GRAD: return c_unary_grad;
     default: return NULL;
   }
 }

@@ -258,3 +258,18 @@ TEST(Validate, RandomUniformSeedMustBeInInt64Range) {
   a.seed = 1e30f;
   EXPECT_EQ(Check(APX_OP_RandomUniformLike, &a, {T({4})}, {T({4}, APX_DT_F32, 0x20000)}).st, APX_STATUS_BAD_INPUT);
 }
+
+// Found by scripts/fuzz_plan.sh: HardSwish (a formula op added after the contract table was
+// written) had no contract, and an output smaller than its input reached the kernel. Every
+// op of kind EW_UNARY / EW_UNARY_GRAD now gets the unary contracts from ops.def.
+TEST(Validate, EveryFormulaOpGetsTheUnaryContract) {
+  static const double zeros[32] = {0};  // attributes of any formula op: all zero
+  for (ApxOp op : {APX_OP_HardSwish, APX_OP_HardSigmoid, APX_OP_Softplus}) {
+    EXPECT_EQ(Check(op, zeros, {T({4})}, {T({4}, APX_DT_F32, 0x20000)}).st, APX_STATUS_OK) << apx_op_name(op);
+    Result r = Check(op, zeros, {T({4})}, {T({1}, APX_DT_F32, 0x20000)});
+    EXPECT_EQ(r.st, APX_STATUS_BAD_INPUT) << apx_op_name(op);
+    EXPECT_EQ(r.err, "output shape/dtype differs from input") << apx_op_name(op);
+  }
+  Result g = Check(APX_OP_HardSwishGrad, nullptr, {T({4}), T({4})}, {T({2}, APX_DT_F32, 0x20000)});
+  EXPECT_EQ(g.st, APX_STATUS_BAD_INPUT);
+}
