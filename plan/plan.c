@@ -289,8 +289,10 @@ static int check_buffer(const ApxPlan *p, int32_t i, ApxDiag *d) {
     if (b->alias_of < 0 || b->alias_of >= p->n_bufs || b->alias_of == i)
       return bad(d, p, "buffer %d ('%s'): alias_of %d out of range", i, b->name, b->alias_of);
     const ApxPlanBuffer *t = &p->bufs[b->alias_of];
+    int64_t b_end, t_end; /* overflow-checked: t may come later and is not validated yet */
     if (t->region != b->region || b->offset < t->offset ||
-        b->offset + b->bytes > t->offset + t->bytes)
+        __builtin_add_overflow(b->offset, b->bytes, &b_end) ||
+        __builtin_add_overflow(t->offset, t->bytes, &t_end) || b_end > t_end)
       return bad(d, p, "buffer %d ('%s'): not inside the buffer it aliases ('%s')", i, b->name,
                  t->name);
   }
