@@ -135,7 +135,7 @@ int apx_compile_graph_inspected(ApxGraph *g, const ApxOptions *o, ApxInspectFn i
     apx_stage_begin(&clock, o);
     int rc = passes[p].fn(g, o, d);
     if (rc < 0) return -1;
-    if (rc > 0 && apx_graph_toposort(g, d)) return -1;
+    if (rc == APX_PASS_CHANGED && apx_graph_toposort(g, d)) return -1;
     apx_stage_end(&clock, passes[p].name);
     if (o->verify_each_pass && apx_graph_verify(g, d)) {
       char msg[sizeof d->msg];

@@ -108,20 +108,49 @@ const char *apx_graph_unique_name(ApxGraph *g, const char *hint) {
     memcpy(n + len, "_apx", 4);
     for (int i = 0; i < nd; i++) n[len + 4 + i] = digits[nd - 1 - i];
     n[len + 4 + nd] = '\0';
-    if (apx_graph_find_value(g, n) < 0) return n;
+    if (g->n_apx_form_names == 0 || apx_graph_find_value(g, n) < 0) {
+      g->last_unique = n;
+      g->last_unique_generated = 1;
+      return n;
+    }
   }
+}
+
+/* A name given explicitly in the generated form "<anything>_apx<n>" (apx_graph_unique_name)
+ * could meet a generated one only at counter value n: the counter moves past n, so later
+ * generated names never do. Returns 1 when it cannot (n out of the counter's range), so
+ * that name must be looked up from now on. */
+static int note_explicit_name(ApxGraph *g, const char *name) {
+  size_t len = strlen(name), k = len;
+  while (k > 0 && name[k - 1] >= '0' && name[k - 1] <= '9') k--;
+  if (k == len || k < 4 || memcmp(name + k - 4, "_apx", 4) != 0) return 0;
+  if (name[k] == '0' && len - k > 1) return 0; /* generated digits have no leading zero */
+  int64_t n = 0;
+  for (size_t i = k; i < len; i++) {
+    n = n * 10 + (name[i] - '0');
+    if (n >= INT32_MAX) return 1;
+  }
+  if (n >= g->name_gen) g->name_gen = (int32_t)n + 1;
+  return 0;
 }
 
 /* ---- values and nodes --------------------------------------------------------------- */
 
 int apx_graph_add_value(ApxGraph *g, ApxDiag *d, const char *name, ApxValueKind kind,
                         ApxDType dtype, int32_t rank, const int64_t *dims) {
-  if (name && apx_graph_find_value(g, name) >= 0)
+  /* the name apx_graph_unique_name or apx_graph_free_name returned last, no value added
+   * since: known to be free */
+  int known_free = name && name == g->last_unique;
+  if (name && !known_free && apx_graph_find_value(g, name) >= 0)
     return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: value '%s' is defined twice", g->file, name);
   if (rank > APX_MAX_RANK)
     return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: value '%s' has rank %d, more than %d",
                           g->file, name ? name : "?", rank, APX_MAX_RANK);
-  const char *nm = name ? apx_arena_strdup(&g->arena, name) : apx_graph_unique_name(g, "v");
+  /* a generated name is in the arena already */
+  int generated = known_free && g->last_unique_generated;
+  const char *nm = generated ? name
+                   : name    ? apx_arena_strdup(&g->arena, name)
+                             : apx_graph_unique_name(g, "v");
   if (!nm || grow((void **)&g->vals, &g->cap_vals, g->n_vals + 1, sizeof(ApxValue)))
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory adding a value", g->file);
   int id = g->n_vals;
@@ -140,11 +169,21 @@ int apx_graph_add_value(ApxGraph *g, ApxDiag *d, const char *name, ApxValueKind 
   v->rank = -1;
   if (rank >= 0) apx_value_set_shape(v, rank, dims);
   g->n_vals++;
+  if (name && !generated && note_explicit_name(g, name)) g->n_apx_form_names++;
+  g->last_unique = NULL;
   if (name_insert(g, id)) {
     g->n_vals--;
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory adding a value", g->file);
   }
   return id;
+}
+
+const char *apx_graph_free_name(ApxGraph *g, const char *name) {
+  if (!name) return NULL;
+  if (apx_graph_find_value(g, name) >= 0) return apx_graph_unique_name(g, name);
+  g->last_unique = name;
+  g->last_unique_generated = 0;
+  return name;
 }
 
 int apx_graph_add_node(ApxGraph *g, ApxDiag *d, ApxOp op, const char *name, int n_in,
@@ -238,15 +277,32 @@ char *apx_value_shape_str(const ApxValue *v, char *buf, size_t cap) {
 
 /* ---- topological order -------------------------------------------------------------- */
 
+/* The heap key of node a: (section * 2 + not eager) above the id, so the heap compares
+ * integers without reading the nodes. */
+#define DEAD_KEY UINT64_MAX
+
+static uint64_t topo_key(const ApxNode *nd, int a) {
+  uint32_t cls = (uint32_t)nd->section * 2u + ((nd->flags & APX_NODEF_EAGER) ? 0u : 1u);
+  return ((uint64_t)cls << 32) | (uint32_t)a;
+}
+
 int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
   int n = g->n_nodes;
+  /* key[i] (DEAD_KEY for dead nodes), indeg[i] (edges from live producers, one per input slot),
+   * nsucc[i + 1] (edges to live consumers); sorted: every edge goes from a smaller key to a
+   * larger one, so the nodes in key order are already a valid order */
+  uint64_t *key = malloc(((size_t)n + 1) * sizeof *key);
   int *indeg = calloc((size_t)n + 1, sizeof(int));
-  ApxUses u;
-  if (!indeg || apx_uses_build(g, &u)) {
-    free(indeg);
-    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory sorting the graph", g->file);
+  int *succ_start = calloc((size_t)n + 2, sizeof(int));
+  int *succ = NULL, *fill = NULL;
+  uint64_t *heap = NULL;
+  int rc = 0, live = 0, sorted = 1;
+  size_t edges = 0;
+  if (!key || !indeg || !succ_start) goto oom;
+  for (int i = 0; i < n; i++) {
+    const ApxNode *nd = &g->nodes[i];
+    key[i] = (nd->flags & APX_NODEF_DEAD) ? DEAD_KEY : topo_key(nd, i);
   }
-  int live = 0;
   for (int i = 0; i < n; i++) {
     const ApxNode *nd = &g->nodes[i];
     if (nd->flags & APX_NODEF_DEAD) continue;
@@ -255,34 +311,52 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
       int v = nd->in[k];
       if (v < 0) continue;
       int p = g->vals[v].producer;
-      if (p >= 0 && !(g->nodes[p].flags & APX_NODEF_DEAD)) indeg[i]++;
+      if (p < 0 || (g->nodes[p].flags & APX_NODEF_DEAD)) continue;
+      indeg[i]++;
+      succ_start[p + 1]++;
+      edges++;
+      sorted &= key[p] < key[i];
     }
   }
   /* never NULL, even for a graph without nodes: passes copy it with memcpy */
-  if (grow((void **)&g->order, &g->cap_order, live > 0 ? live : 1, sizeof(int))) {
-    free(indeg);
-    apx_uses_free(&u);
-    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory sorting the graph", g->file);
+  if (grow((void **)&g->order, &g->cap_order, live > 0 ? live : 1, sizeof(int))) goto oom;
+  if (sorted) {
+    /* Kahn with a min-heap would take the nodes in key order: a counting sort by the key's
+     * class (section, eager) keeps ids ascending within each */
+    int count[2 * (APX_SEC_OPTIMIZER + 1) + 1] = {0};
+    int ncls = 2 * (APX_SEC_OPTIMIZER + 1);
+    for (int i = 0; i < n; i++)
+      if (key[i] != DEAD_KEY) count[(key[i] >> 32) + 1]++;
+    for (int c = 0; c < ncls; c++) count[c + 1] += count[c];
+    for (int i = 0; i < n; i++)
+      if (key[i] != DEAD_KEY) g->order[count[key[i] >> 32]++] = i;
+    g->n_order = live;
+    goto out;
   }
-  /* Kahn with a min-heap keeps the model's order where it is already valid. Priority:
+  for (int i = 0; i < n; i++) succ_start[i + 1] += succ_start[i];
+  succ = malloc((edges + 1) * sizeof *succ);
+  fill = malloc(((size_t)n + 1) * sizeof *fill);
+  heap = malloc(((size_t)live + 1) * sizeof *heap);
+  if (!succ || !fill || !heap) goto oom;
+  memcpy(fill, succ_start, (size_t)n * sizeof *fill);
+  for (int i = 0; i < n; i++) {
+    const ApxNode *nd = &g->nodes[i];
+    if (nd->flags & APX_NODEF_DEAD) continue;
+    for (int k = 0; k < nd->n_in; k++) {
+      int v = nd->in[k];
+      if (v < 0) continue;
+      int p = g->vals[v].producer;
+      if (p >= 0 && !(g->nodes[p].flags & APX_NODEF_DEAD)) succ[fill[p]++] = i;
+    }
+  }
+  /* Kahn with a min-heap on the keys keeps the model's order where it is already valid:
    * section first (forward, backward, optimizer: a later section never feeds an earlier
-   * one), then eager nodes (as soon as ready), then node id; packed into one 64-bit key per
-   * heap entry (section * 2 + not eager above the id), so the heap compares integers
-   * without reading the nodes. */
-  uint64_t *heap = malloc(((size_t)live + 1) * sizeof *heap);
+   * one), then eager nodes (as soon as ready), then node id */
   int hn = 0;
-  if (!heap) {
-    free(indeg);
-    apx_uses_free(&u);
-    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory sorting the graph", g->file);
-  }
-#define NODE_KEY(a)                                                                      \
-  (((uint64_t)((uint32_t)g->nodes[a].section * 2u +                                      \
-               ((g->nodes[a].flags & APX_NODEF_EAGER) ? 0u : 1u)) << 32) | (uint32_t)(a))
 #define HEAP_PUSH(x)                                                     \
   do {                                                                   \
     int c_ = hn++;                                                       \
-    uint64_t k_ = NODE_KEY(x);                                           \
+    uint64_t k_ = key[x];                                                \
     while (c_ > 0 && k_ < heap[(c_ - 1) / 2]) {                          \
       heap[c_] = heap[(c_ - 1) / 2];                                     \
       c_ = (c_ - 1) / 2;                                                 \
@@ -290,7 +364,7 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
     heap[c_] = k_;                                                       \
   } while (0)
   for (int i = 0; i < n; i++)
-    if (!(g->nodes[i].flags & APX_NODEF_DEAD) && indeg[i] == 0) HEAP_PUSH(i);
+    if (key[i] != DEAD_KEY && indeg[i] == 0) HEAP_PUSH(i);
   int k = 0;
   while (hn > 0) {
     int top = (int)(uint32_t)heap[0];
@@ -306,29 +380,29 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
     }
     if (hn > 0) heap[c] = last;
     g->order[k++] = top;
-    const ApxNode *nd = &g->nodes[top];
-    for (int o = 0; o < nd->n_out; o++) {
-      int v = nd->out[o];
-      if (v < 0) continue;
-      for (int j = u.use_start[v]; j < u.use_start[v + 1]; j++) {
-        int cn = u.use_node[j];
-        if (--indeg[cn] == 0) HEAP_PUSH(cn);
-      }
+    for (int j = succ_start[top]; j < succ_start[top + 1]; j++) {
+      int cn = succ[j];
+      if (--indeg[cn] == 0) HEAP_PUSH(cn);
     }
   }
 #undef HEAP_PUSH
-#undef NODE_KEY
-  free(heap);
-  apx_uses_free(&u);
   g->n_order = k;
-  int rc = 0;
   if (k != live) {
     int culprit = -1;
     for (int i = 0; i < n && culprit < 0; i++)
-      if (!(g->nodes[i].flags & APX_NODEF_DEAD) && indeg[i] > 0) culprit = i;
+      if (key[i] != DEAD_KEY && indeg[i] > 0) culprit = i;
     rc = apx_node_error(d, g, culprit, "is part of a cycle (graph is not a DAG)");
   }
+  goto out;
+oom:
+  rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory sorting the graph", g->file);
+out:
+  free(key);
   free(indeg);
+  free(succ_start);
+  free(succ);
+  free(fill);
+  free(heap);
   return rc;
 }
 

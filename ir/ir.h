@@ -159,6 +159,15 @@ typedef struct ApxGraph {
   int *name_slots;
   int32_t name_cap;
   int32_t name_gen;   /* counter for generated names */
+  /* generated names ("<hint>_apx<n>", n from name_gen) never equal one another; a name
+   * given explicitly in that form (a model's, a pass's) moves name_gen past its n, so they
+   * never meet either, but for names whose n is out of range, counted here: while there is
+   * none, apx_graph_unique_name needs no lookup. last_unique: the name
+   * apx_graph_unique_name / apx_graph_free_name returned last, known free until the next
+   * value is added (apx_graph_add_value skips its lookup); _generated: in the arena already */
+  int32_t n_apx_form_names;
+  int32_t last_unique_generated;
+  const char *last_unique;
 } ApxGraph;
 
 void apx_graph_init(ApxGraph *g, const char *file);
@@ -170,6 +179,9 @@ int apx_graph_add_value(ApxGraph *g, ApxDiag *d, const char *name, ApxValueKind 
                         ApxDType dtype, int32_t rank, const int64_t *dims);
 /* A fresh unique name built from hint (never collides with model names). */
 const char *apx_graph_unique_name(ApxGraph *g, const char *hint);
+/* name when no value has it, else apx_graph_unique_name(g, name). Either way the next
+ * apx_graph_add_value of the returned pointer (no value added in between) skips its lookup. */
+const char *apx_graph_free_name(ApxGraph *g, const char *name);
 /* Value id by name, -1 if none. */
 int apx_graph_find_value(const ApxGraph *g, const char *name);
 

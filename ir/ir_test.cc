@@ -162,3 +162,155 @@ TEST(Ir, ToposortRunsEagerNodesFirstWithinTheirSection) {
   EXPECT_EQ(t.g.order[2], n1);
   EXPECT_EQ(t.g.order[3], n3);
 }
+
+// A name given explicitly in the generated form moves the counter past its number, so
+// generated names never meet it; one whose number is out of the counter's range turns the
+// lookups back on. The name apx_graph_unique_name / apx_graph_free_name returned last is
+// added without a lookup and is still unique.
+TEST(Ir, GeneratedNamesMeetNamesGivenInTheirForm) {
+  Graph t;
+  const char *n0 = apx_graph_unique_name(&t.g, "x");
+  ASSERT_GE(apx_graph_add_value(&t.g, &t.d, n0, APX_VAL_ACTIVATION, APX_DT_F32, -1, nullptr), 0);
+  EXPECT_LT(t.val("x_apx0"), 0);  // given explicitly: looked up, found
+  EXPECT_STREQ(t.d.msg, "t.onnx: value 'x_apx0' is defined twice");
+  EXPECT_GE(t.val("y_apx7"), 0);  // a model's name of that form: the counter moves to 8
+  EXPECT_EQ(t.g.name_gen, 8);
+  EXPECT_STREQ(apx_graph_unique_name(&t.g, "y"), "y_apx8");
+  EXPECT_GE(t.val("y_apx3"), 0);   // below the counter: nothing to do
+  EXPECT_GE(t.val("y_apx05"), 0);  // a leading zero: never generated
+  EXPECT_GE(t.val("apx_lr"), 0);   // not of the form
+  EXPECT_GE(t.val("z_apx"), 0);
+  EXPECT_GE(t.val("z_apx1b"), 0);
+  EXPECT_EQ(t.g.name_gen, 9);
+  EXPECT_EQ(t.g.n_apx_form_names, 0);
+  EXPECT_GE(t.val("q_apx99999999999"), 0);  // out of range: looked up from now on
+  EXPECT_EQ(t.g.n_apx_form_names, 1);
+  t.g.name_gen = 2147483000;
+  EXPECT_GE(t.val("v_apx2147483001"), 0);
+  EXPECT_STREQ(apx_graph_unique_name(&t.g, "v"), "v_apx2147483002");
+  // apx_graph_free_name: the plain name when free, then added without a second lookup
+  const char *f = apx_graph_free_name(&t.g, "w");
+  EXPECT_STREQ(f, "w");
+  ASSERT_GE(apx_graph_add_value(&t.g, &t.d, f, APX_VAL_ACTIVATION, APX_DT_F32, -1, nullptr), 0);
+  const char *f2 = apx_graph_free_name(&t.g, "w");  // taken: a variant
+  EXPECT_STRNE(f2, "w");
+  ASSERT_GE(apx_graph_add_value(&t.g, &t.d, f2, APX_VAL_ACTIVATION, APX_DT_F32, -1, nullptr), 0);
+  // a known-free name goes stale once another value is added
+  const char *f3 = apx_graph_free_name(&t.g, "u");
+  EXPECT_GE(t.val("u"), 0);
+  EXPECT_LT(apx_graph_add_value(&t.g, &t.d, f3, APX_VAL_ACTIVATION, APX_DT_F32, -1, nullptr), 0);
+  for (int i = 0; i < t.g.n_vals; i++) ASSERT_EQ(apx_graph_find_value(&t.g, t.g.vals[i].name), i);
+}
+
+// apx_graph_toposort against the rule it implements, on random graphs: repeatedly take the
+// ready node with the smallest (section, not eager, id). Graphs whose ids already follow that
+// order take the sort's fast path; the others its heap.
+TEST(Ir, ToposortMatchesTheSmallestReadyNodeRule) {
+  uint64_t rng = 12345;
+  auto next = [&rng]() {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+  };
+  int fast_shaped = 0;
+  for (int trial = 0; trial < 300; trial++) {
+    Graph t;
+    int nn = 1 + (int)(next() % 40);
+    std::vector<int> outs;
+    outs.push_back(t.val("in", APX_VAL_INPUT));
+    // node i's output is value i + 1; inputs from earlier nodes' outputs (a DAG in id order),
+    // then a random relabelling of which node gets which id breaks the id order in most trials
+    std::vector<int> perm(nn);
+    for (int i = 0; i < nn; i++) perm[i] = i;
+    bool shuffle = trial % 3 != 0;
+    if (shuffle)
+      for (int i = nn - 1; i > 0; i--) std::swap(perm[i], perm[next() % (i + 1)]);
+    std::vector<std::vector<int>> ins(nn);
+    for (int i = 0; i < nn; i++) {
+      int k = 1 + (int)(next() % 3);
+      for (int j = 0; j < k; j++) ins[i].push_back(i ? 1 + (int)(next() % i) : 0);
+    }
+    for (int i = 0; i < nn; i++) t.val(("v" + std::to_string(i)).c_str());
+    // node with id perm[i] computes value i + 1; add nodes in id order
+    std::vector<int> who(nn);
+    for (int i = 0; i < nn; i++) who[perm[i]] = i;
+    for (int id = 0; id < nn; id++) {
+      int i = who[id];
+      std::vector<int> in;
+      for (int x : ins[i]) in.push_back(x == 0 ? 0 : x);  // value x: the output of topo node x - 1
+      int out = i + 1;
+      ASSERT_EQ(apx_graph_add_node(&t.g, &t.d, APX_OP_Relu, nullptr, (int)in.size(), in.data(), 1, &out), id);
+    }
+    for (int id = 0; id < nn; id++) {
+      ApxNode *nd = &t.g.nodes[id];
+      // sections that never run backwards along an edge would be the pipeline's; random ones
+      // test the rule itself
+      nd->section = shuffle ? (ApxSection)(next() % 3) : (ApxSection)(id * 3 / nn);
+      if (shuffle && next() % 4 == 0) nd->flags |= APX_NODEF_EAGER;
+      if (next() % 10 == 0) nd->flags |= APX_NODEF_DEAD;
+    }
+    // reference
+    std::vector<int> indeg(nn, 0), expect;
+    auto live = [&](int id) { return !(t.g.nodes[id].flags & APX_NODEF_DEAD); };
+    auto key = [&](int id) {
+      const ApxNode *nd = &t.g.nodes[id];
+      return ((uint64_t)(nd->section * 2 + ((nd->flags & APX_NODEF_EAGER) ? 0 : 1)) << 32) | (uint32_t)id;
+    };
+    int n_live = 0;
+    bool ids_in_key_order = true;
+    for (int id = 0; id < nn; id++) {
+      if (!live(id)) continue;
+      n_live++;
+      for (int k = 0; k < t.g.nodes[id].n_in; k++) {
+        int p = t.g.vals[t.g.nodes[id].in[k]].producer;
+        if (p >= 0 && live(p)) {
+          indeg[id]++;
+          ids_in_key_order &= key(p) < key(id);
+        }
+      }
+    }
+    fast_shaped += ids_in_key_order;
+    std::vector<bool> done(nn, false);
+    for (;;) {
+      int best = -1;
+      for (int id = 0; id < nn; id++)
+        if (live(id) && !done[id] && indeg[id] == 0 && (best < 0 || key(id) < key(best))) best = id;
+      if (best < 0) break;
+      done[best] = true;
+      expect.push_back(best);
+      for (int id = 0; id < nn; id++)
+        if (live(id) && !done[id])
+          for (int k = 0; k < t.g.nodes[id].n_in; k++)
+            if (t.g.vals[t.g.nodes[id].in[k]].producer == best) indeg[id]--;
+    }
+    ASSERT_EQ((int)expect.size(), n_live);  // a DAG stays one with nodes removed
+    ASSERT_EQ(apx_graph_toposort(&t.g, &t.d), 0) << t.d.msg;
+    ASSERT_EQ(t.g.n_order, n_live) << "trial " << trial;
+    for (int k = 0; k < n_live; k++) ASSERT_EQ(t.g.order[k], expect[k]) << "trial " << trial << " position " << k;
+  }
+  EXPECT_GT(fast_shaped, 20);  // both paths ran
+  EXPECT_LT(fast_shaped, 280);
+}
+
+// apx_arena_printf formats text, %s, %d and %% by hand and everything else through
+// vsnprintf: both give what snprintf gives.
+TEST(Ir, ArenaPrintfAgreesWithSnprintf) {
+  ApxArena a;
+  apx_arena_init(&a);
+  char want[1024];
+  std::string longs(300, 'x');
+  const char *strs[] = {"", "w", "grad/layer.0/weight", longs.c_str()};
+  int ints[] = {0, 7, -1, 123456, 2147483647, -2147483647 - 1};
+  for (const char *s : strs)
+    for (int v : ints) {
+      snprintf(want, sizeof want, "%s/grad/%s%d", s, s, v);
+      EXPECT_STREQ(apx_arena_printf(&a, "%s/grad/%s%d", s, s, v), want);
+      snprintf(want, sizeof want, "100%% %d%s", v, s);
+      EXPECT_STREQ(apx_arena_printf(&a, "100%% %d%s", v, s), want);
+      snprintf(want, sizeof want, "%5d|%-3s|%lld|%.2f", v, s, (long long)v * 3, 1.25);  // vsnprintf
+      EXPECT_STREQ(apx_arena_printf(&a, "%5d|%-3s|%lld|%.2f", v, s, (long long)v * 3, 1.25), want);
+    }
+  EXPECT_STREQ(apx_arena_printf(&a, "plain"), "plain");
+  apx_arena_free(&a);
+}

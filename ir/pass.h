@@ -2,8 +2,9 @@
  *
  * A pass is a function over the IR in its own file under passes/:
  *     int pass_<name>(ApxGraph *g, const ApxOptions *o, ApxDiag *d);
- * returning <0 error (message in d), 0 unchanged, 1 changed. A pass that adds or kills
- * nodes leaves g->order stale; the pipeline re-sorts after a changing pass. */
+ * returning <0 error (message in d), 0 unchanged, 1 changed, 2 changed without adding,
+ * killing or rewiring a node (decisions, attributes, value types only). A pass that adds or
+ * kills nodes leaves g->order stale; the pipeline re-sorts after a pass that returned 1. */
 #ifndef APX_PASS_H
 #define APX_PASS_H
 
@@ -15,7 +16,7 @@
 extern "C" {
 #endif
 
-enum { APX_PASS_ERROR = -1, APX_PASS_UNCHANGED = 0, APX_PASS_CHANGED = 1 };
+enum { APX_PASS_ERROR = -1, APX_PASS_UNCHANGED = 0, APX_PASS_CHANGED = 1, APX_PASS_CHANGED_KEEPS_ORDER = 2 };
 
 typedef int (*ApxPassFn)(ApxGraph *g, const ApxOptions *o, ApxDiag *d);
 

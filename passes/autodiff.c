@@ -65,7 +65,7 @@ static int add_contrib(AD *a, int v, int grad, int from) {
 static const char *fresh_name(ApxGraph *g, const char *prefix, const char *name) {
   const char *n = apx_arena_printf(&g->arena, "%s%s", prefix, name);
   if (!n) return NULL;
-  return apx_graph_find_value(g, n) < 0 ? n : apx_graph_unique_name(g, n);
+  return apx_graph_free_name(g, n);
 }
 
 /* Adds a node in `section` with typed attributes copied from attrs and infers it. */

@@ -112,7 +112,7 @@ static int store_params_half(Ctx *c, int32_t n_vals0) {
       return apx_value_error(c->d, g, v, "internal error: cannot convert to %s", apx_dtype_short(c->s.half));
     if (c->s.master_weights) {
       const char *hint = apx_arena_printf(&g->arena, "%s_fp32_master", val->name);
-      const char *name = hint && apx_graph_find_value(g, hint) < 0 ? hint : apx_graph_unique_name(g, hint);
+      const char *name = hint ? apx_graph_free_name(g, hint) : NULL;
       int64_t dims[APX_MAX_RANK];
       memcpy(dims, val->dims, sizeof dims);
       int m = apx_graph_add_value(g, c->d, name, APX_VAL_STATE, val->dtype, val->rank, dims);

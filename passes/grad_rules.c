@@ -135,7 +135,7 @@ int gr_forward_output(GradCtx *c, int slot, const char *what) {
   if (slot < n->n_out && n->out[slot] >= 0) return n->out[slot];
   const char *hint = apx_arena_printf(&g->arena, "%s_%s", n->name, what);
   if (!hint) return apx_diag_error(c->d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);
-  const char *name = apx_graph_find_value(g, hint) < 0 ? hint : apx_graph_unique_name(g, hint);
+  const char *name = apx_graph_free_name(g, hint);
   int v = apx_graph_add_value(g, c->d, name, APX_VAL_ACTIVATION, APX_DT_UNDEFINED, -1, NULL);
   if (v < 0) return -1;
   n = &g->nodes[c->node];

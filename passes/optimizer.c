@@ -14,7 +14,7 @@ static int oom(ApxGraph *g, ApxDiag *d) {
 
 /* name when free, else a unique variant */
 static const char *free_name(ApxGraph *g, const char *name) {
-  return apx_graph_find_value(g, name) < 0 ? name : apx_graph_unique_name(g, name);
+  return apx_graph_free_name(g, name);
 }
 
 /* A STATE value starting at zero (no data: the runtime zeroes the persistent region) or

@@ -447,5 +447,5 @@ int pass_precision(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
     if (!c.glob_hits[i]) apx_diag_warn(d, "%s: --fp32-nodes '%s' matches no forward node", g->file, o->fp32_nodes.items[i]);
   int changed = c.changed;
   ctx_free(&c);
-  return changed ? APX_PASS_CHANGED : APX_PASS_UNCHANGED;
+  return changed ? APX_PASS_CHANGED_KEEPS_ORDER : APX_PASS_UNCHANGED; /* decisions only */
 }

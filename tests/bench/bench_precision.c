@@ -178,7 +178,7 @@ static int run_level(int blocks, ApxOptLevel level) {
       return 1;
     }
     double s = 0;
-    if (rc > 0) {
+    if (rc == APX_PASS_CHANGED) {
       if (apx_graph_toposort(&g, &d)) {
         fprintf(stderr, "toposort failed: %s\n", d.msg);
         return 1;
