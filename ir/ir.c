@@ -294,27 +294,32 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
   uint64_t *key = malloc(((size_t)n + 1) * sizeof *key);
   int *indeg = calloc((size_t)n + 1, sizeof(int));
   int *succ_start = calloc((size_t)n + 2, sizeof(int));
-  int *succ = NULL, *fill = NULL;
+  int *succ = NULL, *fill = NULL, *edge_src = NULL;
   uint64_t *heap = NULL;
   int rc = 0, live = 0, sorted = 1;
-  size_t edges = 0;
+  size_t edges = 0, n_in_total = 0;
   if (!key || !indeg || !succ_start) goto oom;
   for (int i = 0; i < n; i++) {
     const ApxNode *nd = &g->nodes[i];
     key[i] = (nd->flags & APX_NODEF_DEAD) ? DEAD_KEY : topo_key(nd, i);
+    if (!(nd->flags & APX_NODEF_DEAD)) n_in_total += (size_t)nd->n_in;
   }
+  /* edge_src: the producer of each edge, edges grouped by consumer in id order (indeg[i] of
+   * them for node i), so the successor lists are filled without reading the nodes again */
+  edge_src = malloc((n_in_total + 1) * sizeof *edge_src);
+  if (!edge_src) goto oom;
   for (int i = 0; i < n; i++) {
+    if (key[i] == DEAD_KEY) continue;
     const ApxNode *nd = &g->nodes[i];
-    if (nd->flags & APX_NODEF_DEAD) continue;
     live++;
     for (int k = 0; k < nd->n_in; k++) {
       int v = nd->in[k];
       if (v < 0) continue;
       int p = g->vals[v].producer;
-      if (p < 0 || (g->nodes[p].flags & APX_NODEF_DEAD)) continue;
+      if (p < 0 || key[p] == DEAD_KEY) continue;
       indeg[i]++;
       succ_start[p + 1]++;
-      edges++;
+      edge_src[edges++] = p;
       sorted &= key[p] < key[i];
     }
   }
@@ -339,16 +344,8 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
   heap = malloc(((size_t)live + 1) * sizeof *heap);
   if (!succ || !fill || !heap) goto oom;
   memcpy(fill, succ_start, (size_t)n * sizeof *fill);
-  for (int i = 0; i < n; i++) {
-    const ApxNode *nd = &g->nodes[i];
-    if (nd->flags & APX_NODEF_DEAD) continue;
-    for (int k = 0; k < nd->n_in; k++) {
-      int v = nd->in[k];
-      if (v < 0) continue;
-      int p = g->vals[v].producer;
-      if (p >= 0 && !(g->nodes[p].flags & APX_NODEF_DEAD)) succ[fill[p]++] = i;
-    }
-  }
+  for (size_t e = 0, i = 0; i < (size_t)n; i++)
+    for (int j = 0; j < indeg[i]; j++, e++) succ[fill[edge_src[e]]++] = (int)i;
   /* Kahn with a min-heap on the keys keeps the model's order where it is already valid:
    * section first (forward, backward, optimizer: a later section never feeds an earlier
    * one), then eager nodes (as soon as ready), then node id */
@@ -402,6 +399,7 @@ out:
   free(succ_start);
   free(succ);
   free(fill);
+  free(edge_src);
   free(heap);
   return rc;
 }
