@@ -36,6 +36,7 @@ void apx_graph_free(ApxGraph *g) {
   free(g->nodes);
   free(g->order);
   free(g->name_slots);
+  free(g->range_ok);
   apx_arena_free(&g->arena);
   memset(g, 0, sizeof *g);
 }

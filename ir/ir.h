@@ -166,6 +166,11 @@ typedef struct ApxGraph {
    * apx_graph_unique_name / apx_graph_free_name returned last, known free until the next
    * value is added (apx_graph_add_value skips its lookup); _generated: in the arena already */
   int32_t n_apx_form_names;
+  /* apx_const_range_check_memo (passes/precision_rules.h): range_ok[v] is the data pointer
+   * value v had when its data was found inside half type range_ok_type's range, else NULL
+   * (a 163M-parameter model's weights are scanned by several passes) */
+  const void **range_ok;
+  int32_t range_ok_cap, range_ok_type;
   int32_t last_unique_generated;
   const char *last_unique;
 } ApxGraph;

@@ -102,7 +102,7 @@ static int store_params_half(Ctx *c, int32_t n_vals0) {
     }
     if (!any_half || keep) continue;
     ApxConstRange r;
-    apx_const_range_check(val, c->s.half, &r);
+    apx_const_range_check_memo(g, v, c->s.half, &r);
     if (r.issue != APX_RANGE_OK) continue; /* its users were kept fp32 by the overflow rule */
     int64_t n = apx_value_numel(val);
     if (n < 0) continue;

@@ -287,7 +287,7 @@ static void check_constants(Ctx *c, int id, signed char *checked, ApxConstRange 
     if (val->producer >= 0 || !val->data) continue;
     if (val->kind != APX_VAL_CONST && val->kind != APX_VAL_PARAM) continue;
     if (!checked[v]) {
-      apx_const_range_check(val, c->half, &ranges[v]);
+      apx_const_range_check_memo(g, v, c->half, &ranges[v]);
       checked[v] = 1;
     }
     if (ranges[v].issue == APX_RANGE_OK) continue;

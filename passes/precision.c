@@ -205,7 +205,7 @@ static int clamp_inputs(Ctx *c, int id) {
     const ApxValue *val = &g->vals[v];
     if (val->producer >= 0 || !val->data) continue;
     ApxConstRange r;
-    apx_const_range_check(val, c->s.half, &r);
+    apx_const_range_check_memo(g, v, c->s.half, &r);
     if (r.issue == APX_RANGE_OK) continue;
     if (val->kind != APX_VAL_CONST || (val->dtype != APX_DT_F32 && val->dtype != APX_DT_F64)) return 0;
     todo++;
@@ -217,7 +217,7 @@ static int clamp_inputs(Ctx *c, int id) {
     const ApxValue *val = &g->vals[v];
     if (val->producer >= 0 || !val->data) continue;
     ApxConstRange r;
-    apx_const_range_check(val, c->s.half, &r);
+    apx_const_range_check_memo(g, v, c->s.half, &r);
     if (r.issue == APX_RANGE_OK) continue;
     const char *what = apx_const_range_text(&g->arena, &r, c->s.half);
     int nv = v < c->n_vals0 ? c->clamped[v] : -1;

@@ -4,6 +4,7 @@
 
 #include <fnmatch.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -208,6 +209,29 @@ void apx_const_range_check(const ApxValue *v, ApxDType t, ApxConstRange *r) {
     r->value = big_signed;
     r->n_bad = n_tiny;
   }
+}
+
+void apx_const_range_check_memo(ApxGraph *g, int v, ApxDType t, ApxConstRange *r) {
+  const ApxValue *val = &g->vals[v];
+  if (g->range_ok_type != (int32_t)t) { /* another half type: forget */
+    if (g->range_ok) memset(g->range_ok, 0, (size_t)g->range_ok_cap * sizeof *g->range_ok);
+    g->range_ok_type = (int32_t)t;
+  }
+  if (val->data && v < g->range_ok_cap && g->range_ok[v] == val->data) {
+    memset(r, 0, sizeof *r);
+    return;
+  }
+  apx_const_range_check(val, t, r);
+  if (r->issue != APX_RANGE_OK || !val->data) return;
+  if (v >= g->range_ok_cap) { /* remembering is optional: out of memory only forgets */
+    int32_t nc = g->n_vals > v ? g->n_vals : v + 1;
+    const void **p = realloc(g->range_ok, (size_t)nc * sizeof *p);
+    if (!p) return;
+    memset(p + g->range_ok_cap, 0, (size_t)(nc - g->range_ok_cap) * sizeof *p);
+    g->range_ok = p;
+    g->range_ok_cap = nc;
+  }
+  g->range_ok[v] = val->data;
 }
 
 const char *apx_const_range_text(ApxArena *a, const ApxConstRange *r, ApxDType t) {

@@ -127,6 +127,9 @@ typedef struct ApxConstRange {
  * tensor as a whole (its largest nonzero magnitude): single tiny elements of a weight
  * tensor are harmless noise, an epsilon constant is not. NaN elements are ignored. */
 void apx_const_range_check(const ApxValue *v, ApxDType t, ApxConstRange *r);
+/* The same for value v of g, remembering the values found in range (ApxGraph.range_ok): a
+ * value whose data pointer is unchanged since is not scanned again. */
+void apx_const_range_check_memo(ApxGraph *g, int v, ApxDType t, ApxConstRange *r);
 /* "value -1e+09 outside fp16 range (max 65504)" etc. into the arena. */
 const char *apx_const_range_text(ApxArena *a, const ApxConstRange *r, ApxDType t);
 

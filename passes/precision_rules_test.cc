@@ -97,3 +97,40 @@ TEST(ConstRange, Fp32FastPathMatchesTheExactCheck) {
 }
 
 }  // namespace
+
+// The memo remembers values found in range by their data pointer: the same pointer is not
+// scanned again (shown by changing the bytes behind it, which no pass does), new data is,
+// values out of range are never remembered, and another half type starts over.
+TEST(ConstRange, MemoRemembersInRangeDataByPointer) {
+  ApxGraph g;
+  ApxDiag d;
+  apx_graph_init(&g, "t.onnx");
+  apx_diag_init(&d);
+  int64_t dims[1] = {2};
+  int w = apx_graph_add_value(&g, &d, "w", APX_VAL_PARAM, APX_DT_F32, 1, dims);
+  int c = apx_graph_add_value(&g, &d, "c", APX_VAL_CONST, APX_DT_F32, 1, dims);
+  ASSERT_GE(w, 0);
+  ASSERT_GE(c, 0);
+  float wd[2] = {0.5f, -2.0f}, wd2[2] = {1e9f, 0.0f}, cd[2] = {-1e9f, 1.0f};
+  g.vals[w].data = wd;
+  g.vals[c].data = cd;
+  ApxConstRange r;
+  apx_const_range_check_memo(&g, w, APX_DT_F16, &r);
+  EXPECT_EQ(r.issue, APX_RANGE_OK);
+  wd[0] = 1e9f;  // same pointer: remembered as in range
+  apx_const_range_check_memo(&g, w, APX_DT_F16, &r);
+  EXPECT_EQ(r.issue, APX_RANGE_OK);
+  apx_const_range_check_memo(&g, w, APX_DT_BF16, &r);  // another type: scanned (in bf16 range)
+  EXPECT_EQ(r.issue, APX_RANGE_OK);
+  g.vals[w].data = wd2;  // new data: scanned
+  apx_const_range_check_memo(&g, w, APX_DT_F16, &r);
+  EXPECT_EQ(r.issue, APX_RANGE_OVERFLOW);
+  for (int i = 0; i < 2; i++) {  // out of range: scanned every time
+    apx_const_range_check_memo(&g, c, APX_DT_F16, &r);
+    EXPECT_EQ(r.issue, APX_RANGE_OVERFLOW);
+    EXPECT_EQ(r.value, -1e9);
+  }
+  g.vals[w].data = nullptr;
+  g.vals[c].data = nullptr;
+  apx_graph_free(&g);
+}
