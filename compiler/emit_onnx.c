@@ -39,6 +39,7 @@ typedef struct Emit {
   size_t n_inits;
   ApxOnnxOpsetPlan plan;     /* the opset written; bf16 nodes written as fp32 (onnx_opset.h) */
   int32_t casts_inserted;    /* written Casts that apexc inserted */
+  int *master_of;            /* apx_value_master_map, made at the first APX_VALF_DATA_FROM_MASTER */
 } Emit;
 
 static int oom(Emit *e) {
@@ -104,8 +105,14 @@ static int add_initializer(Emit *e, int v) {
     return apx_value_error(e->d, g, v, "--emit-onnx: constant of unknown shape or dtype %s",
                            apx_dtype_name(val->dtype));
   const void *data = val->data;
-  if (!data && val->origin >= 0 && g->vals[val->origin].data) {
-    const ApxValue *o = &g->vals[val->origin];
+  /* a half parameter whose bytes are its master's (passes/cast_insert.c) */
+  int from = val->origin;
+  if (!data && (val->flags & APX_VALF_DATA_FROM_MASTER)) {
+    if (!e->master_of && !(e->master_of = apx_value_master_map(g))) return oom(e);
+    from = e->master_of[v];
+  }
+  if (!data && from >= 0 && g->vals[from].data) {
+    const ApxValue *o = &g->vals[from];
     int64_t n = apx_value_numel(val);
     if (apx_value_numel(o) != n)
       return apx_value_error(e->d, g, v, "--emit-onnx: origin '%s' has %lld elements, not %lld",
@@ -646,6 +653,7 @@ static int emit_memory(const ApxGraph *g, void **buf, size_t *len, ApxEmitOnnxIn
     }
   }
   apx_arena_free(&e.a);
+  free(e.master_of);
   return rc;
 }
 

@@ -88,27 +88,53 @@ static int converts_to(const void *src, ApxDType st, const void *want, ApxDType 
 }
 
 /* Format 2 (plan.h init_from): a half parameter whose fp32 master holds exactly its bytes once
- * converted is not stored: the runtime makes it from the master at load. Checked here with
- * the runtime's conversion, so a parameter that would come out different keeps its bytes. */
-static void derive_half_params(const ApxGraph *g, ApxPlan *plan, const int32_t *buf_of) {
-  for (int v = 0; v < g->n_vals; v++) {
-    const ApxValue *mv = &g->vals[v];
-    int p = mv->origin;
-    if (!(mv->flags & APX_VALF_MASTER) || p < 0 || p >= g->n_vals || buf_of[v] < 0 || buf_of[p] < 0)
-      continue;
+ * converted is not stored: the runtime makes it from the master at load. A parameter marked
+ * APX_VALF_DATA_FROM_MASTER (passes/cast_insert.c) has no bytes in the graph: derived when the
+ * plan allows, else converted here from its master. Any other half parameter is derived only
+ * when the runtime's conversion gives its bytes exactly; otherwise it keeps them. Returns 0,
+ * -1 with an error in d. */
+static int derive_half_params(const ApxGraph *g, ApxPlan *plan, const int32_t *buf_of, ApxDiag *d) {
+  int *master_of = apx_value_master_map(g);
+  if (!master_of) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory writing the plan", g->file);
+  int rc = 0;
+  for (int p = 0; p < g->n_vals && rc == 0; p++) {
+    const ApxValue *pv = &g->vals[p];
+    int v = master_of[p];
+    int lazy = (pv->flags & APX_VALF_DATA_FROM_MASTER) != 0;
+    if (buf_of[p] < 0 || (v < 0 && !lazy)) continue;
     ApxPlanBuffer *b = &plan->bufs[buf_of[p]];
-    const ApxPlanBuffer *m = &plan->bufs[buf_of[v]];
-    if (b->kind != APX_VAL_PARAM || !b->data || !m->data || b->init_from >= 0 ||
-        b->alias_of >= 0 || m->alias_of >= 0 || b->region != APX_MEM_PERSISTENT ||
-        m->region != APX_MEM_PERSISTENT || !apx_plan_derivable(m->dtype, b->dtype))
-      continue;
+    const ApxPlanBuffer *m = v >= 0 && buf_of[v] >= 0 ? &plan->bufs[buf_of[v]] : NULL;
     int64_t n = b->bytes / (int64_t)apx_dtype_size(b->dtype);
-    if (n != m->bytes / (int64_t)apx_dtype_size(m->dtype) ||
-        !converts_to(m->data, m->dtype, b->data, b->dtype, n))
+    int derivable = m && b->kind == APX_VAL_PARAM && m->data && b->init_from < 0 &&
+                    b->alias_of < 0 && m->alias_of < 0 && b->region == APX_MEM_PERSISTENT &&
+                    m->region == APX_MEM_PERSISTENT && apx_plan_derivable(m->dtype, b->dtype) &&
+                    n == m->bytes / (int64_t)apx_dtype_size(m->dtype);
+    if (lazy) {
+      if (derivable) {
+        b->data = NULL;
+        b->init_from = buf_of[v];
+        continue;
+      }
+      /* the plan must hold the bytes: the master's data converted */
+      const ApxValue *mv = v >= 0 ? &g->vals[v] : NULL;
+      if (b->alias_of >= 0 || b->region != APX_MEM_PERSISTENT || b->bytes <= 0) continue;
+      void *half = mv && mv->data ? apx_arena_alloc_raw(&plan->arena, (size_t)b->bytes) : NULL;
+      if (!mv || !mv->data || apx_value_numel(mv) != n)
+        rc = apx_value_error(d, g, p, "internal error: half parameter without its master's data");
+      else if (!half)
+        rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory writing the plan", g->file);
+      else if (apx_convert_floats(mv->data, mv->dtype, half, b->dtype, n))
+        rc = apx_value_error(d, g, p, "internal error: cannot convert its master to %s", apx_dtype_short(b->dtype));
+      else
+        b->data = half;
       continue;
+    }
+    if (!derivable || !b->data || !converts_to(m->data, m->dtype, b->data, b->dtype, n)) continue;
     b->data = NULL;
     b->init_from = buf_of[v];
   }
+  free(master_of);
+  return rc;
 }
 
 static const char *base_name(const char *p) {
@@ -168,7 +194,7 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
       b->data = val->data;
   }
 
-  derive_half_params(g, plan, buf_of);
+  if (derive_half_params(g, plan, buf_of, d)) goto out;
 
   /* kernels, in schedule order */
   int32_t *kernel_of = apx_arena_alloc(A, ((size_t)g->n_nodes + 1) * sizeof *kernel_of);

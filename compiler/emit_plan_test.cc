@@ -228,3 +228,47 @@ TEST(EmitPlan, UnfoldedCompileTimeOpIsNamed) {
   EXPECT_NE(std::string(t.d.msg).find("node 'shape_of_x' (Shape)"), std::string::npos) << t.d.msg;
   apx_plan_free(&p);
 }
+
+// A half parameter marked APX_VALF_DATA_FROM_MASTER has no bytes in the graph: the plan
+// derives it from an fp32 master (init_from), or holds its master's bytes converted when the
+// plan cannot derive them (an fp64 master).
+TEST(EmitPlan, HalfParameterWithoutBytesIsMadeFromItsMaster) {
+  for (ApxDType mdt : {APX_DT_F32, APX_DT_F64}) {
+    Model m;
+    ApxGraph &g = m.t.g;
+    ApxDiag &d = m.t.d;
+    int master = m.t.value("W_fp32_master", APX_VAL_STATE, {8, 8}, mdt);
+    g.vals[master].flags |= APX_VALF_MASTER;
+    g.vals[master].origin = m.w;
+    for (int i = 0; i < 64; i++) {
+      double x = (i - 32) * 0.37;
+      if (mdt == APX_DT_F32) ((float *)g.vals[master].data)[i] = (float)x;
+      else ((double *)g.vals[master].data)[i] = x;
+    }
+    // the master is read by the optimizer in a real plan: here by a state assignment
+    int assign = m.t.node(APX_OP_AssignState, {m.w, master}, {}, "refresh", APX_SEC_OPTIMIZER);
+    (void)assign;
+    g.vals[m.w].data = nullptr;
+    g.vals[m.w].flags |= APX_VALF_DATA_FROM_MASTER;
+    ASSERT_EQ(apx_graph_toposort(&g, &d), 0) << d.msg;
+    ASSERT_EQ(apx_graph_verify(&g, &d), 0) << d.msg;
+    ASSERT_EQ(pass_memplan(&g, nullptr, &d), 0) << d.msg;
+    ApxPlan p;
+    apx_plan_init(&p);
+    ASSERT_EQ(apx_plan_from_graph(&g, nullptr, &p, &d), 0) << d.msg;
+    int b = apx_plan_find_buffer(&p, "W"), mb = apx_plan_find_buffer(&p, "W_fp32_master");
+    ASSERT_GE(b, 0);
+    ASSERT_GE(mb, 0);
+    std::vector<uint16_t> want(64);
+    ASSERT_EQ(apx_convert_floats(g.vals[master].data, mdt, want.data(), APX_DT_F16, 64), 0);
+    if (mdt == APX_DT_F32) {
+      EXPECT_EQ(p.bufs[b].init_from, mb);
+      EXPECT_EQ(p.bufs[b].data, nullptr);
+    } else {
+      EXPECT_EQ(p.bufs[b].init_from, -1);
+      ASSERT_NE(p.bufs[b].data, nullptr);
+      EXPECT_EQ(memcmp(p.bufs[b].data, want.data(), 128), 0);
+    }
+    apx_plan_free(&p);
+  }
+}

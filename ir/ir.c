@@ -135,6 +135,17 @@ static int note_explicit_name(ApxGraph *g, const char *name) {
   return 0;
 }
 
+int *apx_value_master_map(const ApxGraph *g) {
+  int *m = malloc(((size_t)g->n_vals + 1) * sizeof *m);
+  if (!m) return NULL;
+  for (int v = 0; v < g->n_vals; v++) m[v] = -1;
+  for (int v = 0; v < g->n_vals; v++) {
+    int p = g->vals[v].origin;
+    if ((g->vals[v].flags & APX_VALF_MASTER) && p >= 0 && p < g->n_vals && m[p] < 0) m[p] = v;
+  }
+  return m;
+}
+
 /* ---- values and nodes --------------------------------------------------------------- */
 
 int apx_graph_add_value(ApxGraph *g, ApxDiag *d, const char *name, ApxValueKind kind,
@@ -463,7 +474,7 @@ int apx_graph_verify(const ApxGraph *g, ApxDiag *d) {
     if (val->producer >= g->n_nodes)
       return apx_value_error(d, g, v, "verifier: producer id %d out of range", val->producer);
     if ((val->kind == APX_VAL_CONST || val->kind == APX_VAL_PARAM) && val->producer < 0 &&
-        !val->data && apx_value_numel(val) != 0)
+        !val->data && !(val->flags & APX_VALF_DATA_FROM_MASTER) && apx_value_numel(val) != 0)
       return apx_value_error(d, g, v, "verifier: constant without data");
     if (val->producer >= 0) {
       const ApxNode *p = &g->nodes[val->producer];

@@ -187,6 +187,9 @@ const char *apx_graph_unique_name(ApxGraph *g, const char *hint);
 /* name when no value has it, else apx_graph_unique_name(g, name). Either way the next
  * apx_graph_add_value of the returned pointer (no value added in between) skips its lookup. */
 const char *apx_graph_free_name(ApxGraph *g, const char *name);
+/* [n_vals] the APX_VALF_MASTER value of each parameter that has one, else -1 (malloc'd;
+ * NULL when out of memory). */
+int *apx_value_master_map(const ApxGraph *g);
 /* Value id by name, -1 if none. */
 int apx_graph_find_value(const ApxGraph *g, const char *name);
 

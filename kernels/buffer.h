@@ -26,6 +26,10 @@ typedef enum ApxValueFlags {
   APX_VALF_GRAD = 1 << 4,         /* a gradient */
   APX_VALF_MASTER = 1 << 5,       /* fp32 master copy (STATE) of a parameter stored in half
                                      (passes/cast_insert.c at O2); origin = the parameter */
+  APX_VALF_DATA_FROM_MASTER = 1 << 6, /* a half parameter whose bytes are its master's converted
+                                     (apx_value_master_map), made only where needed: the
+                                     graph holds no data for it (the plan derives it at load;
+                                     compiler/emit_plan.c) */
 } ApxValueFlags;
 
 /* Where a runtime buffer lives (DESIGN.md 12): one reused arena per device for

@@ -106,10 +106,14 @@ static int store_params_half(Ctx *c, int32_t n_vals0) {
     if (r.issue != APX_RANGE_OK) continue; /* its users were kept fp32 by the overflow rule */
     int64_t n = apx_value_numel(val);
     if (n < 0) continue;
-    void *half = apx_arena_alloc_raw(&g->arena, (size_t)(n ? n : 1) * 2);
-    if (!half) return oom(c);
-    if (apx_convert_floats(val->data, val->dtype, half, c->s.half, n))
-      return apx_value_error(c->d, g, v, "internal error: cannot convert to %s", apx_dtype_short(c->s.half));
+    /* with a master, the half bytes are the master's converted: made where needed (the plan
+     * derives them at load; compiler/emit_plan.c), not here */
+    void *half = NULL;
+    if (!c->s.master_weights) {
+      if (!(half = apx_arena_alloc_raw(&g->arena, (size_t)(n ? n : 1) * 2))) return oom(c);
+      if (apx_convert_floats(val->data, val->dtype, half, c->s.half, n))
+        return apx_value_error(c->d, g, v, "internal error: cannot convert to %s", apx_dtype_short(c->s.half));
+    }
     if (c->s.master_weights) {
       const char *hint = apx_arena_printf(&g->arena, "%s_fp32_master", val->name);
       const char *name = hint ? apx_graph_free_name(g, hint) : NULL;
@@ -126,6 +130,7 @@ static int store_params_half(Ctx *c, int32_t n_vals0) {
     }
     val->data = half;
     val->dtype = c->s.half;
+    if (!half) val->flags |= APX_VALF_DATA_FROM_MASTER;
     c->changed = 1;
   }
   return 0;

@@ -32,6 +32,26 @@ int apx_eval_init(ApxEval *e, const ApxGraph *g) {
     if (g->vals[v].data && g->vals[v].kind != APX_VAL_ACTIVATION)
       memcpy(e->buf[v], g->vals[v].data, (size_t)b);
   }
+  /* half parameters whose bytes are their masters' converted (passes/cast_insert.c), as the
+   * runtime makes them at load */
+  int *master_of = NULL;
+  for (int v = 0; v < g->n_vals; v++) {
+    const ApxValue *val = &g->vals[v];
+    if (val->data || !(val->flags & APX_VALF_DATA_FROM_MASTER) || !e->buf[v]) continue;
+    if (!master_of && !(master_of = apx_value_master_map(g))) {
+      snprintf(e->err, sizeof e->err, "out of memory");
+      return -1;
+    }
+    int m = master_of[v];
+    const ApxValue *mv = m >= 0 ? &g->vals[m] : NULL;
+    if (!mv || !mv->data ||
+        apx_cpu_convert(mv->data, mv->dtype, e->buf[v], val->dtype, apx_value_numel(val)) != APX_STATUS_OK) {
+      snprintf(e->err, sizeof e->err, "half parameter '%s' without its master's data", val->name);
+      free(master_of);
+      return -1;
+    }
+  }
+  free(master_of);
   return 0;
 }
 
