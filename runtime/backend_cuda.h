@@ -14,6 +14,11 @@
  *            device (labels, gather indices) are reported by the next queue_sync, naming the
  *            kernel's node
  *   events   CUDA events (timing disabled)
+ *   step     step_write queues the Philox counter into device memory (a one-thread kernel);
+ *            a launch whose call->step equals the value written last has Dropout read it
+ *            there, any other launch passes it by value (refused during a capture)
+ *   graphs   capture_begin / capture_end (cudaStreamBeginCapture in thread-local mode,
+ *            cudaStreamEndCapture, cudaGraphInstantiate), graph_launch (cudaGraphLaunch)
  *   collectives  left NULL: the NCCL layer (runtime/collective_nccl.c) installs them; it gets
  *            the stream of a queue with apx_backend_cuda_stream.
  * Every CUDA call is checked by a do { } while (0) macro that records the call text, file and

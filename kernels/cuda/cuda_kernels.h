@@ -61,7 +61,11 @@ typedef struct ApxCudaCtx {
   int32_t no_epilogue;   /* 1: FusedDense never uses cuBLASLt epilogues (the lab compares
                           * both paths) */
   uint64_t seed;         /* Dropout's Philox key (attrs seed wins when set) */
-  int64_t step;          /* training step: part of the Philox counter */
+  int64_t step;          /* training step: part of the Philox counter ... */
+  const int64_t *step_dev; /* ... read by the kernels from this device address instead when
+                          * set (the cuda backend: written by apx_cuda_step_write before the
+                          * launches, so a captured CUDA Graph replays with each step's value);
+                          * NULL: ctx->step by value (the kernel lab, tests) */
   int64_t seq;           /* launch number, recorded with device-side errors */
   void *lt;              /* cublasLtHandle_t */
   void *lt_ws;           /* cuBLASLt workspace (device) */
@@ -101,6 +105,10 @@ ApxStatus apx_cuda_dev_error(ApxCudaCtx *ctx, int64_t *seq);
  * does and clears the device record when one was set. */
 ApxStatus apx_cuda_dev_error_fetch(ApxCudaCtx *ctx, ApxCudaDevErr *host);
 ApxStatus apx_cuda_dev_error_check(ApxCudaCtx *ctx, const ApxCudaDevErr *rec, int64_t *seq);
+
+/* Queues *dst = step on ctx->stream (a one-thread kernel taking step by value: no host
+ * staging, nothing to wait for): the device-side Philox counter of ctx->step_dev. */
+ApxStatus apx_cuda_step_write(ApxCudaCtx *ctx, int64_t *dst, int64_t step);
 
 /* The number of CUDA devices, or -1 with the runtime's reason ("cudaGetDeviceCount:
  * cudaErrorNoDevice: no CUDA-capable device is detected") in why. */
