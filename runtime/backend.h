@@ -142,6 +142,12 @@ typedef struct ApxBackendI {
    * q) and releases req, also on failure */
   ApxStatus (*request_wait)(ApxBackend *be, ApxQueue *q, ApxCollRequest *req);
 
+  /* optional: called once by the executor with every kernel of the plan as it will be
+   * launched (device views), before the first launch: the backend may make per-product state
+   * now (cuda: cuBLASLt descriptors and heuristic results) instead of at the first call.
+   * Queues nothing. */
+  ApxStatus (*prepare)(ApxBackend *be, const ApxKernelCall *calls, int32_t n);
+
   /* ---- device-side step counter (optional; NULL: kernels get ApxKernelCall.step by value,
    * as on cpu) ---- */
   /* queues the write of `step` into the backend's device-side Philox counter on q, which

@@ -269,6 +269,25 @@ static ApxStatus cuda_launch(ApxBackend *be, ApxQueue *q, const ApxKernelCall *c
 
 static int cuda_supports(ApxBackend *be, ApxOp op, ApxDType dt) { return apx_cuda_supports(op, dt); }
 
+/* The plan's cuBLASLt products, made before step 1 (kernels/cuda/lt_plan.h). */
+static ApxStatus cuda_prepare(ApxBackend *be, const ApxKernelCall *calls, int32_t n) {
+  CudaBe *c = cb(be);
+  ApxLtCallView *v = calloc((size_t)n + 1, sizeof *v);
+  if (!v) return apx_backend_fail(be, APX_STATUS_OOM, "out of host memory");
+  for (int32_t i = 0; i < n; i++)
+    v[i] = (ApxLtCallView){calls[i].op, calls[i].attrs, calls[i].ins, calls[i].n_in, calls[i].outs, calls[i].n_out};
+  ApxStatus st = apx_cuda_prepare(&c->kctx, v, n);
+  free(v);
+  if (st != APX_STATUS_OK) return apx_backend_fail(be, st, "%s", c->kctx.err);
+  return APX_STATUS_OK;
+}
+
+void apx_backend_cuda_lt_counts(const ApxBackend *be, int64_t *prefilled, int64_t *heuristic_calls) {
+  const CudaBe *c = (const CudaBe *)be->ctx;
+  *prefilled = c->kctx.lt_prefilled;
+  *heuristic_calls = c->kctx.lt_heuristic_calls;
+}
+
 /* ---- device-side step and graph capture ------------------------------------------------------- */
 
 static ApxStatus cuda_step_write(ApxBackend *be, ApxQueue *q, int64_t step) {
@@ -401,6 +420,7 @@ static const ApxBackendI cuda_iface = {
     .queue_sync = cuda_queue_sync,
     .launch = cuda_launch,
     .supports = cuda_supports,
+    .prepare = cuda_prepare,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,

@@ -193,6 +193,27 @@ out:
   return rc;
 }
 
+/* Hands every kernel, as it will be launched, to the backend's prepare slot (cuda: the
+ * cuBLASLt products are made now, not in step 1). */
+static int prepare_kernels(ApxExec *ex, ApxDiag *d) {
+  const ApxPlan *p = ex->plan;
+  ApxBackend *be = ex->be;
+  if (!be->iface.prepare || p->n_kernels == 0) return 0;
+  ApxKernelCall *calls = calloc((size_t)p->n_kernels, sizeof *calls);
+  if (!calls) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", p->path);
+  int32_t n = 0;
+  for (int32_t k = 0; k < p->n_kernels; k++) {
+    const ApxPlanKernel *kn = &p->kernels[k];
+    if (ex->skip[k] || kn->op == APX_OP_Allreduce) continue;
+    ApxTensor *args = ex->args + ex->arg_off[k];
+    calls[n++] = (ApxKernelCall){kn->op, ex->attrs[k], args, kn->n_in, args + kn->n_in, kn->n_out, 0, kn->node};
+  }
+  be->err[0] = 0;
+  ApxStatus st = be->iface.prepare(be, calls, n);
+  free(calls);
+  return st == APX_STATUS_OK ? 0 : be_error(ex, d, st, "preparing the kernels");
+}
+
 int apx_exec_init(ApxExec *ex, const ApxPlan *plan, const ApxExecConfig *cfg, ApxDiag *d) {
   memset(ex, 0, sizeof *ex);
   ex->plan = plan;
@@ -262,6 +283,10 @@ int apx_exec_init(ApxExec *ex, const ApxPlan *plan, const ApxExecConfig *cfg, Ap
       ex->skip[k] = 1;
   }
   ex->no_overlap = cfg->no_overlap;
+  if (prepare_kernels(ex, d)) {
+    apx_exec_free(ex);
+    return -1;
+  }
   if (build_wait_lists(ex)) {
     apx_exec_free(ex);
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", plan->path);

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cuda/lt_plan.h"
 #include "kernels/op.h"
 #include "kernels/tensor.h"
 
@@ -74,6 +75,7 @@ typedef struct ApxCudaCtx {
   void *lt_cache;        /* matmul.cu: cuBLASLt descriptors and heuristic result per distinct
                           * product, made on its first call and reused (freed by ctx_free) */
   int64_t lt_heuristic_calls; /* cuBLASLt heuristic queries made (tests: one per product) */
+  int64_t lt_prefilled;  /* of those, made by apx_cuda_prepare (a plan's products at load) */
   ApxCudaDevErr *dev_err; /* device memory, zeroed by init */
   void *tmp[APX_CUDA_MAX_TMP]; /* this op's temporaries (freed after it) */
   int32_t n_tmp;
@@ -90,6 +92,11 @@ void apx_cuda_ctx_free(ApxCudaCtx *ctx);
  * with "<Op>: not supported yet on cuda: <Op>". */
 ApxStatus apx_cuda_run(ApxCudaCtx *ctx, ApxOp op, const void *attrs, const ApxTensor *ins,
                        int n_in, ApxTensor *outs, int n_out);
+
+/* Fills the cuBLASLt descriptor and heuristic cache with the distinct products of n kernels
+ * (lt_plan.h: what each op issues first), so that their first calls make no heuristic query;
+ * a product not derived there is still made at its first call. Nothing is queued. */
+ApxStatus apx_cuda_prepare(ApxCudaCtx *ctx, const ApxLtCallView *calls, int32_t n);
 
 /* 1 if apx_cuda_run implements op for its type T = dt (as apx_cpu_supports: the type of the
  * op's float data; any type for data movement and Cast). Pure table lookup: no device needed. */
