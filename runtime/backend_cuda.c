@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/lt_plan.h"
 
 #define STAGE_SLOTS 8
 #define STAGE_SLOT_BYTES ((size_t)4 << 20) /* 8 x 4 MiB of pinned host memory */

@@ -28,7 +28,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/cuda/lt_plan.h"
 #include "kernels/op.h"
 #include "kernels/tensor.h"
 
@@ -92,6 +91,8 @@ void apx_cuda_ctx_free(ApxCudaCtx *ctx);
  * with "<Op>: not supported yet on cuda: <Op>". */
 ApxStatus apx_cuda_run(ApxCudaCtx *ctx, ApxOp op, const void *attrs, const ApxTensor *ins,
                        int n_in, ApxTensor *outs, int n_out);
+
+typedef struct ApxLtCallView ApxLtCallView; /* kernels/cuda/lt_plan.h */
 
 /* Fills the cuBLASLt descriptor and heuristic cache with the distinct products of n kernels
  * (lt_plan.h: what each op issues first), so that their first calls make no heuristic query;

@@ -30,6 +30,7 @@
 extern "C" {
 #include "kernels/attrs.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/lt_plan.h"
 #include "kernels/cuda/cudalibs.h"
 }
 
