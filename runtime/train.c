@@ -407,8 +407,13 @@ static int run_graphed(ApxTrainer *t, ApxDiag *d) {
   }
   if (t->graph_state == 2) {
     if (apx_exec_capture_begin(&t->ex, d)) return -1;
-    int rc = queue_micro_batch(t, 0, d) || queue_update(t, d) ? -1 : 0;
-    if (apx_exec_capture_end(&t->ex, d) || rc) return -1; /* the capture is ended either way */
+    if (queue_micro_batch(t, 0, d) || queue_update(t, d)) {
+      ApxDiag ignored; /* the capture is ended either way; the first error is the one to report */
+      apx_diag_init(&ignored);
+      apx_exec_capture_end(&t->ex, &ignored);
+      return -1;
+    }
+    if (apx_exec_capture_end(&t->ex, d)) return -1;
     t->graph_state = 3;
   }
   return apx_exec_graph_launch(&t->ex, d);
