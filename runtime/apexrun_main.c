@@ -8,7 +8,7 @@
  *           [--checkpoint-dir D [--checkpoint-every N]]
  *           [--resume[=auto]] [--export-onnx F] [--quiet] [--progress] [--progress-every N]
  *           [--lr X] [--weight-decay W] [--lr-schedule S] [--warmup-steps N]
- *           [--total-steps N] [--clip-grad-norm N]
+ *           [--total-steps N] [--clip-grad-norm N] [--cuda-graph]
  *
  * Spellings from Apex and PyTorch are accepted (ir/suggest.h): underscores for dashes
  * (--checkpoint_dir, --weight_decay), infer's --opt-level O2; an unknown option gets "did you
@@ -44,6 +44,7 @@
 #include "runtime/collective.h"
 #include "runtime/dataset.h"
 #include "runtime/exec.h"
+#include "runtime/graph_check.h"
 #include "compiler/cli.h"
 #include "ir/fileio.h"
 #include "runtime/infer_io.h"
@@ -91,6 +92,12 @@ static const char *usage_text =
     "                        pipe, mpirun) a plain line every 10 s\n"
     "  --progress-every N    a plain progress line every N steps instead\n"
     "  --progress            the updating line (\\r) even when stdout is not a terminal\n"
+    "  --cuda-graph          (--device cuda, one process, no apexc --accumulate) step 1 runs\n"
+    "                        as usual, step 2 is captured as a CUDA Graph and every step from\n"
+    "                        2 on is one graph launch (lr, loss scale, inputs and Dropout's\n"
+    "                        step uploaded before it, losses read after it); other runs are\n"
+    "                        refused (exit 2, \"not supported yet: --cuda-graph with ...\").\n"
+    "                        Not yet run on a GPU (docs/cuda.md)\n"
     "  A run in which every step overflowed exits with 1 when the loss scale cannot recover\n"
     "  (static, below 1, at --min-loss-scale, or 10 overflows in a row); otherwise it warns.\n"
     "  SIGINT/SIGTERM: the step in progress finishes, a checkpoint is written (with\n"
@@ -173,7 +180,7 @@ static const char *const train_flags[] = {
     "--data", "--steps", "--device", "--threads", "--seed", "--no-shuffle", "--log", "--tensorboard", "--checkpoint-dir",
     "--checkpoint-every", "--resume", "--export-onnx", "--quiet", "-q", "--progress", "--progress-every",
     "--collective-timeout", "--no-overlap", "--check-replicas", "--lr", "--weight-decay", "--lr-schedule",
-    "--warmup-steps", "--total-steps", "--clip-grad-norm", "--help", "-h", "--version", NULL};
+    "--warmup-steps", "--total-steps", "--clip-grad-norm", "--cuda-graph", "--help", "-h", "--version", NULL};
 static const char *const infer_flags[] = {
     "--input-dir", "--output-dir", "--device", "--threads", "--repeat", "--half", "--dim",
     "--allow-old-opset", "-O0", "-O1", "-O2", "-O3", "--opt-level", "--help", "-h", "--version", NULL};
@@ -534,6 +541,8 @@ static int cmd_train(int argc, char **argv) {
       timeout_s = s;
     } else if (!strcmp(arg, "--no-overlap")) {
       c.exec.no_overlap = 1;
+    } else if (!strcmp(arg, "--cuda-graph")) {
+      c.cuda_graph = 1;
     } else if ((v = flag_value(argc, argv, &i, "--check-replicas"))) {
       if (parse_count("--check-replicas", v, 1, &n)) return APX_EXIT_BAD_INPUT;
       c.check_replicas = n;
@@ -546,6 +555,11 @@ static int cmd_train(int argc, char **argv) {
   if (!have_steps) return usage_error("training needs %s", "--steps N");
   if (every_set && !c.ckpt_dir) return usage_error("--checkpoint-every needs --checkpoint-dir D");
   if (c.resume && !c.ckpt_dir) return usage_error("--resume needs --checkpoint-dir D");
+  if (c.cuda_graph) { /* the backend first; ranks and accumulation once they are known (train.c) */
+    ApxGraphUse gu = {c.exec.device, 1, 1};
+    char why[400];
+    if (apx_graph_refusal(&gu, why, sizeof why)) return usage_error("%s", why);
+  }
   ApxDiag d;
   apx_diag_init(&d);
   int is_plan = probe_plan(plan_path, "plan", &d);

@@ -41,6 +41,7 @@ typedef struct ApxBackend ApxBackend;
 typedef struct ApxQueue ApxQueue; /* backend-defined: a CUDA stream; CPU: a token */
 typedef struct ApxEvent ApxEvent; /* backend-defined: a CUDA event */
 typedef struct ApxCollRequest ApxCollRequest; /* collective layer-defined: a reduction in flight */
+typedef struct ApxDevGraph ApxDevGraph; /* backend-defined: an instantiated CUDA Graph */
 
 /* A device allocation. */
 typedef struct ApxDevBuffer {
@@ -140,6 +141,30 @@ typedef struct ApxBackendI {
   /* blocks until req completes (under the collective deadline), writes its outs (queued on
    * q) and releases req, also on failure */
   ApxStatus (*request_wait)(ApxBackend *be, ApxQueue *q, ApxCollRequest *req);
+
+  /* optional: called once by the executor with every kernel of the plan as it will be
+   * launched (device views), before the first launch: the backend may make per-product state
+   * now (cuda: cuBLASLt descriptors and heuristic results) instead of at the first call.
+   * Queues nothing. */
+  ApxStatus (*prepare)(ApxBackend *be, const ApxKernelCall *calls, int32_t n);
+
+  /* ---- device-side step counter (optional; NULL: kernels get ApxKernelCall.step by value,
+   * as on cpu) ---- */
+  /* queues the write of `step` into the backend's device-side Philox counter on q, which
+   * later launches with call->step == step read (a captured graph replays with the value
+   * written before each launch) */
+  ApxStatus (*step_write)(ApxBackend *be, ApxQueue *q, int64_t step);
+
+  /* ---- graph capture (optional, all four or none; NULL: not capturable, as on cpu) ---- */
+  /* work queued on q from here on is recorded, not run (nothing may synchronize the host
+   * or stage a host copy until capture_end) */
+  ApxStatus (*capture_begin)(ApxBackend *be, ApxQueue *q);
+  /* ends the capture and instantiates what was recorded into *g (NULL on failure: the
+   * capture is ended either way) */
+  ApxStatus (*capture_end)(ApxBackend *be, ApxQueue *q, ApxDevGraph **g);
+  /* queues one replay of g on q */
+  ApxStatus (*graph_launch)(ApxBackend *be, ApxQueue *q, ApxDevGraph *g);
+  void (*graph_free)(ApxBackend *be, ApxDevGraph *g);
 } ApxBackendI;
 
 struct ApxBackend {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/lt_plan.h"
 
 #define STAGE_SLOTS 8
 #define STAGE_SLOT_BYTES ((size_t)4 << 20) /* 8 x 4 MiB of pinned host memory */
@@ -19,6 +20,10 @@ typedef struct CudaQueue {
 
 struct ApxEvent {
   cudaEvent_t ev;
+};
+
+struct ApxDevGraph {
+  cudaGraphExec_t exec;
 };
 
 /* A staging slot: pinned bytes, the event after the last copy through it, and for a D2H copy
@@ -42,6 +47,9 @@ typedef struct CudaBe {
   cudaStream_t zero_stream;     /* non-blocking stream that zeroes new buffers (buffer_alloc) */
   ApxCudaDevErr *dev_err_host;  /* pinned: the device-side error record, read with each sync */
   int64_t host_waits;           /* times the host blocked on the device (apx_backend_cuda_host_waits) */
+  int64_t *step_dev;            /* device: the Philox counter Dropout reads (step_write) */
+  int64_t step_written;         /*   the value queued into it last (0: zeroed at setup) */
+  cudaStream_t capturing;       /* the stream being captured (capture_begin .. capture_end) */
   const char *names[NAME_RING]; /* node of launch seq % NAME_RING */
 } CudaBe;
 
@@ -243,6 +251,14 @@ static ApxStatus cuda_launch(ApxBackend *be, ApxQueue *q, const ApxKernelCall *c
   CudaBe *c = cb(be);
   c->kctx.stream = (void *)qstream(q);
   c->kctx.step = call->step;
+  /* the device-side counter holds this launch's step: kernels read it there (the value a
+   * replayed graph sees is the one written before its launch); otherwise by value, which a
+   * capture would freeze into the graph */
+  c->kctx.step_dev = call->step == c->step_written ? c->step_dev : NULL;
+  if (!c->kctx.step_dev && c->capturing)
+    return apx_backend_fail(be, APX_STATUS_RUNTIME,
+                            "step %lld launched during graph capture, but the device-side step holds %lld "
+                            "(step_write before capture_begin)", (long long)call->step, (long long)c->step_written);
   c->kctx.seq = ++c->seq;
   c->names[c->seq % NAME_RING] = call->node;
   ApxStatus st = apx_cuda_run(&c->kctx, call->op, call->attrs, call->ins, call->n_in, call->outs,
@@ -253,6 +269,85 @@ static ApxStatus cuda_launch(ApxBackend *be, ApxQueue *q, const ApxKernelCall *c
 }
 
 static int cuda_supports(ApxBackend *be, ApxOp op, ApxDType dt) { return apx_cuda_supports(op, dt); }
+
+/* The plan's cuBLASLt products, made before step 1 (kernels/cuda/lt_plan.h). */
+static ApxStatus cuda_prepare(ApxBackend *be, const ApxKernelCall *calls, int32_t n) {
+  CudaBe *c = cb(be);
+  ApxLtCallView *v = calloc((size_t)n + 1, sizeof *v);
+  if (!v) return apx_backend_fail(be, APX_STATUS_OOM, "out of host memory");
+  for (int32_t i = 0; i < n; i++)
+    v[i] = (ApxLtCallView){calls[i].op, calls[i].attrs, calls[i].ins, calls[i].n_in, calls[i].outs, calls[i].n_out};
+  ApxStatus st = apx_cuda_prepare(&c->kctx, v, n);
+  free(v);
+  if (st != APX_STATUS_OK) return apx_backend_fail(be, st, "%s", c->kctx.err);
+  return APX_STATUS_OK;
+}
+
+void apx_backend_cuda_lt_counts(const ApxBackend *be, int64_t *prefilled, int64_t *heuristic_calls) {
+  const CudaBe *c = (const CudaBe *)be->ctx;
+  *prefilled = c->kctx.lt_prefilled;
+  *heuristic_calls = c->kctx.lt_heuristic_calls;
+}
+
+/* ---- device-side step and graph capture ------------------------------------------------------- */
+
+static ApxStatus cuda_step_write(ApxBackend *be, ApxQueue *q, int64_t step) {
+  CudaBe *c = cb(be);
+  if (c->capturing)
+    return apx_backend_fail(be, APX_STATUS_RUNTIME, "step_write during graph capture (it belongs before the launch)");
+  c->kctx.stream = (void *)qstream(q);
+  ApxStatus st = apx_cuda_step_write(&c->kctx, c->step_dev, step);
+  if (st != APX_STATUS_OK) return apx_backend_fail(be, st, "%s", c->kctx.err);
+  c->step_written = step;
+  return APX_STATUS_OK;
+}
+
+static ApxStatus cuda_capture_begin(ApxBackend *be, ApxQueue *q) {
+  CudaBe *c = cb(be);
+  if (c->capturing) return apx_backend_fail(be, APX_STATUS_RUNTIME, "a graph capture is already in progress");
+  /* thread-local: this thread's unsafe calls (a synchronization, a legacy-stream copy) fail
+   * the capture instead of silently running outside it */
+  CU_TRY(be, cudaStreamBeginCapture(qstream(q), cudaStreamCaptureModeThreadLocal));
+  c->capturing = qstream(q);
+  return APX_STATUS_OK;
+}
+
+static ApxStatus cuda_capture_end(ApxBackend *be, ApxQueue *q, ApxDevGraph **out) {
+  CudaBe *c = cb(be);
+  *out = NULL;
+  cudaGraph_t graph = NULL;
+  cudaError_t e = cudaStreamEndCapture(qstream(q), &graph);
+  c->capturing = NULL;
+  if (e != cudaSuccess) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    CU_TRY(be, e);
+  }
+  ApxDevGraph *g = calloc(1, sizeof *g);
+  if (!g) {
+    cudaGraphDestroy(graph);
+    return apx_backend_fail(be, APX_STATUS_OOM, "out of host memory");
+  }
+  e = cudaGraphInstantiate(&g->exec, graph, 0);
+  cudaGraphDestroy(graph); /* the executable graph keeps what it needs */
+  if (e != cudaSuccess) {
+    free(g);
+    CU_TRY(be, e);
+  }
+  *out = g;
+  return APX_STATUS_OK;
+}
+
+static ApxStatus cuda_graph_launch(ApxBackend *be, ApxQueue *q, ApxDevGraph *g) {
+  CU_TRY(be, cudaGraphLaunch(g->exec, qstream(q)));
+  return APX_STATUS_OK;
+}
+
+static void cuda_graph_free(ApxBackend *be, ApxDevGraph *g) {
+  if (!g) return;
+  if (g->exec) cudaGraphExecDestroy(g->exec);
+  free(g);
+}
 
 /* ---- events ------------------------------------------------------------------------------------ */
 
@@ -306,6 +401,7 @@ static void cuda_free(ApxBackend *be) {
   if (c->pinned) cudaFreeHost(c->pinned);
   if (c->dev_err_host) cudaFreeHost(c->dev_err_host);
   if (c->zero_stream) cudaStreamDestroy(c->zero_stream);
+  if (c->step_dev) cudaFree(c->step_dev);
   apx_cuda_ctx_free(&c->kctx);
   free(c);
   be->ctx = NULL;
@@ -325,11 +421,17 @@ static const ApxBackendI cuda_iface = {
     .queue_sync = cuda_queue_sync,
     .launch = cuda_launch,
     .supports = cuda_supports,
+    .prepare = cuda_prepare,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
     .queue_wait = cuda_queue_wait,
     .event_sync = cuda_event_sync,
+    .step_write = cuda_step_write,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
 };
 
 static ApxStatus setup(ApxBackend *be, const ApxBackendConfig *cfg) {
@@ -346,6 +448,11 @@ static ApxStatus setup(ApxBackend *be, const ApxBackendConfig *cfg) {
   if (st != APX_STATUS_OK) return apx_backend_fail(be, st, "%s", c->kctx.err);
   c->kctx.seed = cfg->seed;
   CU_TRY(be, cudaStreamCreateWithFlags(&c->zero_stream, cudaStreamNonBlocking));
+  /* the device-side step, zeroed like a buffer: it holds step 0 until the first step_write */
+  CU_TRY(be, cudaMalloc((void **)&c->step_dev, sizeof *c->step_dev));
+  CU_TRY(be, cudaMemsetAsync(c->step_dev, 0, sizeof *c->step_dev, c->zero_stream));
+  CU_TRY(be, cudaStreamSynchronize(c->zero_stream));
+  c->step_written = 0;
   CU_TRY(be, cudaHostAlloc((void **)&c->dev_err_host, sizeof *c->dev_err_host, cudaHostAllocDefault));
   memset(c->dev_err_host, 0, sizeof *c->dev_err_host);
   CU_TRY(be, cudaHostAlloc((void **)&c->pinned, STAGE_SLOTS * STAGE_SLOT_BYTES, cudaHostAllocDefault));

@@ -10,10 +10,17 @@
  *   copies   host <-> device through a ring of pinned staging slots: an H2D copy is staged
  *            before the call returns (the host buffer may change right after), a D2H copy
  *            lands in the caller's buffer when the queue (or an event after it) is synchronized
+ *   prepare  the plan's cuBLASLt products (kernels/cuda/lt_plan.h) get their descriptors and
+ *            heuristic results when the plan is loaded, not at their first call
  *   launch   kernels/cuda (apx_cuda_run) on the queue's stream; errors found by kernels on the
  *            device (labels, gather indices) are reported by the next queue_sync, naming the
  *            kernel's node
  *   events   CUDA events (timing disabled)
+ *   step     step_write queues the Philox counter into device memory (a one-thread kernel);
+ *            a launch whose call->step equals the value written last has Dropout read it
+ *            there, any other launch passes it by value (refused during a capture)
+ *   graphs   capture_begin / capture_end (cudaStreamBeginCapture in thread-local mode,
+ *            cudaStreamEndCapture, cudaGraphInstantiate), graph_launch (cudaGraphLaunch)
  *   collectives  left NULL: the NCCL layer (runtime/collective_nccl.c) installs them; it gets
  *            the stream of a queue with apx_backend_cuda_stream.
  * Every CUDA call is checked by a do { } while (0) macro that records the call text, file and
@@ -40,6 +47,9 @@ int32_t apx_backend_cuda_device(const ApxBackend *be);
 /* Times the host has blocked on the device since creation (stream and event
  * synchronizations, waits for a staging slot): a training step makes one (train.h). */
 int64_t apx_backend_cuda_host_waits(const ApxBackend *be);
+/* cuBLASLt heuristic queries made when the plan was loaded (prepare: one per distinct product
+ * derived from the plan) and in all so far: equal after step 1 when every product was known. */
+void apx_backend_cuda_lt_counts(const ApxBackend *be, int64_t *prefilled, int64_t *heuristic_calls);
 
 #ifdef __cplusplus
 }

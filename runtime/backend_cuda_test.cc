@@ -1,7 +1,10 @@
 // backend_cuda_test.cc - the cuda backend through the vtable (backend.h): buffers, copies
 // through the pinned staging ring (sizes across several slots), the async-copy contract,
-// events between queues, a kernel launch, and a device-side error naming its node. Needs a
-// GPU (tags requires-gpu, no-sandbox); without one only the refusal message is checked.
+// events between queues, a kernel launch, and a device-side error naming its node; a plan's
+// cuBLASLt product prepared before its launch (no heuristic query at the launch); Dropout
+// reading the device-side step, also from a captured CUDA Graph replayed with a later step
+// (masks equal to the CPU's philox.h for each step). Needs a GPU (tags requires-gpu,
+// no-sandbox); without one only the refusal message is checked.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,7 +13,9 @@
 #include <vector>
 
 extern "C" {
+#include "kernels/attrs.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/philox.h"
 #include "runtime/backend.h"
 #include "runtime/backend_registry.h"
 #include "runtime/backend_cuda.h"
@@ -172,6 +177,74 @@ TEST_F(CudaBackendGpu, HostChecksFailAtLaunchWithTheReason) {
   ApxKernelCall call = {APX_OP_Mul, nullptr, ins, 2, outs, 1, 0, "mul_1"};
   EXPECT_EQ(be_->iface.launch(be_, q_, &call), APX_STATUS_BAD_INPUT);
   EXPECT_EQ(std::string(be_->err), "Mul: input 1 shape [2] does not broadcast to [2,3]");
+}
+
+TEST_F(CudaBackendGpu, PreparedProductMakesNoHeuristicQueryAtLaunch) {
+  std::vector<float> a(4 * 8), b(8 * 16), y(4 * 16);
+  for (size_t i = 0; i < a.size(); i++) a[i] = (float)(i % 7) - 3;
+  for (size_t i = 0; i < b.size(); i++) b[i] = (float)(i % 5) - 2;
+  void *da = Alloc(a.size() * 4), *db = Alloc(b.size() * 4), *dy = Alloc(y.size() * 4);
+  ASSERT_EQ(be_->iface.copy_h2d(be_, q_, da, a.data(), a.size() * 4), APX_STATUS_OK);
+  ASSERT_EQ(be_->iface.copy_h2d(be_, q_, db, b.data(), b.size() * 4), APX_STATUS_OK);
+  ApxTensor ins[2] = {View(da, APX_DT_F32, {4, 8}), View(db, APX_DT_F32, {8, 16})};
+  ApxTensor outs[1] = {View(dy, APX_DT_F32, {4, 16})};
+  ApxKernelCall call = {APX_OP_MatMul, nullptr, ins, 2, outs, 1, 0, "matmul_1"};
+  ASSERT_NE(be_->iface.prepare, nullptr);
+  ASSERT_EQ(be_->iface.prepare(be_, &call, 1), APX_STATUS_OK) << be_->err;
+  int64_t pre = 0, all = 0;
+  apx_backend_cuda_lt_counts(be_, &pre, &all);
+  EXPECT_EQ(pre, 1);
+  EXPECT_EQ(all, 1);
+  ASSERT_EQ(be_->iface.launch(be_, q_, &call), APX_STATUS_OK) << be_->err;
+  ASSERT_EQ(be_->iface.copy_d2h(be_, q_, y.data(), dy, y.size() * 4), APX_STATUS_OK);
+  ASSERT_EQ(be_->iface.queue_sync(be_, q_), APX_STATUS_OK) << be_->err;
+  apx_backend_cuda_lt_counts(be_, &pre, &all);
+  EXPECT_EQ(all, 1) << "the launch made a heuristic query of its own";
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 16; j++) {
+      float r = 0;
+      for (int k = 0; k < 8; k++) r += a[i * 8 + k] * b[k * 16 + j];
+      EXPECT_EQ(y[i * 16 + j], r) << i << "," << j;  // small integers: exact
+    }
+}
+
+TEST_F(CudaBackendGpu, DropoutDrawsTheDeviceSideStepAlsoInAReplayedGraph) {
+  const int64_t n = 4096;
+  std::vector<float> x(n, 1.0f);
+  std::vector<uint8_t> mask(n);
+  void *dx = Alloc(n * 4), *dy = Alloc(n * 4), *dm = Alloc(n);
+  ASSERT_EQ(be_->iface.copy_h2d(be_, q_, dx, x.data(), n * 4), APX_STATUS_OK);
+  ApxAttrDropout a;
+  memset(&a, 0, sizeof a);
+  a.ratio = 0.5f;
+  a.training_mode = 1;
+  a.rng_stream = 3;
+  ApxTensor ins[1] = {View(dx, APX_DT_F32, {n})};
+  ApxTensor outs[2] = {View(dy, APX_DT_F32, {n}), View(dm, APX_DT_BOOL, {n})};
+  auto check = [&](int64_t step, const char *what) {
+    ASSERT_EQ(be_->iface.copy_d2h(be_, q_, mask.data(), dm, n), APX_STATUS_OK);
+    ASSERT_EQ(be_->iface.queue_sync(be_, q_), APX_STATUS_OK) << be_->err;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += mask[i] != (uint8_t)apx_dropout_keep(1234, 3, step, (uint64_t)i, 0.5f);
+    EXPECT_EQ(bad, 0) << what << ": mask elements unlike the CPU's at step " << step;
+  };
+  ApxKernelCall call = {APX_OP_Dropout, &a, ins, 1, outs, 2, 5, "drop"};
+  ASSERT_EQ(be_->iface.step_write(be_, q_, 5), APX_STATUS_OK) << be_->err;
+  ASSERT_EQ(be_->iface.launch(be_, q_, &call), APX_STATUS_OK) << be_->err;
+  check(5, "a plain launch");
+  call.step = 6;
+  ASSERT_EQ(be_->iface.step_write(be_, q_, 6), APX_STATUS_OK) << be_->err;
+  ASSERT_EQ(be_->iface.capture_begin(be_, q_), APX_STATUS_OK) << be_->err;
+  ASSERT_EQ(be_->iface.launch(be_, q_, &call), APX_STATUS_OK) << be_->err;
+  ApxDevGraph *g = nullptr;
+  ASSERT_EQ(be_->iface.capture_end(be_, q_, &g), APX_STATUS_OK) << be_->err;
+  ASSERT_NE(g, nullptr);
+  ASSERT_EQ(be_->iface.graph_launch(be_, q_, g), APX_STATUS_OK) << be_->err;
+  check(6, "the captured graph's first launch");
+  ASSERT_EQ(be_->iface.step_write(be_, q_, 7), APX_STATUS_OK) << be_->err;
+  ASSERT_EQ(be_->iface.graph_launch(be_, q_, g), APX_STATUS_OK) << be_->err;
+  check(7, "the graph replayed after step_write(7)");
+  be_->iface.graph_free(be_, g);
 }
 
 }  // namespace

@@ -193,6 +193,27 @@ out:
   return rc;
 }
 
+/* Hands every kernel, as it will be launched, to the backend's prepare slot (cuda: the
+ * cuBLASLt products are made now, not in step 1). */
+static int prepare_kernels(ApxExec *ex, ApxDiag *d) {
+  const ApxPlan *p = ex->plan;
+  ApxBackend *be = ex->be;
+  if (!be->iface.prepare || p->n_kernels == 0) return 0;
+  ApxKernelCall *calls = calloc((size_t)p->n_kernels, sizeof *calls);
+  if (!calls) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", p->path);
+  int32_t n = 0;
+  for (int32_t k = 0; k < p->n_kernels; k++) {
+    const ApxPlanKernel *kn = &p->kernels[k];
+    if (ex->skip[k] || kn->op == APX_OP_Allreduce) continue;
+    ApxTensor *args = ex->args + ex->arg_off[k];
+    calls[n++] = (ApxKernelCall){kn->op, ex->attrs[k], args, kn->n_in, args + kn->n_in, kn->n_out, 0, kn->node};
+  }
+  be->err[0] = 0;
+  ApxStatus st = be->iface.prepare(be, calls, n);
+  free(calls);
+  return st == APX_STATUS_OK ? 0 : be_error(ex, d, st, "preparing the kernels");
+}
+
 int apx_exec_init(ApxExec *ex, const ApxPlan *plan, const ApxExecConfig *cfg, ApxDiag *d) {
   memset(ex, 0, sizeof *ex);
   ex->plan = plan;
@@ -262,6 +283,10 @@ int apx_exec_init(ApxExec *ex, const ApxPlan *plan, const ApxExecConfig *cfg, Ap
       ex->skip[k] = 1;
   }
   ex->no_overlap = cfg->no_overlap;
+  if (prepare_kernels(ex, d)) {
+    apx_exec_free(ex);
+    return -1;
+  }
   if (build_wait_lists(ex)) {
     apx_exec_free(ex);
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", plan->path);
@@ -279,6 +304,7 @@ void apx_exec_free(ApxExec *ex) {
     if (ex->arena.base) be->iface.buffer_free(be, &ex->arena);
     if (ex->persistent.base) be->iface.buffer_free(be, &ex->persistent);
     if (ex->readback.base) be->iface.buffer_free(be, &ex->readback);
+    if (ex->graph && be->iface.graph_free) be->iface.graph_free(be, ex->graph);
     if (ex->q) be->iface.queue_destroy(be, ex->q);
     apx_backend_free(be);
   }
@@ -300,7 +326,26 @@ const ApxTensor *apx_exec_view(const ApxExec *ex, int32_t buf) {
   return buf >= 0 && buf < ex->plan->n_bufs ? &ex->views[buf] : NULL;
 }
 
+/* Host copies and synchronizations cannot be recorded into a graph (the staging ring is
+ * filled at call time; a sync would end the capture). */
+static int refuse_capturing(ApxExec *ex, const char *what, ApxDiag *d) {
+  if (!ex->capturing) return 0;
+  return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: %s during graph capture (it belongs before or after the "
+                        "graph launch)", ex->plan->path, what);
+}
+
 void apx_exec_set_step(ApxExec *ex, int64_t step) { ex->step = step; }
+
+int apx_exec_write_step(ApxExec *ex, ApxDiag *d) {
+  ApxBackend *be = ex->be;
+  if (!be->iface.step_write || ex->step == ex->step_dev) return 0;
+  if (refuse_capturing(ex, "a new step", d)) return -1;
+  be->err[0] = 0;
+  ApxStatus st = be->iface.step_write(be, ex->q, ex->step);
+  if (st != APX_STATUS_OK) return be_error(ex, d, st, "writing the step");
+  ex->step_dev = ex->step;
+  return 0;
+}
 
 void apx_exec_set_attrs(ApxExec *ex, int32_t k, const void *attrs) {
   if (k < 0 || k >= ex->plan->n_kernels) return;
@@ -317,6 +362,7 @@ static int check_buf(ApxExec *ex, int32_t buf, size_t bytes, ApxDiag *d) {
 }
 
 int apx_exec_write_async(ApxExec *ex, int32_t buf, const void *host, size_t bytes, ApxDiag *d) {
+  if (refuse_capturing(ex, "a host-to-device copy", d)) return -1;
   if (check_buf(ex, buf, bytes, d)) return -1;
   ApxBackend *be = ex->be;
   ApxStatus st = be->iface.copy_h2d(be, ex->q, ex->views[buf].data, host, bytes);
@@ -331,6 +377,7 @@ int apx_exec_write(ApxExec *ex, int32_t buf, const void *host, size_t bytes, Apx
 }
 
 int apx_exec_read(ApxExec *ex, int32_t buf, void *host, size_t bytes, ApxDiag *d) {
+  if (refuse_capturing(ex, "a device-to-host copy", d)) return -1;
   if (check_buf(ex, buf, bytes, d)) return -1;
   ApxBackend *be = ex->be;
   ApxStatus st = be->iface.copy_d2h(be, ex->q, host, ex->views[buf].data, bytes);
@@ -365,6 +412,7 @@ int apx_exec_readback_fetch(ApxExec *ex, int32_t n, void *host, ApxDiag *d) {
   if (n < 0 || n > ex->n_readback)
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: readback of %d slots, %d reserved", ex->plan->path, n,
                           ex->n_readback);
+  if (refuse_capturing(ex, "the readback", d)) return -1;
   ApxBackend *be = ex->be;
   ApxStatus st = n ? be->iface.copy_d2h(be, ex->q, host, ex->readback.base, (size_t)n * 8) : APX_STATUS_OK;
   if (st != APX_STATUS_OK) return be_error(ex, d, st, "copying from the device");
@@ -483,6 +531,7 @@ static int complete_all(ApxExec *ex, ApxDiag *d) {
 }
 
 int apx_exec_sync(ApxExec *ex, ApxDiag *d) {
+  if (refuse_capturing(ex, "a host synchronization", d)) return -1;
   ApxBackend *be = ex->be;
   ex->n_syncs++;
   ApxStatus st = be->iface.queue_sync(be, ex->q);
@@ -503,6 +552,7 @@ int apx_exec_queue_range(ApxExec *ex, int32_t begin, int32_t end, ApxDiag *d) {
   ex->n_launched = 0;
   ex->n_overlapped = 0;
   if (complete_all(ex, d)) return -1; /* left over by a failed run */
+  if (apx_exec_write_step(ex, d)) return -1;
   for (int32_t k = begin; k < end; k++) {
     if (ex->skip[k]) continue;
     const ApxPlanKernel *kn = &p->kernels[k];

@@ -66,6 +66,10 @@ typedef struct ApxExec {
                              made by the executor; tests count them per training step) */
   ApxDevBuffer readback;  /* apx_exec_readback_*: n_readback 8-byte slots on the device */
   int32_t n_readback;
+  /* device-side step (backends with step_write) and graph capture (exec_graph.c) */
+  int64_t step_dev;       /* the step last queued into the backend's device-side counter */
+  int32_t capturing;      /* between apx_exec_capture_begin and _end */
+  ApxDevGraph *graph;     /* the captured range, instantiated (apx_exec_graph_launch) */
 } ApxExec;
 
 void apx_exec_config_init(ApxExecConfig *cfg);
@@ -112,8 +116,26 @@ int apx_exec_readback_fetch(ApxExec *ex, int32_t n, void *host, ApxDiag *d);
  * one rank, reductions may still be in flight: the only safe continuation is ending the job
  * (apx_coll_abort; apx_coll_finalize aborts too rather than hang). */
 int apx_exec_run_range(ApxExec *ex, int32_t begin, int32_t end, ApxDiag *d);
-/* The training step number kernels see (Dropout's Philox counter). */
+/* The training step number kernels see (Dropout's Philox counter). On a backend with a
+ * device-side counter (backend.h step_write) the new value is queued there by the next
+ * apx_exec_queue_range, or by apx_exec_write_step. */
 void apx_exec_set_step(ApxExec *ex, int64_t step);
+/* Queues the step of apx_exec_set_step into the backend's device-side counter now (nothing
+ * when it holds it already or the backend has none): before a graph launch or capture. */
+int apx_exec_write_step(ApxExec *ex, ApxDiag *d);
+
+/* CUDA Graph capture of a kernel range (exec_graph.c; backends with the capture slots):
+ * _begin starts recording the queue (the step is written first), the queue_range /
+ * readback_stage calls that follow are recorded instead of run, _end instantiates them as
+ * ex->graph (replacing an earlier one), _graph_launch queues one replay (the step written
+ * first). Host copies (apx_exec_write*, set_input, readback_fetch) and synchronizations are
+ * refused while capturing: they stay outside, before and after the launch. A backend without
+ * the slots: exit 2, "not supported yet: graph capture on the <name> backend". */
+int apx_exec_capture_begin(ApxExec *ex, ApxDiag *d);
+int apx_exec_capture_end(ApxExec *ex, ApxDiag *d);
+int apx_exec_graph_launch(ApxExec *ex, ApxDiag *d);
+/* 1 when the backend can capture (all four slots). */
+int apx_exec_can_capture(const ApxExec *ex);
 /* Kernel k runs with `attrs` instead of the plan's attributes from its next launch on:
  * the same struct type (apx_op_info(op)->attrs_size bytes), owned by the caller, which keeps
  * it alive while ex runs (apexrun's run-time --weight-decay / --clip-grad-norm patch the

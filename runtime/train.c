@@ -14,6 +14,7 @@
 #include "kernels/attrs.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "runtime/export_onnx.h"
+#include "runtime/graph_check.h"
 #include "ir/fileio.h"
 #include "runtime/progress.h"
 #include "runtime/stop.h"
@@ -221,6 +222,12 @@ int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *c
                           "data parallelism (%d ranks); run it as one process", plan_name(plan),
                           t->losses[0].name, t->losses[1].name, t->n_losses > 2 ? ", ..." : "", (int)cfg->world);
   t->sampler_seed = cfg->seed_set ? cfg->seed : po->seed;
+  if (cfg->cuda_graph) { /* refused before the device starts (graph_check.h) */
+    ApxGraphUse gu = {cfg->exec.device, cfg->world, t->accumulate};
+    char why[400];
+    if (apx_graph_refusal(&gu, why, sizeof why))
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: %s", plan_name(plan), why);
+  }
 
   ApxExecConfig ec = cfg->exec;
   if (cfg->seed_set) { /* --seed 0 is a seed like any other */
@@ -230,6 +237,12 @@ int apx_trainer_init(ApxTrainer *t, const ApxPlan *plan, const ApxTrainConfig *c
   if (apx_exec_init(&t->ex, plan, &ec, d)) return -1;
   t->have_ex = 1;
   apx_exec_set_attrs(&t->ex, t->opt_kernel, &t->opt_attrs); /* run-time weight decay, clipping */
+  if (cfg->cuda_graph) {
+    if (!apx_exec_can_capture(&t->ex))
+      return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not supported yet: --cuda-graph on the %s backend",
+                            plan_name(plan), t->ex.be->iface.name);
+    t->graph_state = 1;
+  }
   if (apx_dataset_open(&t->ds, plan, cfg->data_dir, d)) return -1;
   /* a (global) batch of distinct samples: fewer samples would repeat some within a batch */
   int64_t world = cfg->world > 1 ? cfg->world : 1;
@@ -354,6 +367,58 @@ static int name_cause(ApxTrainer *t, ApxStepRecord *rec, ApxDiag *d) {
   return 0;
 }
 
+/* Micro-batch j's kernels: FORWARD, its loss staged into readback slot j, BACKWARD. */
+static int queue_micro_batch(ApxTrainer *t, int32_t j, ApxDiag *d) {
+  const ApxPlan *p = t->plan;
+  return apx_exec_queue_range(&t->ex, p->sec_begin[APX_SEC_FORWARD], p->sec_end[APX_SEC_FORWARD], d) ||
+                 apx_exec_readback_stage(&t->ex, j, t->loss_buf, d) ||
+                 apx_exec_queue_range(&t->ex, p->sec_begin[APX_SEC_BACKWARD], p->sec_end[APX_SEC_BACKWARD], d)
+             ? -1
+             : 0;
+}
+
+/* OPTIMIZER, then found_inf, first_bad, norm_sq (and each loss's scalars when several) staged
+ * into the readback slots after the K losses. */
+static int queue_update(ApxTrainer *t, ApxDiag *d) {
+  const int32_t K = t->accumulate, NL = t->n_losses > 1 ? t->n_losses : 0;
+  if (apx_dp_run_optimizer(&t->dp, &t->ex, d)) return -1; /* found_inf agreed over ranks */
+  if (apx_exec_readback_stage(&t->ex, K, t->found_inf_buf, d) ||
+      apx_exec_readback_stage(&t->ex, K + 1, t->first_bad_buf, d) ||
+      apx_exec_readback_stage(&t->ex, K + 2, t->norm_sq_buf, d))
+    return -1;
+  for (int32_t i = 0; i < NL; i++) /* K is 1 with several losses (apexc refuses --accumulate) */
+    if (apx_exec_readback_stage(&t->ex, K + 3 + 3 * i, t->losses[i].loss_buf, d) ||
+        apx_exec_readback_stage(&t->ex, K + 4 + 3 * i, t->losses[i].found_inf_buf, d) ||
+        apx_exec_readback_stage(&t->ex, K + 5 + 3 * i, t->losses[i].first_bad_buf, d))
+      return -1;
+  return 0;
+}
+
+/* --cuda-graph (one micro-batch; its inputs, lr, scales are queued as uploads already): the
+ * first step runs its kernels as usual (cuBLASLt descriptors and algorithms, cuDNN's handle
+ * and choices are made outside any capture), the second records them into a CUDA Graph,
+ * and it and every later step launch that graph, the device-side Dropout step written
+ * before each launch (exec.h). */
+static int run_graphed(ApxTrainer *t, ApxDiag *d) {
+  if (t->graph_state == 1) {
+    if (queue_micro_batch(t, 0, d) || queue_update(t, d)) return -1;
+    t->graph_state = 2;
+    return 0;
+  }
+  if (t->graph_state == 2) {
+    if (apx_exec_capture_begin(&t->ex, d)) return -1;
+    if (queue_micro_batch(t, 0, d) || queue_update(t, d)) {
+      ApxDiag ignored; /* the capture is ended either way; the first error is the one to report */
+      apx_diag_init(&ignored);
+      apx_exec_capture_end(&t->ex, &ignored);
+      return -1;
+    }
+    if (apx_exec_capture_end(&t->ex, d)) return -1;
+    t->graph_state = 3;
+  }
+  return apx_exec_graph_launch(&t->ex, d);
+}
+
 /* One optimizer step with one host synchronization: lr, scale and every micro-batch's inputs
  * are queued as copies, the sections as kernels, each loss and then found_inf / first_bad /
  * norm_sq are staged device-side into the readback slots, and one transfer + sync at the end
@@ -379,21 +444,10 @@ int apx_trainer_step(ApxTrainer *t, ApxStepRecord *rec, ApxDiag *d) {
         return -1;
     }
     apx_exec_set_step(&t->ex, k);
-    if (apx_exec_queue_range(&t->ex, p->sec_begin[APX_SEC_FORWARD], p->sec_end[APX_SEC_FORWARD], d) ||
-        apx_exec_readback_stage(&t->ex, j, t->loss_buf, d) ||
-        apx_exec_queue_range(&t->ex, p->sec_begin[APX_SEC_BACKWARD], p->sec_end[APX_SEC_BACKWARD], d))
-      return -1;
+    if (t->graph_state) break; /* K is 1 (graph_check.h): the kernels are queued below */
+    if (queue_micro_batch(t, j, d)) return -1;
   }
-  if (apx_dp_run_optimizer(&t->dp, &t->ex, d)) return -1; /* found_inf agreed over ranks */
-  if (apx_exec_readback_stage(&t->ex, K, t->found_inf_buf, d) ||
-      apx_exec_readback_stage(&t->ex, K + 1, t->first_bad_buf, d) ||
-      apx_exec_readback_stage(&t->ex, K + 2, t->norm_sq_buf, d))
-    return -1;
-  for (int32_t i = 0; i < NL; i++) /* K is 1 with several losses (apexc refuses --accumulate) */
-    if (apx_exec_readback_stage(&t->ex, K + 3 + 3 * i, t->losses[i].loss_buf, d) ||
-        apx_exec_readback_stage(&t->ex, K + 4 + 3 * i, t->losses[i].found_inf_buf, d) ||
-        apx_exec_readback_stage(&t->ex, K + 5 + 3 * i, t->losses[i].first_bad_buf, d))
-      return -1;
+  if (t->graph_state ? run_graphed(t, d) : queue_update(t, d)) return -1;
   if (apx_exec_readback_fetch(&t->ex, K + 3 + 3 * NL, t->readback, d)) return -1;
   const uint8_t *rb = t->readback;
   double loss_sum = 0;

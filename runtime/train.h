@@ -119,6 +119,10 @@ typedef struct ApxTrainConfig {
   struct ApxColl *coll;      /* data parallelism (dp.h, collective.h); NULL: one process.
                                 rank and world must match it */
   int64_t check_replicas;    /* replica check every N steps under K ranks (0: start and end) */
+  int32_t cuda_graph;        /* apexrun --cuda-graph: step 1 runs as usual, step 2 is captured as
+                                a CUDA Graph, every step from 2 on is one graph launch (the
+                                uploads before it, the readback after it; graph_check.h says
+                                which runs are refused, exit 2, before the device starts) */
 } ApxTrainConfig;
 
 /* Why a step's loss or gradients were not finite (ApxStepRecord.cause). */
@@ -178,6 +182,8 @@ typedef struct ApxTrainer {
   uint32_t hp_adopted;       /* of those, the ones taken from the resumed checkpoint */
   ApxDp dp;                  /* data-parallel hooks (dp.h) */
   int32_t accumulate;
+  int32_t graph_state;       /* --cuda-graph: 0 off, 1 next step runs uncaptured (fills the
+                                cuBLASLt / cuDNN caches), 2 next step is captured, 3 replayed */
   int32_t scale_clamped;     /* the plan's initial loss scale was outside [min, max] */
   int64_t step;              /* optimizer steps done */
   uint64_t sampler_seed;

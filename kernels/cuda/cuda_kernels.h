@@ -61,7 +61,11 @@ typedef struct ApxCudaCtx {
   int32_t no_epilogue;   /* 1: FusedDense never uses cuBLASLt epilogues (the lab compares
                           * both paths) */
   uint64_t seed;         /* Dropout's Philox key (attrs seed wins when set) */
-  int64_t step;          /* training step: part of the Philox counter */
+  int64_t step;          /* training step: part of the Philox counter ... */
+  const int64_t *step_dev; /* ... read by the kernels from this device address instead when
+                          * set (the cuda backend: written by apx_cuda_step_write before the
+                          * launches, so a captured CUDA Graph replays with each step's value);
+                          * NULL: ctx->step by value (the kernel lab, tests) */
   int64_t seq;           /* launch number, recorded with device-side errors */
   void *lt;              /* cublasLtHandle_t */
   void *lt_ws;           /* cuBLASLt workspace (device) */
@@ -70,6 +74,7 @@ typedef struct ApxCudaCtx {
   void *lt_cache;        /* matmul.cu: cuBLASLt descriptors and heuristic result per distinct
                           * product, made on its first call and reused (freed by ctx_free) */
   int64_t lt_heuristic_calls; /* cuBLASLt heuristic queries made (tests: one per product) */
+  int64_t lt_prefilled;  /* of those, made by apx_cuda_prepare (a plan's products at load) */
   ApxCudaDevErr *dev_err; /* device memory, zeroed by init */
   void *tmp[APX_CUDA_MAX_TMP]; /* this op's temporaries (freed after it) */
   int32_t n_tmp;
@@ -87,6 +92,13 @@ void apx_cuda_ctx_free(ApxCudaCtx *ctx);
 ApxStatus apx_cuda_run(ApxCudaCtx *ctx, ApxOp op, const void *attrs, const ApxTensor *ins,
                        int n_in, ApxTensor *outs, int n_out);
 
+typedef struct ApxLtCallView ApxLtCallView; /* kernels/cuda/lt_plan.h */
+
+/* Fills the cuBLASLt descriptor and heuristic cache with the distinct products of n kernels
+ * (lt_plan.h: what each op issues first), so that their first calls make no heuristic query;
+ * a product not derived there is still made at its first call. Nothing is queued. */
+ApxStatus apx_cuda_prepare(ApxCudaCtx *ctx, const ApxLtCallView *calls, int32_t n);
+
 /* 1 if apx_cuda_run implements op for its type T = dt (as apx_cpu_supports: the type of the
  * op's float data; any type for data movement and Cast). Pure table lookup: no device needed. */
 int apx_cuda_supports(ApxOp op, ApxDType dt);
@@ -101,6 +113,10 @@ ApxStatus apx_cuda_dev_error(ApxCudaCtx *ctx, int64_t *seq);
  * does and clears the device record when one was set. */
 ApxStatus apx_cuda_dev_error_fetch(ApxCudaCtx *ctx, ApxCudaDevErr *host);
 ApxStatus apx_cuda_dev_error_check(ApxCudaCtx *ctx, const ApxCudaDevErr *rec, int64_t *seq);
+
+/* Queues *dst = step on ctx->stream (a one-thread kernel taking step by value: no host
+ * staging, nothing to wait for): the device-side Philox counter of ctx->step_dev. */
+ApxStatus apx_cuda_step_write(ApxCudaCtx *ctx, int64_t *dst, int64_t step);
 
 /* The number of CUDA devices, or -1 with the runtime's reason ("cudaGetDeviceCount:
  * cudaErrorNoDevice: no CUDA-capable device is detected") in why. */

@@ -10,7 +10,10 @@
 //   - a 3-D convolution sets 5-d descriptors (cudnnSet*NdDescriptor) with its (d, h, w)
 //     pads, strides and dilations;
 //   - cuBLASLt is told each operand's real alignment (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*);
-//   - a product's descriptors and heuristic result are made once and reused by later calls.
+//   - a product's descriptors and heuristic result are made once and reused by later calls;
+//   - the products apx_cuda_prepare derives from a list of kernels (lt_plan.h, what the cuda
+//     backend does when it loads a plan) are exactly the ones those kernels then look up: one
+//     heuristic query per distinct product at prepare, none at the calls.
 // Also: a library that cannot be found fails its first call with a line naming what was
 // looked for.
 #include <gtest/gtest.h>
@@ -27,6 +30,7 @@
 extern "C" {
 #include "kernels/attrs.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/lt_plan.h"
 #include "kernels/cuda/cudalibs.h"
 }
 
@@ -402,6 +406,67 @@ TEST_F(CudaLibs, MatMulStatesOperandAlignmentAndReusesItsPlan) {
   ASSERT_EQ(apx_cuda_run(&ctx_, APX_OP_MatMul, nullptr, ins, 2, outs, 1), APX_STATUS_OK) << ctx_.err;
   EXPECT_EQ(lt.heuristic, 2);
   EXPECT_EQ(lt.pref_at_heuristic[CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES], 16u);
+}
+
+TEST_F(CudaLibs, PreparedProductsMakeNoHeuristicQueryAtTheirCalls) {
+  // kernels whose host side runs to completion on the fakes: cuBLASLt products only
+  ApxAttrGemm gemm;
+  memset(&gemm, 0, sizeof gemm);
+  gemm.alpha = gemm.beta = 1.0f;
+  gemm.trans_b = 1;
+  ApxAttrFusedMatMul fm;
+  memset(&fm, 0, sizeof fm);
+  fm.trans_a = 1;
+  fm.alpha = 0.5f;
+  ApxAttrFusedDense relu, gelu, none;
+  memset(&relu, 0, sizeof relu);
+  relu.activation = APX_ACT_RELU;
+  relu.alpha = relu.beta = 1.0f;
+  gelu = relu;
+  gelu.activation = APX_ACT_GELU_TANH;
+  none = relu;
+  none.activation = APX_ACT_NONE;
+  const uintptr_t M = 1 << 20;
+  struct K {
+    ApxOp op;
+    const void *attrs;
+    std::vector<ApxTensor> ins, outs;
+  };
+  std::vector<K> ks = {
+      {APX_OP_Gemm, &gemm, {T(kBase, APX_DT_F16, {8, 16}), T(kBase + M, APX_DT_F16, {32, 16}), T(kBase + 2 * M, APX_DT_F16, {32})},
+       {T(kBase + 3 * M, APX_DT_F16, {8, 32})}},
+      {APX_OP_Gemm, &gemm, {T(kBase, APX_DT_F16, {8, 16}), T(kBase + M + 2, APX_DT_F16, {32, 16})},
+       {T(kBase + 3 * M, APX_DT_F16, {8, 32})}},
+      {APX_OP_MatMul, nullptr, {T(kBase, APX_DT_BF16, {2, 3, 4, 5}), T(kBase + M, APX_DT_BF16, {5, 6})},
+       {T(kBase + 2 * M, APX_DT_BF16, {2, 3, 4, 6})}},
+      {APX_OP_MatMul, nullptr, {T(kBase, APX_DT_F32, {2, 4, 5}), T(kBase + M + 64, APX_DT_F32, {2, 5, 6})},
+       {T(kBase + 2 * M, APX_DT_F32, {2, 4, 6})}},
+      {APX_OP_FusedMatMul, &fm, {T(kBase, APX_DT_F16, {16, 8}), T(kBase + M, APX_DT_F16, {16, 12})},
+       {T(kBase + 2 * M, APX_DT_F16, {8, 12})}},
+      {APX_OP_FusedDense, &relu,
+       {T(kBase, APX_DT_F16, {4, 8, 16}), T(kBase + M, APX_DT_F16, {16, 24}), T(kBase + 2 * M, APX_DT_F16, {24})},
+       {T(kBase + 3 * M, APX_DT_F16, {4, 8, 24})}},
+      {APX_OP_FusedDense, &gelu,
+       {T(kBase, APX_DT_F16, {32, 16}), T(kBase + M, APX_DT_F16, {16, 24}), T(kBase + 2 * M, APX_DT_F16, {24})},
+       {T(kBase + 3 * M, APX_DT_F16, {32, 24}), T(kBase + 4 * M, APX_DT_F16, {32, 24})}},
+      {APX_OP_FusedDenseGrad, &none,
+       {T(kBase, APX_DT_F16, {32, 24}), T(kBase + M, APX_DT_F16, {32, 16}), T(kBase + 2 * M, APX_DT_F16, {16, 24})},
+       {T(kBase + 3 * M, APX_DT_F16, {32, 16}), T(kBase + 4 * M, APX_DT_F16, {16, 24})}},
+  };
+  ks.push_back(ks[5]);  // the same kernel twice (a repeated layer): one product
+  std::vector<ApxLtCallView> v;
+  for (const K &k : ks) v.push_back({k.op, k.attrs, k.ins.data(), (int32_t)k.ins.size(), k.outs.data(), (int32_t)k.outs.size()});
+  ASSERT_EQ(apx_cuda_prepare(&ctx_, v.data(), (int32_t)v.size()), APX_STATUS_OK) << ctx_.err;
+  EXPECT_EQ(lt.heuristic, 9) << "one query per distinct product (FusedDenseGrad has two)";
+  EXPECT_EQ(ctx_.lt_prefilled, 9);
+  EXPECT_EQ(lt.matmul, 0) << "prepare queues nothing";
+  for (K &k : ks)
+    ASSERT_EQ(apx_cuda_run(&ctx_, k.op, k.attrs, k.ins.data(), (int)k.ins.size(), k.outs.data(), (int)k.outs.size()),
+              APX_STATUS_OK)
+        << apx_op_name(k.op) << ": " << ctx_.err;
+  EXPECT_EQ(lt.heuristic, 9) << "a kernel looked up a product prepare did not derive";
+  EXPECT_EQ(ctx_.lt_heuristic_calls, 9);
+  EXPECT_EQ(lt.matmul, 10);
 }
 
 }  // namespace

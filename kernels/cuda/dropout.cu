@@ -1,17 +1,35 @@
 /* dropout.cu - Dropout(data, ratio?, training_mode?) -> output, mask? and DropoutGrad(dY,
  * mask) -> dX. The keep decision is kernels/philox.h's mapping, the same stream the CPU
  * draws (key: attrs seed when has_seed, else ctx->seed; counter: element block i / 4,
- * ctx->step, attrs rng_stream): element i is kept when its uniform is >= ratio, and then
+ * the step, attrs rng_stream): element i is kept when its uniform is >= ratio, and then
  * scaled by 1 / (1 - ratio) computed in fp32. One thread per block of four elements (one
  * Philox call). Inference mode: identity with an all-true mask. RandomUniformLike draws the same
- * stream's uniforms (philox.h). */
+ * stream's uniforms (philox.h). The step is read from device memory at ctx->step_dev when set
+ * (the cuda backend writes it there with apx_cuda_step_write, so a captured CUDA Graph draws
+ * each step's masks), else ctx->step by value: the same number either way, the same masks. */
 #include "kernels/cuda/common.cuh"
 #include "kernels/philox.h"
 
+/* The step a kernel draws with: the device-side counter when there is one. */
+static __device__ __forceinline__ int64_t draw_step(const long long *step_dev, int64_t step) {
+  return step_dev ? (int64_t)*step_dev : step;
+}
+
+APX_CU_KERNEL(step_write_kernel)(long long *dst, long long step) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *dst = step;
+}
+
+ApxStatus apx_cuda_step_write(ApxCudaCtx *ctx, int64_t *dst, int64_t step) {
+  step_write_kernel<<<1, 32, 0, apx_cu_stream(ctx)>>>((long long *)dst, (long long)step);
+  APX_CUDA_LAUNCHED(ctx);
+  return APX_STATUS_OK;
+}
+
 template <typename T>
 APX_CU_KERNEL(dropout_kernel)(const T *x, T *y, uint8_t *mask, int64_t n, float ratio, float scale,
-                               uint64_t seed, uint64_t stream, int64_t step) {
+                               uint64_t seed, uint64_t stream, const long long *step_dev, int64_t step_val) {
   int64_t nb = (n + 3) / 4;
+  int64_t step = draw_step(step_dev, step_val);
   APX_CU_GRID_STRIDE(b, nb) {
     ApxPhilox4 r = apx_philox_block(seed, stream, step, (uint64_t)b);
 #pragma unroll
@@ -32,9 +50,10 @@ APX_CU_KERNEL(dropout_grad_kernel)(const T *dy, const uint8_t *mask, T *dx, int6
 
 template <typename T>
 static void launch_dropout(const T *x, T *y, uint8_t *mask, int64_t n, float ratio, float scale,
-                           uint64_t seed, uint64_t rng_stream, int64_t step, cudaStream_t s,
-                           int block, unsigned grid) {
-  dropout_kernel<T><<<grid, block, 0, s>>>(x, y, mask, n, ratio, scale, seed, rng_stream, step);
+                           uint64_t seed, uint64_t rng_stream, const int64_t *step_dev, int64_t step,
+                           cudaStream_t s, int block, unsigned grid) {
+  dropout_kernel<T><<<grid, block, 0, s>>>(x, y, mask, n, ratio, scale, seed, rng_stream,
+                                           (const long long *)step_dev, step);
 }
 
 /* Shapes, the bool mask and the ratio: kernels/validate.h */
@@ -63,7 +82,7 @@ APX_CUDA_ENTRY(apx_cuda_dropout) {
   unsigned grid = apx_cu_grid(ctx, (n + 3) / 4, block);
   APX_CU_FLOAT_SWITCH(ctx, dt, T, {
     launch_dropout<T>((const T *)ins[0].data, (T *)outs[0].data, mask, n, a->ratio, scale, seed,
-                      (uint64_t)a->rng_stream, ctx->step, s, block, grid);
+                      (uint64_t)a->rng_stream, ctx->step_dev, ctx->step, s, block, grid);
   });
   APX_CUDA_LAUNCHED(ctx);
   return APX_STATUS_OK;
@@ -94,14 +113,17 @@ APX_CUDA_ENTRY(apx_cuda_dropout_grad) {
  * rounded once to the output type (the CPU's values); the input is never read. */
 template <typename T>
 APX_CU_KERNEL(random_uniform_kernel)(T *y, int64_t n, float low, float high, uint64_t seed, uint64_t stream,
-                                      int64_t step) {
+                                      const long long *step_dev, int64_t step_val) {
+  int64_t step = draw_step(step_dev, step_val);
   APX_CU_GRID_STRIDE(i, n) y[i] = st<T>(apx_random_uniform_f32(seed, stream, step, (uint64_t)i, low, high));
 }
 
 template <typename T>
 static void launch_random_uniform(T *y, int64_t n, float low, float high, uint64_t seed, uint64_t stream,
-                                  int64_t step, cudaStream_t s, int block, unsigned grid) {
-  random_uniform_kernel<T><<<grid, block, 0, s>>>(y, n, low, high, seed, stream, step);
+                                  const int64_t *step_dev, int64_t step, cudaStream_t s, int block,
+                                  unsigned grid) {
+  random_uniform_kernel<T><<<grid, block, 0, s>>>(y, n, low, high, seed, stream, (const long long *)step_dev,
+                                                  step);
 }
 
 APX_CUDA_ENTRY(apx_cuda_random_uniform_like) {
@@ -112,8 +134,8 @@ APX_CUDA_ENTRY(apx_cuda_random_uniform_like) {
   int block = apx_cu_block(ctx, 256);
   unsigned grid = apx_cu_grid(ctx, n, block);
   APX_CU_FLOAT_SWITCH(ctx, outs[0].dtype, T, {
-    launch_random_uniform<T>((T *)outs[0].data, n, a->low, a->high, key, (uint64_t)a->rng_stream, ctx->step,
-                             apx_cu_stream(ctx), block, grid);
+    launch_random_uniform<T>((T *)outs[0].data, n, a->low, a->high, key, (uint64_t)a->rng_stream, ctx->step_dev,
+                             ctx->step, apx_cu_stream(ctx), block, grid);
   });
   APX_CUDA_LAUNCHED(ctx);
   return APX_STATUS_OK;

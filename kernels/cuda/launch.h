@@ -95,6 +95,7 @@
   X(reduce_max_kernel, APX_CU_BLOCK_MAX)          \
   X(reduce_max_grad_kernel, APX_CU_BLOCK_MAX)     \
   X(random_uniform_kernel, APX_CU_BLOCK_MAX)      \
+  X(step_write_kernel, 32)                        \
   X(resize_kernel, APX_CU_BLOCK_MAX)              \
   X(resize_grad_kernel, APX_CU_BLOCK_MAX)         \
   X(einsum_kernel, APX_CU_BLOCK_MAX)

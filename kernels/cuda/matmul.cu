@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/lt_plan.h"
 #include "kernels/cuda/reduce.cuh"
 
 #define APX_CUBLAS_TRY(ctx, call)                                                          \
@@ -101,17 +102,6 @@ static ApxStatus lt_layout(ApxCudaCtx *ctx, cublasLtMatrixLayout_t *l, cudaDataT
   return APX_STATUS_OK;
 }
 
-/* The largest power of two (at most 256) that divides address p. cuBLASLt assumes 256-byte
- * aligned operands unless told otherwise and may pick a kernel whose vector loads need it;
- * the arena guarantees 64 bytes and batch-split products and views use offset pointers, so
- * every call states the real alignment of each operand (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*). */
-static uint32_t lt_align(const void *p) {
-  uintptr_t a = (uintptr_t)p;
-  uint32_t al = 256;
-  while (al > 1 && (a & (al - 1))) al >>= 1;
-  return al;
-}
-
 /* Builds the descriptors and finds an algorithm; *found = 0 when cuBLASLt has none for this
  * combination (callers fall back to a plainer path). The epilogue's bias and aux pointers are
  * set by lt_try on every call (the descriptors are cached across calls). */
@@ -147,7 +137,10 @@ static ApxStatus lt_prepare(ApxCudaCtx *ctx, const LtCall *c, LtDescs *s,
   uint64_t ws = ctx->lt_ws_bytes;
   APX_CUBLAS_TRY(ctx, cublasLtMatmulPreferenceSetAttribute(s->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                            &ws, sizeof ws));
-  const uint32_t al[4] = {lt_align(c->B), lt_align(c->A), lt_align(c->C), lt_align(c->D)}; /* Lt's A B C D */
+  /* cuBLASLt assumes 256-byte aligned operands unless told otherwise and may pick a kernel
+   * whose vector loads need it; the arena guarantees 64 bytes and batch-split products and
+   * views use offset pointers, so every call states the real alignment of each operand */
+  const uint32_t al[4] = {apx_lt_align(c->B), apx_lt_align(c->A), apx_lt_align(c->C), apx_lt_align(c->D)}; /* Lt's A B C D */
   const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -203,7 +196,7 @@ static LtKey lt_key(const LtCall *c) {
   k.has_bias = c->bias != NULL, k.has_aux = c->aux != NULL;
   k.M = c->M, k.N = c->N, k.K = c->K, k.batch = c->batch, k.sa = c->sa, k.sb = c->sb, k.sd = c->sd;
   k.aux_ld = c->aux ? c->aux_ld : 0;
-  k.al[0] = lt_align(c->B), k.al[1] = lt_align(c->A), k.al[2] = lt_align(c->C), k.al[3] = lt_align(c->D);
+  k.al[0] = apx_lt_align(c->B), k.al[1] = apx_lt_align(c->A), k.al[2] = apx_lt_align(c->C), k.al[3] = apx_lt_align(c->D);
   return k;
 }
 
@@ -252,11 +245,11 @@ void apx_cuda_lt_cache_free(ApxCudaCtx *ctx) {
   ctx->lt_cache = NULL;
 }
 
-/* Queues the product; *done = 0 (and nothing queued) when cuBLASLt has no algorithm. */
-static ApxStatus lt_try(ApxCudaCtx *ctx, const LtCall *c, int *done) {
-  *done = 0;
+/* The cache entry of product c, made (descriptors, heuristic query) when it is new. */
+static ApxStatus lt_entry(ApxCudaCtx *ctx, const LtCall *c, LtEntry **out) {
   LtKey k = lt_key(c);
   LtEntry *e = lt_slot(ctx, &k);
+  *out = e;
   if (!e) return apx_cuda_fail(ctx, APX_STATUS_OOM, "cuBLASLt cache: out of host memory");
   if (!e->used) {
     LtEntry fresh;
@@ -276,6 +269,14 @@ static ApxStatus lt_try(ApxCudaCtx *ctx, const LtCall *c, int *done) {
     *e = fresh;
     ((LtCache *)ctx->lt_cache)->n++;
   }
+  return APX_STATUS_OK;
+}
+
+/* Queues the product; *done = 0 (and nothing queued) when cuBLASLt has no algorithm. */
+static ApxStatus lt_try(ApxCudaCtx *ctx, const LtCall *c, int *done) {
+  *done = 0;
+  LtEntry *e = NULL;
+  APX_TRY(lt_entry(ctx, c, &e));
   if (!e->found) {
     snprintf(ctx->err, sizeof ctx->err, "%s", e->why);
     return APX_STATUS_OK;
@@ -321,6 +322,52 @@ static ApxStatus lt_run(ApxCudaCtx *ctx, const LtCall *c) {
   return apx_cuda_fail(ctx, APX_STATUS_UNSUPPORTED,
                        "not supported yet on cuda: no cuBLASLt algorithm for M %lld, N %lld, K %lld (%s)",
                        (long long)c->M, (long long)c->N, (long long)c->K, why);
+}
+
+/* ---- the cache filled from a plan (lt_plan.h) ----------------------------------------------- */
+
+static cublasLtEpilogue_t lt_epilogue(int32_t e) {
+  switch (e) {
+    case APX_LT_EPI_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+    case APX_LT_EPI_RELU: return CUBLASLT_EPILOGUE_RELU;
+    case APX_LT_EPI_RELU_BIAS: return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case APX_LT_EPI_GELU: return CUBLASLT_EPILOGUE_GELU;
+    case APX_LT_EPI_GELU_BIAS: return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case APX_LT_EPI_GELU_AUX: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case APX_LT_EPI_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    default: return CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+
+/* An address with exactly alignment al (never dereferenced: the cache key and cuBLASLt's
+ * preferences only read the operands' alignments). */
+static const void *aligned_as(uint32_t al) { return (const void *)(uintptr_t)(al ? al : 256); }
+
+ApxStatus apx_cuda_prepare(ApxCudaCtx *ctx, const ApxLtCallView *calls, int32_t n) {
+  ApxLtProduct *p = NULL;
+  int64_t np = apx_lt_plan_products(calls, n, &p);
+  if (np < 0) return apx_cuda_fail(ctx, APX_STATUS_OOM, "cuBLASLt cache: out of host memory");
+  ApxStatus st = APX_STATUS_OK;
+  for (int64_t i = 0; i < np && st == APX_STATUS_OK; i++) {
+    const ApxLtKey *k = &p[i].key;
+    LtCall c = lt_call(aligned_as(k->al[1]), aligned_as(k->al[0]), (void *)aligned_as(k->al[3]), k->M, k->N, k->K,
+                       k->ta, k->tb, (ApxDType)k->ab, (ApxDType)k->cd, 1.0f);
+    c.C = aligned_as(k->al[2]);
+    c.batch = k->batch;
+    c.sa = k->sa;
+    c.sb = k->sb;
+    c.sd = k->sd;
+    c.epi = lt_epilogue(k->epi);
+    c.bias = k->has_bias ? p[i].bias : NULL;
+    c.aux = k->has_aux ? p[i].aux : NULL;
+    c.aux_ld = k->aux_ld;
+    LtEntry *e = NULL;
+    int64_t before = ctx->lt_heuristic_calls;
+    st = lt_entry(ctx, &c, &e);
+    ctx->lt_prefilled += ctx->lt_heuristic_calls - before;
+  }
+  free(p);
+  return st;
 }
 
 static ApxStatus same_float(ApxCudaCtx *ctx, const ApxTensor *t, ApxDType dt, const char *what) {

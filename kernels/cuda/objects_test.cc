@@ -4,6 +4,10 @@
 //     all three calls);
 //   - no object of the kernels or the cuda backend calls cudaMemset / cudaMemcpy: those run
 //     on the legacy stream, which is not ordered with the queues' non-blocking streams;
+//   - the cuda backend captures and replays CUDA Graphs (apexrun --cuda-graph):
+//     cudaStreamBeginCapture, cudaStreamEndCapture, cudaGraphInstantiate, cudaGraphLaunch, and
+//     writes Dropout's device-side step through the kernels' apx_cuda_step_write (defined in
+//     dropout.cu's object);
 //   - every kernel's registers fit the largest block size it is launched with, that size read
 //     from the launch table (launch.h), the registers from the objects themselves
 //     (cuobjdump --dump-resource-usage, every architecture): registers rounded up to the
@@ -111,6 +115,41 @@ TEST(CudaObjects, NothingRunsOnTheLegacyStream) {
                                         << " (the legacy stream: use the queue's stream, then wait for it)";
     }
   EXPECT_GT(members, 10);
+}
+
+// member object -> symbols it defines (text), from `nm -A --defined-only`
+std::set<std::string> Defined(const std::string &archive, const std::string &member) {
+  int code = 0;
+  std::string out = Shell("nm -A --defined-only " + archive, &code);
+  std::set<std::string> d;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t c1 = line.find(':'), c2 = line.find(':', c1 + 1);
+    if (c1 == std::string::npos || c2 == std::string::npos || line.substr(c1 + 1, c2 - c1 - 1) != member) continue;
+    std::istringstream r(line.substr(c2 + 1));
+    std::string addr, kind, name;
+    r >> addr >> kind >> name;
+    if (kind == "T") d.insert(name);
+  }
+  return d;
+}
+
+TEST(CudaObjects, BackendCapturesAndReplaysGraphs) {
+  auto archives = Archives();
+  ASSERT_GE(archives.size(), 2u) << "need the kernels' and the cuda backend's archives";
+  std::set<std::string> calls;
+  for (size_t i = 1; i < archives.size(); i++)
+    for (const auto &m : Undefined(archives[i]))
+      if (m.first.find("backend_cuda") != std::string::npos) calls.insert(m.second.begin(), m.second.end());
+  ASSERT_FALSE(calls.empty()) << "no backend_cuda object in the backend's archives";
+  for (const char *f : {"cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaGraphInstantiate", "cudaGraphLaunch",
+                        "cudaGraphExecDestroy", "apx_cuda_step_write"})
+    EXPECT_TRUE(calls.count(f)) << "the cuda backend never calls " << f;
+  auto k = Undefined(archives[0]);
+  ASSERT_TRUE(k.count("dropout.cu.o")) << "no dropout.cu.o in " << archives[0];
+  EXPECT_TRUE(Defined(archives[0], "dropout.cu.o").count("apx_cuda_step_write"))
+      << "dropout.cu.o does not define apx_cuda_step_write";
 }
 
 // "void argmax_kernel<float>(float const*, int*, PoolArgs)" -> "argmax_kernel"

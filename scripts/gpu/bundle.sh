@@ -51,6 +51,7 @@ done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|li
 done
 cp -r examples "$out/data/examples"
 find "$out/data/examples" -name '*.py' -delete
+python3 runtime/testdata/make_dropout_model.py "$out/data/dropout" >/dev/null # run.sh's graph stage
 tar -C /usr/share/libonnx-testdata/data -czf "$out/data/onnx_node.tar.gz" node
 cp scripts/gpu/run.sh scripts/gpu/torch_gpt2.py "$out/"
 mkdir -p "$out/data/gpt2_tiny"

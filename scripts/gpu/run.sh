@@ -6,18 +6,21 @@
 #
 #   bash scripts/gpu/run.sh [--dry-run] [--bundle DIR] [--only STAGE[,STAGE]]
 #
-# Stages (time budget each; 530 s in all):
+# Stages (time budget each; 540 s in all):
 #   libs   60  driver, GPU, glibc, where cuBLASLt / cuDNN / NCCL are and their versions
 #   lab   150  every kernel-lab family against the CPU reference in fp32, fp16, bf16 at every
 #              block size, and the cuda backend's tests
-#   node  100  the ONNX node tests on cuda against cpu
+#   node   85  the ONNX node tests on cuda against cpu
 #   train  90  20 steps cpu vs cuda at O2 fp16, O2 bf16 and O1 (mlp, cnn, transformer): loss
 #              difference per model and level
-#   gpt2  100  a GPT-2-124M-shaped training step on cuda: ms, tokens/s, achieved TFLOP/s; the
+#   graph  30  20 steps on cuda with and without apexrun --cuda-graph (mlp, transformer, the
+#              Dropout model; O2): the logged losses, scales and norms must match bit for bit
+#   gpt2   95  a GPT-2-124M-shaped training step on cuda: ms, tokens/s, achieved TFLOP/s; the
 #              same model in PyTorch (AMP) when torch imports
 #   nccl   30  nccl_check: the NCCL layer on this machine's GPUs (one rank per GPU)
 # --dry-run runs each stage's host part on a CPU machine (the lab's and node tests' host
-# checks, cpu training and the refusal of --device cuda, the tiny GPT-2 on cpu): CI runs it.
+# checks, cpu training and the refusal of --device cuda, --cuda-graph's refusals, the tiny
+# GPT-2 on cpu): CI runs it.
 # Exit 0 when every stage passed, 1 otherwise; $OUT/summary.txt has one line per stage.
 set -uo pipefail
 cd "$(dirname "$0")/../.." 2>/dev/null || true
@@ -155,6 +158,49 @@ s_train() {
   return $bad
 }
 
+# a log without its "ms" field (the only one that differs between equal runs)
+no_ms() { sed 's/"ms": *[^,}]*//' "$1"; }
+
+s_graph() {
+  local bad=0
+  # refusals first (exit 2, before any device starts), the same answer on every machine
+  "$B/bin/apexc" "$B/data/examples/mlp/model.onnx" -O2 --accumulate 2 -o "$work/graph-acc.apx" -q || bad=1
+  local m
+  m=$("$B/bin/apexrun" "$work/graph-acc.apx" --data "$B/data/examples/mlp/data" --steps 2 --device cuda --cuda-graph 2>&1)
+  [ $? = 2 ] && [[ "$m" == *"not supported yet: --cuda-graph with gradient accumulation"* ]] ||
+    { echo "accumulation not refused: $m"; bad=1; }
+  m=$("$B/bin/apexrun" "$work/graph-acc.apx" --data "$B/data/examples/mlp/data" --steps 2 --cuda-graph 2>&1)
+  [ $? = 2 ] && [[ "$m" == *"not supported yet: --cuda-graph with --device cpu"* ]] ||
+    { echo "cpu not refused: $m"; bad=1; }
+  echo "refusals: $( [ $bad = 0 ] && echo ok || echo FAILED)"
+  for model in mlp transformer dropout; do
+    local ex="$B/data/examples/$model" tag="graph-$model"
+    [ $model = dropout ] && ex="$B/data/dropout"
+    "$B/bin/apexc" "$ex/model.onnx" -O2 -o "$work/$tag.apx" -q || { echo "$tag: apexc failed"; bad=1; continue; }
+    local run=("$B/bin/apexrun" "$work/$tag.apx" --data "$ex/data" --steps 20 --no-shuffle -q --device cuda)
+    if [ $dry = 1 ]; then
+      m=$("${run[@]}" --cuda-graph 2>&1)
+      [ $? = 1 ] && [[ "$m" == *"no CUDA device found"* ]] || { echo "$tag: expected 'no CUDA device found': $m"; bad=1; continue; }
+      echo "$tag: --cuda-graph reached the backend (no GPU)"
+      continue
+    fi
+    "${run[@]}" --log "$work/$tag.eager.jsonl" || { echo "$tag: uncaptured run failed"; bad=1; continue; }
+    "${run[@]}" --cuda-graph --log "$work/$tag.graph.jsonl" || { echo "$tag: --cuda-graph run failed"; bad=1; continue; }
+    if cmp -s <(no_ms "$work/$tag.eager.jsonl") <(no_ms "$work/$tag.graph.jsonl"); then
+      echo "$tag: 20 steps, captured = uncaptured bit for bit (last loss $(losses "$work/$tag.graph.jsonl" | tail -1))"
+    else
+      echo "$tag: captured and uncaptured steps differ:"; diff <(no_ms "$work/$tag.eager.jsonl") <(no_ms "$work/$tag.graph.jsonl") | head -6
+      bad=1
+    fi
+    # the step time after the first two (uncaptured, capture), median
+    for k in eager graph; do
+      printf '%s %s: median ms/step %s\n' "$tag" "$k" "$(sed -n 's/.*"ms": *\([0-9.e+-]*\).*/\1/p' "$work/$tag.$k.jsonl" | tail -n +3 | sort -g | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "-"}')"
+    done
+  done
+  echo "RESULT $( [ $bad = 0 ] && { [ $dry = 1 ] && echo 'dry run: refusals and backend reached' || echo 'captured = uncaptured, every model'; } || echo 'failures above')"
+  return $bad
+}
+
 s_gpt2() {
   local g="$work/gpt2" dev=cuda steps=6
   mkdir -p "$g"
@@ -192,9 +238,10 @@ s_nccl() {
 
 stage libs 60 s_libs
 stage lab 150 s_lab
-stage node 100 s_node
+stage node 85 s_node
 stage train 90 s_train
-stage gpt2 100 s_gpt2
+stage graph 30 s_graph
+stage gpt2 95 s_gpt2
 stage nccl 30 s_nccl
 rm -rf "$work"
 echo "run.sh: exit $status" | tee -a "$summary"
