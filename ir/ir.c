@@ -52,13 +52,27 @@ static uint32_t hash_str(const char *s) {
   return h;
 }
 
-/* Slot k is name_slots[2k] (value id, -1 empty) and name_slots[2k + 1] (its name's hash). */
+/* Slot k is name_slots[2k] (value id, -1 empty) and name_slots[2k + 1] (its name's hash).
+ * name_bits: a filter of 4 * name_cap bits (a quarter of the table's bytes), bit
+ * filter_bit(hash) set for every name; a lookup whose bit is clear is a miss without
+ * touching the table (at most one name in eight sets a bit, so a name that is not there
+ * finds its bit clear about nine times in ten). */
+static uint32_t filter_bit(uint32_t hv, int32_t cap) {
+  int b = __builtin_ctz((unsigned)cap) + 2; /* log2(4 * cap): cap is a power of two */
+  return (uint32_t)(((uint64_t)(hv * 0x9E3779B1u) << b) >> 32);
+}
+
 static int name_insert(ApxGraph *g, int id) {
   if ((g->n_vals + 1) * 2 > g->name_cap) {
     int32_t nc = g->name_cap ? g->name_cap * 2 : 256;
     while ((g->n_vals + 1) * 2 > nc) nc *= 2;
     int *slots = malloc((size_t)nc * 2 * sizeof *slots);
-    if (!slots) return -1;
+    uint64_t *bits = calloc((size_t)nc / 16 + 1, sizeof *bits);
+    if (!slots || !bits) {
+      free(slots);
+      free(bits);
+      return -1;
+    }
     for (int32_t i = 0; i < nc; i++) slots[2 * i] = -1;
     for (int32_t i = 0; i < g->name_cap; i++) {
       int v = g->name_slots[2 * i];
@@ -67,21 +81,29 @@ static int name_insert(ApxGraph *g, int id) {
       while (slots[2 * h] >= 0) h = (h + 1) & (uint32_t)(nc - 1);
       slots[2 * h] = v;
       slots[2 * h + 1] = (int)hv;
+      uint32_t fb = filter_bit(hv, nc);
+      bits[fb >> 6] |= 1ull << (fb & 63);
     }
     free(g->name_slots);
+    free(g->name_bits);
     g->name_slots = slots;
+    g->name_bits = bits;
     g->name_cap = nc;
   }
   uint32_t hv = hash_str(g->vals[id].name), h = hv & (uint32_t)(g->name_cap - 1);
   while (g->name_slots[2 * h] >= 0) h = (h + 1) & (uint32_t)(g->name_cap - 1);
   g->name_slots[2 * h] = id;
   g->name_slots[2 * h + 1] = (int)hv;
+  uint32_t fb = filter_bit(hv, g->name_cap);
+  g->name_bits[fb >> 6] |= 1ull << (fb & 63);
   return 0;
 }
 
 int apx_graph_find_value(const ApxGraph *g, const char *name) {
   if (!name || !g->name_cap) return -1;
   uint32_t hv = hash_str(name), h = hv & (uint32_t)(g->name_cap - 1);
+  uint32_t fb = filter_bit(hv, g->name_cap);
+  if (!(g->name_bits[fb >> 6] >> (fb & 63) & 1)) return -1;
   while (g->name_slots[2 * h] >= 0) {
     int v = g->name_slots[2 * h];
     if ((uint32_t)g->name_slots[2 * h + 1] == hv && strcmp(g->vals[v].name, name) == 0) return v;

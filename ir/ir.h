@@ -158,6 +158,8 @@ typedef struct ApxGraph {
    * value id (-1 empty) and its name's hash, so probes rarely touch the values */
   int *name_slots;
   int32_t name_cap;
+  uint64_t *name_bits; /* 4 * name_cap bits, one set per name's hash: most lookups of a name
+                          not in the table end in this cache-sized filter */
   int32_t name_gen;   /* counter for generated names */
   /* generated names ("<hint>_apx<n>", n from name_gen) never equal one another; a name
    * given explicitly in that form (a model's, a pass's) moves name_gen past its n, so they
