@@ -154,26 +154,30 @@ static int index_valid(const ApxPlan *p) {
   return p->name_slots && p->index_bufs == p->bufs && p->index_n == p->n_bufs;
 }
 
+/* Slot k is name_slots[2k] (buffer id, -1 empty) and name_slots[2k + 1] (its name's hash,
+ * compared before the name: a probe reads one cache line, not the buffer and its name). */
 int apx_plan_index(ApxPlan *p) {
   p->index_bufs = NULL;
   p->index_n = 0;
-  uint32_t cap = 16;
-  while (cap < 2u * (uint32_t)(p->n_bufs > 0 ? p->n_bufs : 0) && cap < (1u << 31)) cap <<= 1;
-  int32_t *slots = apx_arena_alloc(&p->arena, (size_t)cap * sizeof *slots);
-  int32_t *master = apx_arena_alloc(&p->arena, ((size_t)p->n_bufs + 1) * sizeof *master);
+  uint32_t cap = 16, n = (uint32_t)(p->n_bufs > 0 ? p->n_bufs : 0);
+  while (cap < n + n / 2 && cap < (1u << 30)) cap <<= 1; /* load at most 2/3 */
+  int32_t *slots = apx_arena_alloc_raw(&p->arena, (size_t)cap * 2 * sizeof *slots);
+  int32_t *master = apx_arena_alloc_raw(&p->arena, ((size_t)p->n_bufs + 1) * sizeof *master);
   if (!slots || !master) return -1;
-  for (uint32_t s = 0; s < cap; s++) slots[s] = -1;
-  for (int32_t i = 0; i < p->n_bufs; i++) master[i] = -1;
+  for (uint32_t s = 0; s < cap; s++) slots[2 * s] = -1;
+  memset(master, 0xff, ((size_t)p->n_bufs + 1) * sizeof *master); /* -1 */
   for (int32_t i = 0; i < p->n_bufs; i++) {
     const char *nm = p->bufs[i].name ? p->bufs[i].name : "";
-    uint32_t s = name_hash(nm) & (cap - 1);
+    uint32_t h = name_hash(nm), s = h & (cap - 1);
     int dup = 0;
-    for (; slots[s] >= 0; s = (s + 1) & (cap - 1))
-      if (!strcmp(p->bufs[slots[s]].name ? p->bufs[slots[s]].name : "", nm)) {
+    for (; slots[2 * s] >= 0; s = (s + 1) & (cap - 1)) {
+      const char *other = p->bufs[slots[2 * s]].name;
+      if ((uint32_t)slots[2 * s + 1] == h && !strcmp(other ? other : "", nm)) {
         dup = 1; /* the first buffer of a name wins, as a scan finds it */
         break;
       }
-    if (!dup) slots[s] = i;
+    }
+    if (!dup) slots[2 * s] = i, slots[2 * s + 1] = (int32_t)h;
     int32_t o = p->bufs[i].origin;
     if ((p->bufs[i].flags & APX_VALF_MASTER) && o >= 0 && o < p->n_bufs && master[o] < 0) master[o] = i;
   }
@@ -187,9 +191,10 @@ int apx_plan_index(ApxPlan *p) {
 
 int32_t apx_plan_find_buffer(const ApxPlan *p, const char *name) {
   if (index_valid(p)) {
-    for (uint32_t s = name_hash(name) & (p->name_cap - 1); p->name_slots[s] >= 0;
-         s = (s + 1) & (p->name_cap - 1))
-      if (!strcmp(p->bufs[p->name_slots[s]].name, name)) return p->name_slots[s];
+    uint32_t h = name_hash(name), m = p->name_cap - 1;
+    for (uint32_t s = h & m; p->name_slots[2 * s] >= 0; s = (s + 1) & m)
+      if ((uint32_t)p->name_slots[2 * s + 1] == h && !strcmp(p->bufs[p->name_slots[2 * s]].name, name))
+        return p->name_slots[2 * s];
     return -1;
   }
   for (int32_t i = 0; i < p->n_bufs; i++)

@@ -186,8 +186,8 @@ typedef struct ApxPlan {
   int32_t sec_begin[3], sec_end[3];
 
   /* lookup index (apx_plan_index; apx_plan_validate builds it): buffer ids by name in an
-   * open-addressing table of name_cap slots (-1 empty) and each buffer's fp32 master, so
-   * lookups stay O(1) on plans with 100k buffers. Used only while index_bufs == bufs and
+   * open-addressing table of name_cap slots (id, -1 empty, and name hash) and each buffer's
+   * fp32 master, so lookups stay O(1) on plans with 100k buffers. Used only while index_bufs == bufs and
    * index_n == n_bufs; otherwise the lookups scan. */
   int32_t *name_slots;
   uint32_t name_cap;
