@@ -144,10 +144,21 @@ const ApxPlanBlob *apx_plan_find_blob(const ApxPlan *p, const char *name) {
 
 /* ---- lookup index ---------------------------------------------------------------------- */
 
-static uint32_t name_hash(const char *s) { /* FNV-1a */
-  uint32_t h = 2166136261u;
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
-  return h;
+/* Eight bytes at a time (a multiply per word, not per byte: 600k names on a big plan). */
+static uint32_t name_hash(const char *s) {
+  size_t n = strlen(s);
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+  for (; n >= 8; n -= 8, s += 8) {
+    uint64_t w;
+    memcpy(&w, s, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  uint64_t w = 0;
+  memcpy(&w, s, n);
+  h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 29;
+  return (uint32_t)h;
 }
 
 static int index_valid(const ApxPlan *p) {
@@ -591,16 +602,22 @@ void apx_plan_header_encode(uint8_t b[APX_PLAN_HEADER_BYTES], uint32_t version, 
   header_encode(&h, b);
 }
 
-int apx_plan_write(ApxPlan *p, const char *path, ApxDiag *d) {
+static int write_checked(ApxPlan *p, const char *path, int validate, ApxDiag *d) {
   const char *saved_path = p->path;
   p->path = path;
-  int rc = apx_plan_validate(p, d) || apx_plan_check_kernels(p, d);
+  int rc = (validate && apx_plan_validate(p, d)) || apx_plan_check_kernels(p, d);
   p->path = saved_path;
   if (rc) return -1;
   /* the rename would replace a device or FIFO (as root, even /dev/null) */
   if (apx_exists_not_regular(path))
     return apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not a regular file (refusing to replace it)", path);
   return apx_plan_write_file(p, path, d);
+}
+
+int apx_plan_write(ApxPlan *p, const char *path, ApxDiag *d) { return write_checked(p, path, 1, d); }
+
+int apx_plan_write_validated(ApxPlan *p, const char *path, ApxDiag *d) {
+  return write_checked(p, path, 0, d);
 }
 
 /* ---- read ----------------------------------------------------------------------------- */

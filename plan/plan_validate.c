@@ -212,7 +212,7 @@ int apx_plan_check_kernels(const ApxPlan *p, ApxDiag *d) {
   for (int32_t k = 0; k < p->n_kernels; k++)
     if (p->kernels[k].n_in + p->kernels[k].n_out > max_args)
       max_args = p->kernels[k].n_in + p->kernels[k].n_out;
-  ApxTensor *t = calloc((size_t)max_args + 1, sizeof *t);
+  ApxTensor *t = malloc(((size_t)max_args + 1) * sizeof *t); /* every view set before use */
   Range *rg = malloc(((size_t)max_args + 1) * 2 * sizeof *rg); /* ranges, then merge room */
   uint8_t *ready = calloc((size_t)p->n_bufs + 1, 1), *listed = calloc((size_t)p->n_bufs + 1, 1);
   int rc = -1;

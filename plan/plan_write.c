@@ -6,8 +6,8 @@
  * against protobuf-c's own pack): fields in number order; a proto3 scalar left out when it is
  * zero (floats and doubles compared as numbers, so -0.0 too), a string when empty, bytes when
  * of length 0; int32 as a sign-extended varint, sint32 zigzag, float/double little-endian
- * fixed; repeated scalars packed (left out when empty); a submessage as its length then its
- * bytes, the length from a counting run of the same encoder. */
+ * fixed; repeated scalars packed (left out when empty); a submessage as its length (the
+ * shortest varint) then its bytes. */
 #include "plan/plan_write.h"
 
 #include <errno.h>
@@ -145,245 +145,282 @@ static void sink_zeros(Sink *s, uint64_t n) {
 
 /* ---- protobuf wire encoder ----------------------------------------------------------- */
 
-/* s NULL: counts the bytes only (a submessage's length before its bytes). */
-typedef struct Enc {
-  Sink *s;
-  uint64_t count;
-} Enc;
+/* Each message is written straight into the staging buffer by a body function after its tag
+ * and a length slot sized for an upper bound of its length (made room for first), then the
+ * length is filled in and, when it takes fewer bytes than the slot, the body moved up: one
+ * pass, no capacity check per field. */
 
 static size_t varint_len(uint64_t v) { return 1 + (size_t)(63 - __builtin_clzll(v | 1)) / 7; }
 
-static void e_varint(Enc *e, uint64_t v) {
-  if (!e->s) {
-    e->count += varint_len(v);
-    return;
-  }
-  Sink *s = e->s;
-  if (STAGE_BYTES - s->n < 10) sink_flush(s);
-  uint8_t *b = s->buf + s->n;
+static inline uint8_t *p_varint(uint8_t *q, uint64_t v) {
   while (v >= 0x80) {
-    *b++ = (uint8_t)(v | 0x80);
+    *q++ = (uint8_t)(v | 0x80);
     v >>= 7;
   }
-  *b++ = (uint8_t)v;
-  s->n = (size_t)(b - s->buf);
+  *q++ = (uint8_t)v;
+  return q;
 }
 
-static void e_raw(Enc *e, const void *p, size_t n) {
-  if (e->s)
-    sink_put(e->s, p, n);
-  else
-    e->count += n;
+static inline uint8_t *p_tag(uint8_t *q, uint32_t num, int type) {
+  return p_varint(q, ((uint64_t)num << 3) | (uint64_t)type);
 }
 
-static void e_tag(Enc *e, uint32_t num, int type) { e_varint(e, ((uint64_t)num << 3) | (uint64_t)type); }
+static inline uint64_t zigzag32(int32_t v) { return (uint32_t)(((uint32_t)v << 1) ^ (uint32_t)(v >> 31)); }
 
-static uint64_t zigzag32(int32_t v) { return (uint32_t)(((uint32_t)v << 1) ^ (uint32_t)(v >> 31)); }
-
-static void f_u64(Enc *e, uint32_t num, uint64_t v) {
-  if (!v) return;
-  e_tag(e, num, 0);
-  e_varint(e, v);
+static inline uint8_t *p_u64(uint8_t *q, uint32_t num, uint64_t v) {
+  return v ? p_varint(p_tag(q, num, 0), v) : q;
 }
-static void f_i32(Enc *e, uint32_t num, int32_t v) { f_u64(e, num, (uint64_t)(int64_t)v); }
-static void f_i64(Enc *e, uint32_t num, int64_t v) { f_u64(e, num, (uint64_t)v); }
-static void f_s32(Enc *e, uint32_t num, int32_t v) { f_u64(e, num, zigzag32(v)); }
+static inline uint8_t *p_i32(uint8_t *q, uint32_t num, int32_t v) { return p_u64(q, num, (uint64_t)(int64_t)v); }
+static inline uint8_t *p_i64(uint8_t *q, uint32_t num, int64_t v) { return p_u64(q, num, (uint64_t)v); }
+static inline uint8_t *p_s32(uint8_t *q, uint32_t num, int32_t v) { return p_u64(q, num, zigzag32(v)); }
 
-static void f_float(Enc *e, uint32_t num, float v) {
-  if (v == 0) return;
+static uint8_t *p_float(uint8_t *q, uint32_t num, float v) {
+  if (v == 0) return q;
   uint32_t bits;
   memcpy(&bits, &v, 4);
-  uint8_t b[4];
-  apx_le_put_u32(b, bits);
-  e_tag(e, num, 5);
-  e_raw(e, b, 4);
+  q = p_tag(q, num, 5);
+  apx_le_put_u32(q, bits);
+  return q + 4;
 }
 
-static void f_double(Enc *e, uint32_t num, double v) {
-  if (v == 0) return;
+static uint8_t *p_double(uint8_t *q, uint32_t num, double v) {
+  if (v == 0) return q;
   uint64_t bits;
   memcpy(&bits, &v, 8);
-  uint8_t b[8];
-  apx_le_put_u64(b, bits);
-  e_tag(e, num, 1);
-  e_raw(e, b, 8);
+  q = p_tag(q, num, 1);
+  apx_le_put_u64(q, bits);
+  return q + 8;
 }
 
-static void f_bytes(Enc *e, uint32_t num, const void *p, size_t n) {
-  if (!n) return;
-  e_tag(e, num, 2);
-  e_varint(e, n);
-  e_raw(e, p, n);
+static inline uint8_t *p_bytes(uint8_t *q, uint32_t num, const void *b, size_t n) {
+  if (!n) return q;
+  q = p_varint(p_tag(q, num, 2), n);
+  memcpy(q, b, n);
+  return q + n;
 }
 
-static void f_str(Enc *e, uint32_t num, const char *s) {
-  if (s) f_bytes(e, num, s, strlen(s));
+static inline uint8_t *p_str(uint8_t *q, uint32_t num, const char *s) {
+  return s ? p_bytes(q, num, s, strlen(s)) : q;
 }
 
-/* packed repeated int32 (zig 0: sign-extended) or sint32 (zig 1) */
-static void f_packed32(Enc *e, uint32_t num, const int32_t *v, int32_t n, int zig) {
-  if (n <= 0) return;
+static size_t str_len(const char *s) { return s ? strlen(s) : 0; }
+
+/* packed repeated int32 (zig 0: sign-extended varints) or sint32 (zig 1) */
+static uint8_t *p_packed32(uint8_t *q, uint32_t num, const int32_t *v, int32_t n, int zig) {
+  if (n <= 0) return q;
   uint64_t len = 0;
   for (int32_t i = 0; i < n; i++) len += varint_len(zig ? zigzag32(v[i]) : (uint64_t)(int64_t)v[i]);
-  e_tag(e, num, 2);
-  e_varint(e, len);
-  if (!e->s) {
-    e->count += len;
-    return;
-  }
-  for (int32_t i = 0; i < n; i++) e_varint(e, zig ? zigzag32(v[i]) : (uint64_t)(int64_t)v[i]);
+  q = p_varint(p_tag(q, num, 2), len);
+  if (zig)
+    for (int32_t i = 0; i < n; i++) q = p_varint(q, zigzag32(v[i]));
+  else
+    for (int32_t i = 0; i < n; i++) q = p_varint(q, (uint64_t)(int64_t)v[i]);
+  return q;
 }
 
-static void f_packed_i64(Enc *e, uint32_t num, const int64_t *v, int32_t n) {
-  if (n <= 0) return;
+static uint8_t *p_packed_i64(uint8_t *q, uint32_t num, const int64_t *v, int32_t n) {
+  if (n <= 0) return q;
   uint64_t len = 0;
   for (int32_t i = 0; i < n; i++) len += varint_len((uint64_t)v[i]);
-  e_tag(e, num, 2);
-  e_varint(e, len);
-  for (int32_t i = 0; i < n; i++) e_varint(e, (uint64_t)v[i]);
+  q = p_varint(p_tag(q, num, 2), len);
+  for (int32_t i = 0; i < n; i++) q = p_varint(q, (uint64_t)v[i]);
+  return q;
 }
 
-typedef void (*EncFn)(Enc *e, const ApxPlan *p, int32_t i);
+typedef uint8_t *(*BodyFn)(uint8_t *q, const ApxPlan *p, int32_t i);
 
-/* Submessage field num: fn(p, i)'s bytes after their length. */
-static void f_msg(Enc *e, uint32_t num, EncFn fn, const ApxPlan *p, int32_t i) {
-  Enc c = {NULL, 0};
-  fn(&c, p, i);
-  e_tag(e, num, 2);
-  e_varint(e, c.count);
-  if (e->s)
-    fn(e, p, i);
-  else
-    e->count += c.count;
+/* Room for n more bytes at s->buf + s->n, NULL when n exceeds the staging buffer. */
+static uint8_t *sink_room(Sink *s, size_t n) {
+  if (n > STAGE_BYTES - s->n) sink_flush(s);
+  return n <= STAGE_BYTES - s->n ? s->buf + s->n : NULL;
+}
+
+/* fn's bytes (at most ub of them), top-level fields (no tag or length) when num is 0. */
+static void put_body(Sink *s, uint32_t num, BodyFn fn, const ApxPlan *p, int32_t i, size_t ub) {
+  size_t slot = num ? varint_len(ub) : 0, need = ub + slot + 10;
+  uint8_t *heap = NULL, *q = sink_room(s, need);
+  if (!q && !(q = heap = malloc(need))) {
+    s->err = ENOMEM;
+    return;
+  }
+  uint8_t *start = q;
+  if (num) q = p_tag(q, num, 2);
+  uint8_t *body = q + slot, *end = fn(body, p, i);
+  if (num) {
+    size_t len = (size_t)(end - body), k = varint_len(len);
+    p_varint(q, len);
+    if (k < slot) memmove(q + k, body, len);
+    end = q + k + len;
+  }
+  if (heap) {
+    sink_put(s, heap, (size_t)(end - heap));
+    free(heap);
+  } else {
+    s->n += (size_t)(end - start);
+  }
 }
 
 /* ---- the messages of plan.proto -------------------------------------------------------- */
 
-static void enc_options(Enc *e, const ApxPlan *p, int32_t unused) {
+enum { FIELD_MAX = 11 }; /* bytes of a scalar field at most: tag, 10-byte varint */
+
+static uint8_t *b_options(uint8_t *q, const ApxPlan *p, int32_t unused) {
   (void)unused;
   const ApxPlanOptions *o = &p->opts;
-  f_i32(e, 1, o->opt_level);
-  f_i32(e, 2, (int32_t)o->half);
-  f_i32(e, 3, (int32_t)o->cast_model_type);
-  f_i32(e, 4, o->keep_batchnorm_fp32);
-  f_i32(e, 5, o->master_weights);
-  f_i32(e, 6, o->training);
-  f_i32(e, 10, o->loss_scale_mode);
-  f_float(e, 11, o->loss_scale);
-  f_float(e, 12, o->min_loss_scale);
-  f_float(e, 13, o->max_loss_scale);
-  f_i32(e, 14, o->scale_window);
-  f_i32(e, 15, o->hysteresis);
-  f_float(e, 16, o->growth_factor);
-  f_float(e, 17, o->backoff_factor);
-  f_i32(e, 20, o->optimizer);
-  f_float(e, 21, o->lr);
-  f_float(e, 22, o->momentum);
-  f_float(e, 23, o->beta1);
-  f_float(e, 24, o->beta2);
-  f_float(e, 25, o->eps);
-  f_float(e, 26, o->weight_decay);
-  f_i32(e, 27, o->nesterov);
-  f_float(e, 28, o->clip_grad_norm);
-  f_i32(e, 29, o->accumulate);
-  f_i32(e, 30, o->warmup_steps);
-  f_i32(e, 31, o->schedule);
-  f_i64(e, 32, o->total_steps);
-  f_u64(e, 33, o->seed);
-  f_double(e, 40, o->bucket_mb);
-  f_double(e, 41, o->first_bucket_mb);
-  f_i32(e, 42, o->allreduce_fp32);
-  f_float(e, 43, o->grad_predivide);
-  f_i32(e, 44, o->sync_bn);
+  q = p_i32(q, 1, o->opt_level);
+  q = p_i32(q, 2, (int32_t)o->half);
+  q = p_i32(q, 3, (int32_t)o->cast_model_type);
+  q = p_i32(q, 4, o->keep_batchnorm_fp32);
+  q = p_i32(q, 5, o->master_weights);
+  q = p_i32(q, 6, o->training);
+  q = p_i32(q, 10, o->loss_scale_mode);
+  q = p_float(q, 11, o->loss_scale);
+  q = p_float(q, 12, o->min_loss_scale);
+  q = p_float(q, 13, o->max_loss_scale);
+  q = p_i32(q, 14, o->scale_window);
+  q = p_i32(q, 15, o->hysteresis);
+  q = p_float(q, 16, o->growth_factor);
+  q = p_float(q, 17, o->backoff_factor);
+  q = p_i32(q, 20, o->optimizer);
+  q = p_float(q, 21, o->lr);
+  q = p_float(q, 22, o->momentum);
+  q = p_float(q, 23, o->beta1);
+  q = p_float(q, 24, o->beta2);
+  q = p_float(q, 25, o->eps);
+  q = p_float(q, 26, o->weight_decay);
+  q = p_i32(q, 27, o->nesterov);
+  q = p_float(q, 28, o->clip_grad_norm);
+  q = p_i32(q, 29, o->accumulate);
+  q = p_i32(q, 30, o->warmup_steps);
+  q = p_i32(q, 31, o->schedule);
+  q = p_i64(q, 32, o->total_steps);
+  q = p_u64(q, 33, o->seed);
+  q = p_double(q, 40, o->bucket_mb);
+  q = p_double(q, 41, o->first_bucket_mb);
+  q = p_i32(q, 42, o->allreduce_fp32);
+  q = p_float(q, 43, o->grad_predivide);
+  q = p_i32(q, 44, o->sync_bn);
+  return q;
 }
+enum { OPTIONS_MAX = 40 * FIELD_MAX };
 
-static void enc_buffer(Enc *e, const ApxPlan *p, int32_t i) {
+static uint8_t *b_buffer(uint8_t *q, const ApxPlan *p, int32_t i) {
   const ApxPlanBuffer *b = &p->bufs[i];
-  f_i32(e, 1, i);
-  f_str(e, 2, b->name);
-  f_i32(e, 3, (int32_t)b->kind);
-  f_u64(e, 4, b->flags);
-  f_i32(e, 5, (int32_t)b->dtype);
-  f_packed_i64(e, 6, b->dims, b->rank);
-  f_i32(e, 7, (int32_t)b->region);
-  f_i64(e, 8, b->offset);
-  f_i64(e, 9, b->bytes);
-  f_u64(e, 10, b->data_offset);
-  f_u64(e, 11, b->data_len);
-  f_s32(e, 12, b->alias_of);
-  f_s32(e, 13, b->origin);
+  q = p_i32(q, 1, i);
+  q = p_str(q, 2, b->name);
+  q = p_i32(q, 3, (int32_t)b->kind);
+  q = p_u64(q, 4, b->flags);
+  q = p_i32(q, 5, (int32_t)b->dtype);
+  q = p_packed_i64(q, 6, b->dims, b->rank);
+  q = p_i32(q, 7, (int32_t)b->region);
+  q = p_i64(q, 8, b->offset);
+  q = p_i64(q, 9, b->bytes);
+  q = p_u64(q, 10, b->data_offset);
+  q = p_u64(q, 11, b->data_len);
+  q = p_s32(q, 12, b->alias_of);
+  q = p_s32(q, 13, b->origin);
+  return q;
+}
+static size_t buffer_max(const ApxPlanBuffer *b) {
+  return str_len(b->name) + (12 + 1) * FIELD_MAX + (size_t)(b->rank > 0 ? b->rank : 0) * 10;
 }
 
-static void enc_kernel(Enc *e, const ApxPlan *p, int32_t k) {
+static uint8_t *b_kernel(uint8_t *q, const ApxPlan *p, int32_t k) {
   const ApxPlanKernel *kn = &p->kernels[k];
-  f_str(e, 1, apx_op_name(kn->op));
-  f_str(e, 2, kn->node);
-  f_i32(e, 3, (int32_t)kn->section);
-  f_i32(e, 4, (int32_t)kn->compute);
-  f_bytes(e, 5, kn->attrs, apx_op_info(kn->op)->attrs_size);
-  f_packed32(e, 6, kn->in, kn->n_in, 1);
-  f_packed32(e, 7, kn->out, kn->n_out, 1);
+  q = p_str(q, 1, apx_op_name(kn->op));
+  q = p_str(q, 2, kn->node);
+  q = p_i32(q, 3, (int32_t)kn->section);
+  q = p_i32(q, 4, (int32_t)kn->compute);
+  q = p_bytes(q, 5, kn->attrs, apx_op_info(kn->op)->attrs_size);
+  q = p_packed32(q, 6, kn->in, kn->n_in, 1);
+  q = p_packed32(q, 7, kn->out, kn->n_out, 1);
+  return q;
+}
+static size_t kernel_max(const ApxPlanKernel *kn) {
+  return str_len(apx_op_name(kn->op)) + str_len(kn->node) + apx_op_info(kn->op)->attrs_size +
+         7 * FIELD_MAX + 5 * (size_t)((kn->n_in > 0 ? kn->n_in : 0) + (kn->n_out > 0 ? kn->n_out : 0));
 }
 
-static void enc_decision(Enc *e, const ApxPlan *p, int32_t i) {
+static uint8_t *b_decision(uint8_t *q, const ApxPlan *p, int32_t i) {
   const ApxPlanDecision *dc = &p->decisions[i];
-  f_str(e, 1, dc->node);
-  f_str(e, 2, dc->op);
-  f_i32(e, 3, (int32_t)dc->decision);
-  f_i32(e, 4, dc->rule_code);
-  f_str(e, 5, dc->rule);
-  f_str(e, 6, dc->detail);
-  f_i32(e, 7, dc->casts_added);
+  q = p_str(q, 1, dc->node);
+  q = p_str(q, 2, dc->op);
+  q = p_i32(q, 3, (int32_t)dc->decision);
+  q = p_i32(q, 4, dc->rule_code);
+  q = p_str(q, 5, dc->rule);
+  q = p_str(q, 6, dc->detail);
+  q = p_i32(q, 7, dc->casts_added);
+  return q;
+}
+static size_t decision_max(const ApxPlanDecision *dc) {
+  return str_len(dc->node) + str_len(dc->op) + str_len(dc->rule) + str_len(dc->detail) + 7 * FIELD_MAX;
 }
 
-static void enc_bucket(Enc *e, const ApxPlan *p, int32_t i) {
+static uint8_t *b_bucket(uint8_t *q, const ApxPlan *p, int32_t i) {
   const ApxPlanBucket *bk = &p->buckets[i];
-  f_i32(e, 1, bk->id);
-  f_i32(e, 2, (int32_t)bk->dtype);
-  f_packed32(e, 3, bk->members, bk->n_members, 0);
-  f_i64(e, 4, bk->bytes);
-  f_i32(e, 5, bk->ready_at);
+  q = p_i32(q, 1, bk->id);
+  q = p_i32(q, 2, (int32_t)bk->dtype);
+  q = p_packed32(q, 3, bk->members, bk->n_members, 0);
+  q = p_i64(q, 4, bk->bytes);
+  q = p_i32(q, 5, bk->ready_at);
+  return q;
 }
 
-static void enc_memory(Enc *e, const ApxPlan *p, int32_t unused) {
+static uint8_t *b_memory(uint8_t *q, const ApxPlan *p, int32_t unused) {
   (void)unused;
-  f_i64(e, 1, p->mem.arena_bytes);
-  f_i64(e, 2, p->mem.peak_live_bytes);
-  f_i64(e, 3, p->mem.no_reuse_bytes);
-  f_i64(e, 4, p->mem.persistent_bytes);
+  q = p_i64(q, 1, p->mem.arena_bytes);
+  q = p_i64(q, 2, p->mem.peak_live_bytes);
+  q = p_i64(q, 3, p->mem.no_reuse_bytes);
+  return p_i64(q, 4, p->mem.persistent_bytes);
 }
 
-static void enc_blob(Enc *e, const ApxPlan *p, int32_t i) {
-  f_str(e, 1, p->blobs[i].name);
-  f_u64(e, 2, p->blobs[i].data_offset);
-  f_u64(e, 3, p->blobs[i].data_len);
+static uint8_t *b_blob(uint8_t *q, const ApxPlan *p, int32_t i) {
+  q = p_str(q, 1, p->blobs[i].name);
+  q = p_u64(q, 2, p->blobs[i].data_offset);
+  return p_u64(q, 3, p->blobs[i].data_len);
 }
 
-static void enc_derived(Enc *e, const ApxPlan *p, int32_t i) {
-  f_i32(e, 1, i);
-  f_i32(e, 2, p->bufs[i].init_from);
+static uint8_t *b_derived(uint8_t *q, const ApxPlan *p, int32_t i) {
+  q = p_i32(q, 1, i);
+  return p_i32(q, 2, p->bufs[i].init_from);
 }
 
-static void enc_plan(Enc *e, const ApxPlan *p) {
-  f_u64(e, 1, p->format_version);
-  f_u64(e, 2, p->attrs_abi);
-  f_str(e, 3, p->producer);
-  f_str(e, 4, p->model_name);
-  f_u64(e, 5, p->model_crc32c);
-  f_u64(e, 6, p->model_bytes);
-  f_msg(e, 7, enc_options, p, 0);
-  for (int32_t i = 0; i < p->n_bufs; i++) f_msg(e, 8, enc_buffer, p, i);
-  for (int32_t k = 0; k < p->n_kernels; k++) f_msg(e, 9, enc_kernel, p, k);
-  for (int32_t i = 0; i < p->n_decisions; i++) f_msg(e, 10, enc_decision, p, i);
-  for (int32_t i = 0; i < p->n_buckets; i++) f_msg(e, 11, enc_bucket, p, i);
-  f_packed32(e, 12, p->inputs, p->n_inputs, 0);
-  f_packed32(e, 13, p->outputs, p->n_outputs, 0);
-  f_s32(e, 14, p->loss);
-  f_msg(e, 15, enc_memory, p, 0);
-  f_u64(e, 16, p->data_bytes);
-  for (int32_t i = 0; i < p->n_blobs; i++) f_msg(e, 17, enc_blob, p, i);
+/* Plan fields 1-6 */
+static uint8_t *b_head(uint8_t *q, const ApxPlan *p, int32_t unused) {
+  (void)unused;
+  q = p_u64(q, 1, p->format_version);
+  q = p_u64(q, 2, p->attrs_abi);
+  q = p_str(q, 3, p->producer);
+  q = p_str(q, 4, p->model_name);
+  q = p_u64(q, 5, p->model_crc32c);
+  return p_u64(q, 6, p->model_bytes);
+}
+
+/* Plan fields 12-16 */
+static uint8_t *b_tail(uint8_t *q, const ApxPlan *p, int32_t unused) {
+  (void)unused;
+  q = p_packed32(q, 12, p->inputs, p->n_inputs, 0);
+  q = p_packed32(q, 13, p->outputs, p->n_outputs, 0);
+  q = p_s32(q, 14, p->loss);
+  uint8_t *m = p_tag(q, 15, 2), *body = m + 1, *end = b_memory(body, p, 0); /* < 128 bytes */
+  *m = (uint8_t)(end - body);
+  return p_u64(end, 16, p->data_bytes);
+}
+
+static void encode_plan(Sink *s, const ApxPlan *p) {
+  put_body(s, 0, b_head, p, 0, str_len(p->producer) + str_len(p->model_name) + 6 * FIELD_MAX);
+  put_body(s, 7, b_options, p, 0, OPTIONS_MAX);
+  for (int32_t i = 0; i < p->n_bufs; i++) put_body(s, 8, b_buffer, p, i, buffer_max(&p->bufs[i]));
+  for (int32_t k = 0; k < p->n_kernels; k++) put_body(s, 9, b_kernel, p, k, kernel_max(&p->kernels[k]));
+  for (int32_t i = 0; i < p->n_decisions; i++)
+    put_body(s, 10, b_decision, p, i, decision_max(&p->decisions[i]));
+  for (int32_t i = 0; i < p->n_buckets; i++)
+    put_body(s, 11, b_bucket, p, i, 5 * FIELD_MAX + 5 * (size_t)(p->buckets[i].n_members > 0 ? p->buckets[i].n_members : 0));
+  put_body(s, 0, b_tail, p, 0,
+           10 * FIELD_MAX + 5 * (size_t)((p->n_inputs > 0 ? p->n_inputs : 0) + (p->n_outputs > 0 ? p->n_outputs : 0)));
+  for (int32_t i = 0; i < p->n_blobs; i++) put_body(s, 17, b_blob, p, i, str_len(p->blobs[i].name) + 3 * FIELD_MAX);
   for (int32_t i = 0; i < p->n_bufs; i++)
-    if (p->bufs[i].init_from >= 0) f_msg(e, 18, enc_derived, p, i);
+    if (p->bufs[i].init_from >= 0) put_body(s, 18, b_derived, p, i, 2 * FIELD_MAX);
 }
 
 /* ---- the file ------------------------------------------------------------------------ */
@@ -438,8 +475,11 @@ int apx_plan_write_file(const ApxPlan *p, const char *path, ApxDiag *d) {
     what = "cannot create the plan file";
     goto io_error;
   }
-  Enc e = {&s, 0};
-  enc_plan(&e, p);
+  encode_plan(&s, p);
+  if (s.err) {
+    errno = s.err;
+    goto io_error;
+  }
   uint64_t meta_len = s.pos + s.n - APX_PLAN_HEADER_BYTES;
   uint64_t data_offset = align_up(APX_PLAN_HEADER_BYTES + meta_len);
   sink_zeros(&s, data_offset - APX_PLAN_HEADER_BYTES - meta_len);
