@@ -18,8 +18,10 @@
  *   data_offset  tensor data: each buffer's initial bytes at a 64-byte aligned offset
  *                relative to data_offset, 64-bit offsets (plans over 2 GiB work)
  *
- * Writing is atomic (temp file in the same folder, fsync, rename, fsync of the folder);
- * all-zero 64 KiB blocks of the data section are written as holes (sparse file).
+ * Writing is atomic (temp file in the same folder, fsync, rename, fsync of the folder) and
+ * streamed (plan_write.h: the metadata encoded from the arrays below as protobuf-c would pack
+ * it, checksummed as it goes out); all-zero 64 KiB blocks at 64 KiB file offsets are left as
+ * holes (sparse file).
  * Reading maps the file, checks magic, version, sizes and the checksum, then every
  * reference (buffer and kernel ids, data ranges, arena ranges, attribute sizes, op names,
  * the attrs ABI), then every kernel (plan_validate.h: its op's contract, its producers, the

@@ -627,17 +627,18 @@ TEST(PlanWrite, MetadataIsProtobufCsPacking) {
     check(&s.p, "packing_sample.apx");
   }
   {
-    // 200k small buffers (about 9 MB of metadata), a 6 MB parameter and a 1 MiB zero
-    // constant: flushes, straight writes and holes
+    // 200k small buffers (about 9 MB of metadata), a 6 MB parameter, a 1 MiB zero constant
+    // and 1.2M data-input entries (a field longer than the staging buffer): flushes, straight
+    // writes, holes
     ApxPlan p;
     apx_plan_init(&p);
     const int32_t n = 200000;
-    ApxPlanBuffer *b = apx_plan_alloc_buffers(&p, n + 2);
+    ApxPlanBuffer *b = apx_plan_alloc_buffers(&p, n + 3);
     std::vector<std::string> names(n);
     std::vector<float> big(1536 * 1024), small(n);
     std::vector<uint8_t> zeros(1 << 20, 0);
     for (size_t i = 0; i < big.size(); i++) big[i] = (float)i * 0.5f;
-    for (int32_t i = 0; i < n + 2; i++) {
+    for (int32_t i = 0; i < n + 3; i++) {
       b[i].kind = APX_VAL_CONST;
       b[i].dtype = APX_DT_F32;
       b[i].region = APX_MEM_PERSISTENT;
@@ -664,6 +665,15 @@ TEST(PlanWrite, MetadataIsProtobufCsPacking) {
     b[n + 1].offset = b[n].offset + b[n].bytes;
     b[n + 1].data = zeros.data();
     p.mem.persistent_bytes = b[n + 1].offset + b[n + 1].bytes;
+    b[n + 2].name = "x";
+    b[n + 2].kind = APX_VAL_INPUT;
+    b[n + 2].region = APX_MEM_ARENA;
+    b[n + 2].dims[0] = 1;
+    b[n + 2].bytes = 4;
+    p.mem.arena_bytes = 64;
+    std::vector<int32_t> inputs(1200000, n + 2);
+    p.inputs = inputs.data();
+    p.n_inputs = (int32_t)inputs.size();
     apx_plan_layout_data(&p);
     check(&p, "packing_large.apx");
     struct stat st;
@@ -678,6 +688,8 @@ TEST(PlanWrite, MetadataIsProtobufCsPacking) {
     EXPECT_EQ(0, memcmp(r.bufs[n].data, big.data(), big.size() * 4));
     EXPECT_EQ(0, memcmp(r.bufs[n + 1].data, zeros.data(), zeros.size()));
     EXPECT_EQ(*(const float *)r.bufs[n - 1].data, (float)(n - 1));
+    ASSERT_EQ(r.n_inputs, (int32_t)inputs.size());
+    EXPECT_EQ(r.inputs[inputs.size() - 1], n + 2);
     apx_plan_free(&r);
     apx_plan_free(&p);
   }
