@@ -177,9 +177,21 @@ int apx_plan_index(ApxPlan *p) {
   if (!slots || !master) return -1;
   for (uint32_t s = 0; s < cap; s++) slots[2 * s] = -1;
   memset(master, 0xff, ((size_t)p->n_bufs + 1) * sizeof *master); /* -1 */
-  for (int32_t i = 0; i < p->n_bufs; i++) {
+  /* the slot loads miss the cache (a table of megabytes): buffer i's hash is taken and its
+   * slot prefetched AHEAD buffers before i is inserted (in order: the first of a name wins) */
+  enum { AHEAD = 16 };
+  uint32_t ring[AHEAD];
+  for (int32_t j = 0; j < p->n_bufs + AHEAD; j++) {
+    int32_t i = j - AHEAD;
+    uint32_t h = i >= 0 ? ring[i % AHEAD] : 0; /* read before j's hash takes its place */
+    if (j < p->n_bufs) {
+      uint32_t hj = name_hash(p->bufs[j].name ? p->bufs[j].name : "");
+      ring[j % AHEAD] = hj;
+      __builtin_prefetch(&slots[2 * (hj & (cap - 1))], 1);
+    }
+    if (i < 0) continue;
     const char *nm = p->bufs[i].name ? p->bufs[i].name : "";
-    uint32_t h = name_hash(nm), s = h & (cap - 1);
+    uint32_t s = h & (cap - 1);
     int dup = 0;
     for (; slots[2 * s] >= 0; s = (s + 1) & (cap - 1)) {
       const char *other = p->bufs[slots[2 * s]].name;

@@ -694,3 +694,30 @@ TEST(PlanWrite, MetadataIsProtobufCsPacking) {
     apx_plan_free(&p);
   }
 }
+
+// The name index (built with its slots prefetched ahead of the inserts) finds every name, the
+// first buffer of a repeated name, and nothing else; it agrees with the scan it replaces.
+TEST(PlanIndex, FindsEveryNameAndTheFirstOfARepeat) {
+  ApxPlan p;
+  apx_plan_init(&p);
+  const int32_t n = 5000;
+  ApxPlanBuffer *b = apx_plan_alloc_buffers(&p, n);
+  std::vector<std::string> names(n);
+  for (int32_t i = 0; i < n; i++) {
+    names[i] = i % 7 == 3 ? "rep" + std::to_string(i / 70) : "value/with_a_long_name_" + std::to_string(i);
+    b[i].name = names[i].c_str();
+  }
+  b[10].flags = APX_VALF_MASTER;
+  b[10].origin = 4000;
+  ASSERT_EQ(apx_plan_index(&p), 0);
+  for (int32_t i = 0; i < n; i++) {
+    int32_t first = 0;
+    while (names[first] != names[i]) first++;
+    EXPECT_EQ(apx_plan_find_buffer(&p, names[i].c_str()), first) << names[i];
+  }
+  EXPECT_EQ(apx_plan_find_buffer(&p, "value/with_a_long_name_5000"), -1);
+  EXPECT_EQ(apx_plan_find_buffer(&p, ""), -1);
+  EXPECT_EQ(apx_plan_master_of(&p, 4000), 10);
+  EXPECT_EQ(apx_plan_master_of(&p, 10), -1);
+  apx_plan_free(&p);
+}

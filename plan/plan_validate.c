@@ -45,6 +45,15 @@ static ApxTensor view_of(const ApxPlan *p, int32_t id) {
   return t;
 }
 
+/* Prefetches the buffer records of n arguments of kn from argument a on (a plan's buffer
+ * table is larger than the caches; each view reads its buffer's record). */
+static void prefetch_args(const ApxPlan *p, const ApxPlanKernel *kn, int32_t a, int32_t n) {
+  for (int32_t e = a + n; a < e && a < kn->n_in + kn->n_out; a++) {
+    int32_t id = a < kn->n_in ? kn->in[a] : kn->out[a - kn->n_in];
+    if (id >= 0 && id < p->n_bufs) __builtin_prefetch(&p->bufs[id].dims);
+  }
+}
+
 /* ---- aliasing ------------------------------------------------------------------------- */
 
 /* The bytes one argument of a kernel covers. */
@@ -227,8 +236,11 @@ int apx_plan_check_kernels(const ApxPlan *p, ApxDiag *d) {
     ready[b] = p->bufs[b].kind == APX_VAL_INPUT ? listed[b] : p->bufs[b].kind != APX_VAL_ACTIVATION;
   for (int32_t k = 0; k < p->n_kernels; k++) {
     const ApxPlanKernel *kn = &p->kernels[k];
-    for (int32_t a = 0; a < kn->n_in + kn->n_out; a++)
+    if (k + 2 < p->n_kernels) prefetch_args(p, &p->kernels[k + 2], 0, 8);
+    for (int32_t a = 0; a < kn->n_in + kn->n_out; a++) {
+      if ((a & 7) == 0) prefetch_args(p, kn, a + 32, 8); /* long lists (OptimizerStep) */
       t[a] = view_of(p, a < kn->n_in ? kn->in[a] : kn->out[a - kn->n_in]);
+    }
     err[0] = '\0';
     if (apx_kernel_validate(kn->op, kn->attrs, t, kn->n_in, t + kn->n_in, kn->n_out, err,
                             sizeof err) != APX_STATUS_OK) {
