@@ -3,8 +3,9 @@
  * protobuf-c packs them (fields in number order, proto3 zero values left out, repeated
  * scalars packed), and streamed with the data section through one staging buffer, the
  * CRC32C taken as the bytes go out. No message tree, no whole-metadata buffer, no second
- * copy of the tensor bytes: a 500k-buffer plan is written in tens of milliseconds and a
- * GPT-2 plan's 650 MB of weights go from their memory to the file once. */
+ * copy of the tensor bytes (those of 2 MiB or more go from their memory to the file): the
+ * 82 MB plan of a 100k-node chain (533k buffer records) takes about 70 ms here, half of it
+ * the kernel's copy into the file, and a GPT-2 plan's 650 MB of weights are copied once. */
 #ifndef APX_PLAN_WRITE_H
 #define APX_PLAN_WRITE_H
 
