@@ -8,8 +8,8 @@
 
 #include "onnx.pb-c.h"
 
-int32_t apx_model_blob_source(const ApxPlan *p, const char *name) {
-  int32_t id = apx_plan_find_buffer(p, name);
+/* The source buffer of initializer buffer id (apx_model_blob_source), -1. */
+static int32_t source_of(const ApxPlan *p, int32_t id) {
   if (id < 0) return -1;
   const ApxPlanBuffer *b = &p->bufs[id];
   if (b->kind == APX_VAL_PARAM || b->kind == APX_VAL_STATE) {
@@ -20,14 +20,18 @@ int32_t apx_model_blob_source(const ApxPlan *p, const char *name) {
   return -1;
 }
 
+int32_t apx_model_blob_source(const ApxPlan *p, const char *name) {
+  return source_of(p, apx_plan_find_buffer(p, name));
+}
+
 /* 1 when an initializer (name, data type, element count n, external data or not) can be
- * rebuilt from the plan exactly or is replaced by a trained value. */
+ * rebuilt from the plan exactly or is replaced by a trained value. One name lookup. */
 static int restorable_as(const ApxPlan *p, const char *name, int32_t data_type, int64_t n,
                          int external) {
   if (!name || external) return 0;
-  int32_t src = apx_model_blob_source(p, name);
-  if (src < 0) return 0;
   int32_t id = apx_plan_find_buffer(p, name);
+  int32_t src = source_of(p, id);
+  if (src < 0) return 0;
   const ApxPlanBuffer *b = &p->bufs[id];
   size_t es = apx_dtype_size((ApxDType)data_type);
   if (!es || n <= 0) return 0;
@@ -105,18 +109,20 @@ static int w_field(Wire *w, Field *f) {
   return 0;
 }
 
+/* The stripped model is never longer than the model (a submessage's new length takes at most
+ * the bytes of its old one), so o->p has the model's length plus slack for the reserved
+ * length slots below. */
 typedef struct Out {
   uint8_t *p;
   size_t n;
 } Out;
 
 static void o_bytes(Out *o, const void *b, size_t n) {
-  if (o->p) memcpy(o->p + o->n, b, n);
+  memcpy(o->p + o->n, b, n);
   o->n += n;
 }
 
-static void o_varint(Out *o, uint64_t v) {
-  uint8_t b[10];
+static size_t varint_put(uint8_t b[10], uint64_t v) {
   size_t k = 0;
   do {
     b[k] = (uint8_t)(v & 0x7f);
@@ -124,7 +130,12 @@ static void o_varint(Out *o, uint64_t v) {
     if (v) b[k] |= 0x80;
     k++;
   } while (v);
-  o_bytes(o, b, k);
+  return k;
+}
+
+static void o_varint(Out *o, uint64_t v) {
+  uint8_t b[10];
+  o_bytes(o, b, varint_put(b, v));
 }
 
 static int is_data_field(uint64_t num) {
@@ -182,7 +193,8 @@ typedef int (*StripFn)(const ApxPlan *p, const uint8_t *m, size_t b, size_t e, O
                        size_t *stripped);
 
 /* A message (model bytes [b, e)): every field copied, except that each field `num` (a
- * submessage) goes through sub, its new length taken from a counting pass first. */
+ * submessage) goes through sub, written once after a 10-byte slot for its length, which is
+ * then filled and the bytes moved up to it. */
 static int strip_message(const ApxPlan *p, const uint8_t *m, size_t b, size_t e, Out *o,
                          size_t *stripped, uint64_t num, StripFn sub) {
   Wire w = {m, e, b};
@@ -193,12 +205,13 @@ static int strip_message(const ApxPlan *p, const uint8_t *m, size_t b, size_t e,
       o_bytes(o, m + f.start, f.end - f.start);
       continue;
     }
-    Out size = {NULL, 0};
-    size_t ignored = 0;
-    if (sub(p, m, f.body, f.end, &size, &ignored)) return -1;
     o_varint(o, (num << 3) | 2);
-    o_varint(o, size.n);
+    size_t at = o->n;
+    o->n += 10;
     if (sub(p, m, f.body, f.end, o, stripped)) return -1;
+    size_t len = o->n - at - 10, k = varint_put(o->p + at, len);
+    memmove(o->p + at + k, o->p + at + 10, len);
+    o->n = at + k + len;
   }
   return 0;
 }
@@ -223,14 +236,12 @@ int apx_model_blob_strip(const ApxPlan *p, const void *model, size_t len, ApxAre
                          const void **out, size_t *out_len) {
   *out = model;
   *out_len = len;
-  Out size = {NULL, 0};
-  size_t stripped = 0;
-  if (strip_model(p, model, len, &size, &stripped)) return strip_unpacked(p, model, len, A, out, out_len);
-  if (!stripped) return 0;
-  Out o = {apx_arena_alloc_raw(A, size.n ? size.n : 1), 0};
+  /* room: the model, and 9 bytes per open submessage (two levels) for the length slots */
+  Out o = {apx_arena_alloc_raw(A, len + 32), 0};
   if (!o.p) return -1;
-  stripped = 0;
-  strip_model(p, model, len, &o, &stripped);
+  size_t stripped = 0;
+  if (strip_model(p, model, len, &o, &stripped)) return strip_unpacked(p, model, len, A, out, out_len);
+  if (!stripped) return 0;
   *out = o.p;
   *out_len = o.n;
   return 0;

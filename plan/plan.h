@@ -18,8 +18,10 @@
  *   data_offset  tensor data: each buffer's initial bytes at a 64-byte aligned offset
  *                relative to data_offset, 64-bit offsets (plans over 2 GiB work)
  *
- * Writing is atomic (temp file in the same folder, fsync, rename, fsync of the folder);
- * all-zero 64 KiB blocks of the data section are written as holes (sparse file).
+ * Writing is atomic (temp file in the same folder, fsync, rename, fsync of the folder) and
+ * streamed (plan_write.h: the metadata encoded from the arrays below as protobuf-c would pack
+ * it, checksummed as it goes out); all-zero 64 KiB blocks at 64 KiB file offsets are left as
+ * holes (sparse file).
  * Reading maps the file, checks magic, version, sizes and the checksum, then every
  * reference (buffer and kernel ids, data ranges, arena ranges, attribute sizes, op names,
  * the attrs ABI), then every kernel (plan_validate.h: its op's contract, its producers, the
@@ -186,8 +188,8 @@ typedef struct ApxPlan {
   int32_t sec_begin[3], sec_end[3];
 
   /* lookup index (apx_plan_index; apx_plan_validate builds it): buffer ids by name in an
-   * open-addressing table of name_cap slots (-1 empty) and each buffer's fp32 master, so
-   * lookups stay O(1) on plans with 100k buffers. Used only while index_bufs == bufs and
+   * open-addressing table of name_cap slots (id, -1 empty, and name hash) and each buffer's
+   * fp32 master, so lookups stay O(1) on plans with 100k buffers. Used only while index_bufs == bufs and
    * index_n == n_bufs; otherwise the lookups scan. */
   int32_t *name_slots;
   uint32_t name_cap;
@@ -230,6 +232,9 @@ int apx_plan_validate(ApxPlan *p, ApxDiag *d);
 /* Atomic write (temp file, fsync, rename). Validates first; refuses a destination that exists
  * and is not a regular file (exit code 2). Returns 0 or -1. */
 int apx_plan_write(ApxPlan *p, const char *path, ApxDiag *d);
+/* apx_plan_write of a plan that apx_plan_validate has just accepted, unchanged since
+ * (apx_plan_from_graph's): the kernel checks, then the file. */
+int apx_plan_write_validated(ApxPlan *p, const char *path, ApxDiag *d);
 /* Reads and validates; p must be freshly initialized. On error p holds nothing that needs
  * more than apx_plan_free. Returns 0 or -1 (exit code 2 for a bad file, 1 for I/O). */
 int apx_plan_read(ApxPlan *p, const char *path, ApxDiag *d);

@@ -2,8 +2,10 @@
 // inconsistent plans are rejected with one-line errors (exit code 2).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +18,7 @@
 extern "C" {
 #include "plan/plan.h"
 #include "plan/plan.pb-c.h"
+#include "plan/plan_write.h"
 }
 
 namespace {
@@ -569,4 +572,152 @@ TEST(Plan, DerivedBuffersRoundTripAndAreChecked) {
   EXPECT_EQ(r1.bufs[1].init_from, -1);
   EXPECT_EQ(r1.bufs[1].data_len, 48u);
   apx_plan_free(&r1);
+}
+
+TEST(Crc32c, CombineEqualsTheWhole) {
+  std::vector<uint8_t> big(300007);
+  for (size_t i = 0; i < big.size(); i++) big[i] = (uint8_t)(i * 131 + (i >> 9));
+  uint32_t whole = apx_crc32c(0, big.data(), big.size());
+  for (size_t cut : {(size_t)0, (size_t)1, (size_t)64, (size_t)4097, (size_t)300000, big.size()}) {
+    uint32_t a = apx_crc32c(0, big.data(), cut), b = apx_crc32c(0, big.data() + cut, big.size() - cut);
+    EXPECT_EQ(apx_crc32c_combine(a, b, big.size() - cut), whole) << cut;
+  }
+}
+
+// The writer encodes the metadata itself (plan_write.c): its bytes are exactly protobuf-c's
+// packing of the same message (an unpack and re-pack gives them back), on the sample with
+// blobs, derived buffers and edge values (negative, -0.0, NaN, zero), and on a plan whose
+// metadata and data pass through the staging buffer several times.
+TEST(PlanWrite, MetadataIsProtobufCsPacking) {
+  auto check = [](ApxPlan *p, const char *name) {
+    ApxDiag d;
+    apx_diag_init(&d);
+    std::string path = tmpdir() + "/" + name;
+    ASSERT_EQ(apx_plan_write(p, path.c_str(), &d), 0) << d.msg;
+    std::vector<uint8_t> f = slurp(path);
+    uint64_t meta_len;
+    memcpy(&meta_len, &f[24], 8);
+    Apexc__Plan *m = apexc__plan__unpack(nullptr, meta_len, &f[64]);
+    ASSERT_NE(m, nullptr);
+    std::vector<uint8_t> repacked(apexc__plan__get_packed_size(m));
+    apexc__plan__pack(m, repacked.data());
+    apexc__plan__free_unpacked(m, nullptr);
+    ASSERT_EQ(repacked.size(), meta_len) << name;
+    EXPECT_EQ(0, memcmp(repacked.data(), &f[64], meta_len)) << name;
+    ApxPlan r;
+    apx_plan_init(&r);
+    EXPECT_EQ(apx_plan_read(&r, path.c_str(), &d), 0) << d.msg;  // checksum and all
+    apx_plan_free(&r);
+  };
+  {
+    Sample s;
+    const char text[] = "blob bytes";
+    ASSERT_EQ(apx_plan_add_blob(&s.p, "model.onnx", text, sizeof text), 0);
+    s.p.bufs[1].dtype = APX_DT_BF16;  // derived from W_master
+    s.p.bufs[1].bytes = 24;
+    s.p.bufs[1].data = nullptr;
+    s.p.bufs[1].init_from = 7;
+    s.p.opts.momentum = -0.0f;
+    s.p.opts.grad_predivide = std::nanf("");
+    s.p.opts.lr = 0.f;
+    s.p.opts.total_steps = -5;
+    s.p.opts.first_bucket_mb = -0.0;
+    s.p.opts.seed = ~0ull;
+    apx_plan_layout_data(&s.p);
+    check(&s.p, "packing_sample.apx");
+  }
+  {
+    // 200k small buffers (about 9 MB of metadata), a 6 MB parameter, a 1 MiB zero constant
+    // and 1.2M data-input entries (a field longer than the staging buffer): flushes, straight
+    // writes, holes
+    ApxPlan p;
+    apx_plan_init(&p);
+    const int32_t n = 200000;
+    ApxPlanBuffer *b = apx_plan_alloc_buffers(&p, n + 3);
+    std::vector<std::string> names(n);
+    std::vector<float> big(1536 * 1024), small(n);
+    std::vector<uint8_t> zeros(1 << 20, 0);
+    for (size_t i = 0; i < big.size(); i++) big[i] = (float)i * 0.5f;
+    for (int32_t i = 0; i < n + 3; i++) {
+      b[i].kind = APX_VAL_CONST;
+      b[i].dtype = APX_DT_F32;
+      b[i].region = APX_MEM_PERSISTENT;
+      b[i].rank = 1;
+    }
+    for (int32_t i = 0; i < n; i++) {
+      names[i] = "c" + std::to_string(i);
+      small[i] = (float)i;
+      b[i].name = names[i].c_str();
+      b[i].dims[0] = 1;
+      b[i].bytes = 4;
+      b[i].offset = 64 * (int64_t)i;
+      b[i].data = &small[i];
+    }
+    b[n].name = "big";
+    b[n].dims[0] = (int64_t)big.size();
+    b[n].bytes = (int64_t)big.size() * 4;
+    b[n].offset = 64 * (int64_t)n;
+    b[n].data = big.data();
+    b[n + 1].name = "zeros";
+    b[n + 1].dtype = APX_DT_U8;
+    b[n + 1].dims[0] = (int64_t)zeros.size();
+    b[n + 1].bytes = (int64_t)zeros.size();
+    b[n + 1].offset = b[n].offset + b[n].bytes;
+    b[n + 1].data = zeros.data();
+    p.mem.persistent_bytes = b[n + 1].offset + b[n + 1].bytes;
+    b[n + 2].name = "x";
+    b[n + 2].kind = APX_VAL_INPUT;
+    b[n + 2].region = APX_MEM_ARENA;
+    b[n + 2].dims[0] = 1;
+    b[n + 2].bytes = 4;
+    p.mem.arena_bytes = 64;
+    std::vector<int32_t> inputs(1200000, n + 2);
+    p.inputs = inputs.data();
+    p.n_inputs = (int32_t)inputs.size();
+    apx_plan_layout_data(&p);
+    check(&p, "packing_large.apx");
+    struct stat st;
+    ASSERT_EQ(stat((tmpdir() + "/packing_large.apx").c_str(), &st), 0);
+    printf("plan file %lld bytes, %lld bytes on disk\n", (long long)st.st_size,
+           (long long)st.st_blocks * 512);
+    ApxPlan r;
+    apx_plan_init(&r);
+    ApxDiag d;
+    apx_diag_init(&d);
+    ASSERT_EQ(apx_plan_read(&r, (tmpdir() + "/packing_large.apx").c_str(), &d), 0) << d.msg;
+    EXPECT_EQ(0, memcmp(r.bufs[n].data, big.data(), big.size() * 4));
+    EXPECT_EQ(0, memcmp(r.bufs[n + 1].data, zeros.data(), zeros.size()));
+    EXPECT_EQ(*(const float *)r.bufs[n - 1].data, (float)(n - 1));
+    ASSERT_EQ(r.n_inputs, (int32_t)inputs.size());
+    EXPECT_EQ(r.inputs[inputs.size() - 1], n + 2);
+    apx_plan_free(&r);
+    apx_plan_free(&p);
+  }
+}
+
+// The name index (built with its slots prefetched ahead of the inserts) finds every name, the
+// first buffer of a repeated name, and nothing else; it agrees with the scan it replaces.
+TEST(PlanIndex, FindsEveryNameAndTheFirstOfARepeat) {
+  ApxPlan p;
+  apx_plan_init(&p);
+  const int32_t n = 5000;
+  ApxPlanBuffer *b = apx_plan_alloc_buffers(&p, n);
+  std::vector<std::string> names(n);
+  for (int32_t i = 0; i < n; i++) {
+    names[i] = i % 7 == 3 ? "rep" + std::to_string(i / 70) : "value/with_a_long_name_" + std::to_string(i);
+    b[i].name = names[i].c_str();
+  }
+  b[10].flags = APX_VALF_MASTER;
+  b[10].origin = 4000;
+  ASSERT_EQ(apx_plan_index(&p), 0);
+  for (int32_t i = 0; i < n; i++) {
+    int32_t first = 0;
+    while (names[first] != names[i]) first++;
+    EXPECT_EQ(apx_plan_find_buffer(&p, names[i].c_str()), first) << names[i];
+  }
+  EXPECT_EQ(apx_plan_find_buffer(&p, "value/with_a_long_name_5000"), -1);
+  EXPECT_EQ(apx_plan_find_buffer(&p, ""), -1);
+  EXPECT_EQ(apx_plan_master_of(&p, 4000), 10);
+  EXPECT_EQ(apx_plan_master_of(&p, 10), -1);
+  apx_plan_free(&p);
 }

@@ -45,6 +45,15 @@ static ApxTensor view_of(const ApxPlan *p, int32_t id) {
   return t;
 }
 
+/* Prefetches the buffer records of n arguments of kn from argument a on (a plan's buffer
+ * table is larger than the caches; each view reads its buffer's record). */
+static void prefetch_args(const ApxPlan *p, const ApxPlanKernel *kn, int32_t a, int32_t n) {
+  for (int32_t e = a + n; a < e && a < kn->n_in + kn->n_out; a++) {
+    int32_t id = a < kn->n_in ? kn->in[a] : kn->out[a - kn->n_in];
+    if (id >= 0 && id < p->n_bufs) __builtin_prefetch(&p->bufs[id].dims);
+  }
+}
+
 /* ---- aliasing ------------------------------------------------------------------------- */
 
 /* The bytes one argument of a kernel covers. */
@@ -61,6 +70,56 @@ static int range_cmp(const void *a, const void *b) {
   if (x->start != y->start) return x->start < y->start ? -1 : 1;
   if (x->end != y->end) return x->end < y->end ? -1 : 1;
   return x->arg < y->arg ? -1 : x->arg > y->arg;
+}
+
+enum { MAX_RUNS = 64 };
+
+/* Sorts rg[0, n) by range_cmp (tmp: room for n). A kernel lists its arguments in a few
+ * groups, each usually in memory order (OptimizerStep: parameters, gradients, state...), so
+ * the ascending runs already there are merged pairwise: O(n log runs); few arguments:
+ * insertion; many runs: qsort. */
+static void sort_ranges(Range *rg, Range *tmp, int32_t n) {
+  if (n < 16) {
+    for (int32_t i = 1; i < n; i++) {
+      Range x = rg[i];
+      int32_t j = i - 1;
+      for (; j >= 0 && range_cmp(&rg[j], &x) > 0; j--) rg[j + 1] = rg[j];
+      rg[j + 1] = x;
+    }
+    return;
+  }
+  int32_t start[MAX_RUNS + 1], runs = 0;
+  start[runs++] = 0;
+  for (int32_t i = 1; i < n; i++)
+    if (range_cmp(&rg[i - 1], &rg[i]) > 0) {
+      if (runs == MAX_RUNS) {
+        qsort(rg, (size_t)n, sizeof *rg, range_cmp);
+        return;
+      }
+      start[runs++] = i;
+    }
+  start[runs] = n;
+  Range *src = rg, *dst = tmp;
+  while (runs > 1) {
+    int32_t r = 0, out = 0;
+    for (; r + 1 < runs; r += 2) { /* merge runs r and r + 1 into dst */
+      int32_t a = start[r], ae = start[r + 1], b = ae, be = start[r + 2], k = a;
+      while (a < ae && b < be) dst[k++] = range_cmp(&src[b], &src[a]) < 0 ? src[b++] : src[a++];
+      while (a < ae) dst[k++] = src[a++];
+      while (b < be) dst[k++] = src[b++];
+      start[out++] = start[r];
+    }
+    if (r < runs) { /* an odd run left: copied as it is */
+      memcpy(dst + start[r], src + start[r], (size_t)(start[r + 1] - start[r]) * sizeof *dst);
+      start[out++] = start[r];
+    }
+    start[out] = n;
+    runs = out;
+    Range *t = src;
+    src = dst;
+    dst = t;
+  }
+  if (src != rg) memcpy(rg, src, (size_t)n * sizeof *rg);
 }
 
 /* Inputs the kernel updates in place: AssignState's dst, OptimizerStep's step counter and
@@ -107,7 +166,7 @@ static int alias_error(ApxDiag *d, const ApxPlan *p, int32_t k, int32_t a, int32
  * over identical bytes. Ranges sorted, then identical ranges in groups: a group may hold one
  * written argument and the inputs its op lets it take; a group that partly overlaps an earlier
  * one must not be written, nor overlap a written one. */
-static int check_aliasing(const ApxPlan *p, int32_t k, Range *rg, ApxDiag *d) {
+static int check_aliasing(const ApxPlan *p, int32_t k, Range *rg, Range *tmp, ApxDiag *d) {
   const ApxPlanKernel *kn = &p->kernels[k];
   int32_t n = 0;
   for (int32_t a = 0; a < kn->n_in + kn->n_out; a++) {
@@ -118,7 +177,7 @@ static int check_aliasing(const ApxPlan *p, int32_t k, Range *rg, ApxDiag *d) {
     rg[n++] = (Range){b->offset, b->offset + b->bytes, (int32_t)b->region, a,
                       out || writes_input(kn, a)};
   }
-  qsort(rg, (size_t)n, sizeof *rg, range_cmp);
+  sort_ranges(rg, tmp, n);
   int64_t reach = INT64_MIN, out_reach = INT64_MIN;
   int32_t reach_arg = -1, out_reach_arg = -1, region = -1;
   for (int32_t g0 = 0, g1; g0 < n; g0 = g1) {
@@ -162,8 +221,8 @@ int apx_plan_check_kernels(const ApxPlan *p, ApxDiag *d) {
   for (int32_t k = 0; k < p->n_kernels; k++)
     if (p->kernels[k].n_in + p->kernels[k].n_out > max_args)
       max_args = p->kernels[k].n_in + p->kernels[k].n_out;
-  ApxTensor *t = calloc((size_t)max_args + 1, sizeof *t);
-  Range *rg = calloc((size_t)max_args + 1, sizeof *rg);
+  ApxTensor *t = malloc(((size_t)max_args + 1) * sizeof *t); /* every view set before use */
+  Range *rg = malloc(((size_t)max_args + 1) * 2 * sizeof *rg); /* ranges, then merge room */
   uint8_t *ready = calloc((size_t)p->n_bufs + 1, 1), *listed = calloc((size_t)p->n_bufs + 1, 1);
   int rc = -1;
   char kb[160], err[512];
@@ -177,8 +236,11 @@ int apx_plan_check_kernels(const ApxPlan *p, ApxDiag *d) {
     ready[b] = p->bufs[b].kind == APX_VAL_INPUT ? listed[b] : p->bufs[b].kind != APX_VAL_ACTIVATION;
   for (int32_t k = 0; k < p->n_kernels; k++) {
     const ApxPlanKernel *kn = &p->kernels[k];
-    for (int32_t a = 0; a < kn->n_in + kn->n_out; a++)
+    if (k + 2 < p->n_kernels) prefetch_args(p, &p->kernels[k + 2], 0, 8);
+    for (int32_t a = 0; a < kn->n_in + kn->n_out; a++) {
+      if ((a & 7) == 0) prefetch_args(p, kn, a + 32, 8); /* long lists (OptimizerStep) */
       t[a] = view_of(p, a < kn->n_in ? kn->in[a] : kn->out[a - kn->n_in]);
+    }
     err[0] = '\0';
     if (apx_kernel_validate(kn->op, kn->attrs, t, kn->n_in, t + kn->n_in, kn->n_out, err,
                             sizeof err) != APX_STATUS_OK) {
@@ -194,7 +256,7 @@ int apx_plan_check_kernels(const ApxPlan *p, ApxDiag *d) {
                                                  : "which no earlier kernel writes");
       goto out;
     }
-    if (check_aliasing(p, k, rg, d)) goto out;
+    if (check_aliasing(p, k, rg, rg + max_args + 1, d)) goto out;
     for (int32_t o = 0; o < kn->n_out; o++)
       if (kn->out[o] >= 0) ready[kn->out[o]] = 1;
   }

@@ -23,7 +23,7 @@ protoc-c --proto_path="$ROOT/plan" --c_out="$WORK/plan" "$ROOT/plan/plan.proto"
 # Coverage-guided: the plan, validation and executor code; sanitized but not instrumented
 # for coverage (and at -O2): the numeric kernels and the CRC, whose loops would otherwise take
 # most of each run.
-GUIDED=(tests/fuzz/fuzz_plan.c tests/fuzz/plan_edit.c plan/plan.c plan/plan_validate.c
+GUIDED=(tests/fuzz/fuzz_plan.c tests/fuzz/plan_edit.c plan/plan.c plan/plan_validate.c plan/plan_write.c
         ir/arena.c ir/diag.c kernels/op.c kernels/dtype.c kernels/tensor.c kernels/shape.c
         kernels/validate.c kernels/index_plan.c kernels/resample_plan.c runtime/exec.c
         runtime/backend.c runtime/backend_registry.c runtime/backend_cpu.c
