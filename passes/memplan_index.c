@@ -402,6 +402,9 @@ void apx_place_index_clear(ApxPlaceIndex *x) {
   x->n_runs = 0;
   x->free_run = -1;
   x->work = 0;
+  x->top_start = x->top_end = -1;
+  x->top_placed = 0;
+  x->fast = 0;
 }
 
 int apx_place_index_add(ApxPlaceIndex *x, int32_t item, int32_t start, int32_t end,
@@ -409,6 +412,13 @@ int apx_place_index_add(ApxPlaceIndex *x, int32_t item, int32_t start, int32_t e
   int32_t c = x->root;
   while (c >= 0 && (c < start || c > end)) c = c < start ? x->right[c] : x->left[c];
   if (c < 0) return -1; /* not inside [0, n_steps) */
+  /* the buffer on top of the last answer's union (find's repeated-interval path) */
+  if (x->top_start == start && x->top_end == end && x->top_at == offset && !x->top_placed) {
+    x->top_at = offset + size;
+    x->top_placed = 1;
+  } else {
+    x->top_start = x->top_end = -1;
+  }
   ApxPlaceOwn *N = x->items, *n = &N[item];
   n->a = offset;
   n->b = offset + size;
@@ -465,6 +475,28 @@ static int64_t set_next_start(const ApxPlaceIndex *x, const ApxPlaceSet *s, int6
 static int64_t set_fit(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size) {
   if (x->free_lo[i] <= y && y < x->free_hi[i] && x->free_hi[i] - y >= size) return y;
   const ApxPlaceSet *s = &x->sets[i];
+  /* O(1) from the treap root: above the set's last byte everything is free; a set whose
+   * every buffer counts and that has no gap inside is [first, last) */
+  int64_t first, last;
+  int whole;
+  if (s->sub) {
+    const ApxPlaceRun *r = &x->runs[x->sub[s->node]];
+    first = r->first_lo, last = r->last_hi, whole = r->max_gap == 0;
+  } else {
+    const ApxPlaceOwn *r = &x->items[x->own[s->node]];
+    first = r->first_a, last = r->last_b, whole = r->max_gap == 0 && own_all(r, s);
+  }
+  if (y >= last || (whole && y + size > first)) {
+    if (y < last) y = last;
+    x->free_lo[i] = y;
+    x->free_hi[i] = NONE_OFF;
+    return y;
+  }
+  if (whole) { /* y + size <= first */
+    x->free_lo[i] = y;
+    x->free_hi[i] = first;
+    return y;
+  }
   for (;; x->work++) {
     int64_t f = set_next_free(x, s, y), a = set_next_start(x, s, f);
     if (a - f >= size || a == NONE_OFF) {
@@ -483,7 +515,11 @@ static int64_t set_fit(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size) {
   }
 }
 
-int64_t apx_place_index_find(ApxPlaceIndex *x, int32_t start, int32_t end, int64_t size, ApxFit fit) {
+/* The walk over the gaps of the union of the sets (the file comment); *top: 1 when the answer
+ * is the top (no gap held size bytes). */
+static int64_t find_in_sets(ApxPlaceIndex *x, int32_t start, int32_t end, int64_t size, ApxFit fit,
+                            int *top) {
+  *top = 1;
   collect_sets(x, start, end);
   int32_t k = x->n_sets;
   if (k == 0) return 0;
@@ -507,14 +543,41 @@ int64_t apx_place_index_find(ApxPlaceIndex *x, int32_t start, int32_t end, int64
     int64_t a = NONE_OFF; /* the gap [f, a), at least size bytes: every set is free over */
     for (int32_t i = 0; i < k; i++) /* [f, free_hi) */
       if (x->free_hi[i] < a) a = x->free_hi[i];
-    if (a == NONE_OFF) return best >= 0 ? best : f; /* free above f in every set: the top */
+    if (a == NONE_OFF) { /* free above f in every set: the top */
+      *top = best < 0;
+      return best >= 0 ? best : f;
+    }
     int64_t gap = a - f;
     x->work++;
     if (gap < best_gap) {
       best = f;
       best_gap = gap;
-      if (fit == APX_FIT_FIRST || gap == size) return best; /* nothing later beats it */
+      if (fit == APX_FIT_FIRST || gap == size) { /* nothing later beats it */
+        *top = 0;
+        return best;
+      }
     }
     cur = a;
   }
+}
+
+int64_t apx_place_index_find(ApxPlaceIndex *x, int32_t start, int32_t end, int64_t size, ApxFit fit) {
+  int64_t at;
+  int top = 1;
+  if (x->top_placed && x->top_start == start && x->top_end == end && size >= x->top_size) {
+    at = x->top_at; /* the same interval on top of the last answer: no new gap */
+    x->fast++;
+  } else {
+    at = find_in_sets(x, start, end, size, fit, &top);
+  }
+  x->top_placed = 0;
+  if (top) {
+    x->top_start = start;
+    x->top_end = end;
+    x->top_at = at;
+    x->top_size = size;
+  } else {
+    x->top_start = x->top_end = -1;
+  }
+  return at;
 }

@@ -32,6 +32,14 @@
  * long training chains) make best fit walk many gaps; `work` counts them so the planner can
  * bound a placement order's cost (passes/memplan.c).
  *
+ * Fast paths (the same answers, fewer treap walks; on training chains a third of the
+ * buffers repeat the interval of the one before, e.g. the optimizer step's):
+ *   - the same interval again: after an answer that was the top (no gap fitted `size`) and
+ *     an add exactly there, a query over the same interval for at least `size` bytes meets
+ *     the same gaps plus none: its answer is the new top.
+ *   - per set, O(1) answers from the treap root when the cursor is above the set's last
+ *     byte or the set is one gapless block.
+ *
  * Not thread-safe; one index per planning run. init/free pair; clear empties it for the
  * next placement order. */
 #ifndef APX_MEMPLAN_INDEX_H
@@ -66,6 +74,11 @@ typedef struct ApxPlaceIndex {
   int32_t n_sets, cap_sets;
   int32_t *stack;                           /* query / tree building work stack */
   int64_t work;                             /* gaps walked and gap steps since the last clear */
+  /* the last answer when it was the top of the union (no gap fitted), for the next add */
+  int32_t top_start, top_end;               /* its interval, -1: none */
+  int64_t top_at, top_size;                 /* the top and the size asked */
+  int8_t top_placed;                        /* 1: the add after it placed exactly there */
+  int64_t fast;                             /* queries answered that way (statistics) */
 } ApxPlaceIndex;
 
 /* An index for buffer ids [0, n_items) over steps [0, n_steps). Returns 0, -1 when out of
