@@ -269,50 +269,29 @@ static int run_insert(ApxPlaceIndex *x, int32_t *root, int64_t a, int64_t b) {
   return 0;
 }
 
-static int64_t run_next_free(const ApxPlaceRun *R, int32_t t, int64_t y) {
-  int32_t j = -1;
-  while (t >= 0) {
-    if (R[t].lo <= y) {
-      j = t;
-      t = R[t].r;
-    } else {
-      t = R[t].l;
-    }
-  }
-  return j >= 0 && R[j].hi > y ? R[j].hi : y;
-}
-
-static int64_t run_next_start(const ApxPlaceRun *R, int32_t t, int64_t f) {
-  int64_t best = NONE_OFF;
-  while (t >= 0) {
-    if (R[t].lo > f) {
-      best = R[t].lo;
-      t = R[t].l;
-    } else {
-      t = R[t].r;
-    }
-  }
-  return best;
-}
-
 /* ---- fits: the lowest offset >= y with `size` free bytes above it in one set --------------- */
 
 /* In the ordered disjoint intervals of a subtree (ApxPlaceOwn a/b or ApxPlaceRun lo/hi), the
  * end of the first interval starting at or after p whose following free range (up to the
- * next interval, `next` after the subtree, NONE_OFF: none) holds size bytes; -1 if none.
- * Subtrees whose gaps are all smaller are skipped whole (max_gap). */
+ * next interval, `next` after the subtree, NONE_OFF: none) holds size bytes, with the start
+ * of that next interval in *nx_out; -1 if none. Subtrees whose gaps are all smaller are
+ * skipped whole (max_gap). */
 #define GAP_AFTER(NAME, T, LO, HI)                                                            \
-  static int64_t NAME(const T *N, int32_t t, int64_t p, int64_t size, int64_t next) {          \
+  static int64_t NAME(const T *N, int32_t t, int64_t p, int64_t size, int64_t next,            \
+                      int64_t *nx_out) {                                                      \
     while (t >= 0) {                                                                          \
       const T *n = &N[t];                                                                     \
       int64_t first = n->first_##LO, last = n->last_##HI;                                     \
       if (last <= p) return -1; /* every interval starts below p */                           \
       if (first >= p && n->max_gap < size && next != NONE_OFF && next - last < size) return -1; \
-      int64_t r = NAME(N, n->l, p, size, n->LO);                                              \
+      int64_t r = NAME(N, n->l, p, size, n->LO, nx_out);                                      \
       if (r >= 0) return r;                                                                   \
       if (n->LO >= p) {                                                                       \
         int64_t nx = n->r >= 0 ? N[n->r].first_##LO : next;                                   \
-        if (nx == NONE_OFF || nx - n->HI >= size) return n->HI;                               \
+        if (nx == NONE_OFF || nx - n->HI >= size) {                                           \
+          *nx_out = nx;                                                                       \
+          return n->HI;                                                                       \
+        }                                                                                     \
       }                                                                                       \
       t = n->r;                                                                               \
     }                                                                                         \
@@ -321,6 +300,33 @@ static int64_t run_next_start(const ApxPlaceRun *R, int32_t t, int64_t f) {
 GAP_AFTER(own_gap_after, ApxPlaceOwn, a, b)
 GAP_AFTER(run_gap_after, ApxPlaceRun, lo, hi)
 #undef GAP_AFTER
+
+/* In a whole set of ordered disjoint intervals: the lowest f >= y with [f, f + size) free and
+ * the start of the next interval above f in *hi (NONE_OFF: none). One descent finds the
+ * intervals around y (the last starting at or below it, the first above it); only when
+ * the free range there is too small does GAP_AFTER look further. */
+#define FIT_FROM(NAME, T, LO, HI, GAP)                                                        \
+  static int64_t NAME(const T *N, int32_t root, int64_t y, int64_t size, int64_t *hi) {        \
+    int64_t pred_end = -1, succ = NONE_OFF;                                                   \
+    for (int32_t t = root; t >= 0;) {                                                         \
+      if (N[t].LO <= y) {                                                                     \
+        pred_end = N[t].HI;                                                                   \
+        t = N[t].r;                                                                           \
+      } else {                                                                                \
+        succ = N[t].LO;                                                                       \
+        t = N[t].l;                                                                           \
+      }                                                                                       \
+    }                                                                                         \
+    if (pred_end > y) y = pred_end;                                                           \
+    if (succ == NONE_OFF || succ - y >= size) {                                               \
+      *hi = succ;                                                                             \
+      return y;                                                                               \
+    }                                                                                         \
+    return GAP(N, root, y, size, NONE_OFF, hi);                                               \
+  }
+FIT_FROM(own_fit_from, ApxPlaceOwn, a, b, own_gap_after)
+FIT_FROM(run_fit_from, ApxPlaceRun, lo, hi, run_gap_after)
+#undef FIT_FROM
 
 /* ---- the index -------------------------------------------------------------------------- */
 
@@ -457,16 +463,6 @@ static void collect_sets(ApxPlaceIndex *x, int32_t s, int32_t e) {
   }
 }
 
-static int64_t set_next_free(const ApxPlaceIndex *x, const ApxPlaceSet *s, int64_t y) {
-  return s->sub ? run_next_free(x->runs, x->sub[s->node], y)
-                : own_next_free(x->items, x->own[s->node], y, s);
-}
-
-static int64_t set_next_start(const ApxPlaceIndex *x, const ApxPlaceSet *s, int64_t f) {
-  return s->sub ? run_next_start(x->runs, x->sub[s->node], f)
-                : own_next_start(x->items, x->own[s->node], f, s);
-}
-
 /* Lowest f >= y such that [f, f + size) is free in set i, with the free range [f, hi) it
  * starts (hi: the set's next occupied offset) kept in free_lo/free_hi[i]: the cursor only
  * moves up, so the set is asked again only once the cursor leaves that range. Sub sets and
@@ -497,18 +493,19 @@ static int64_t set_fit(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size) {
     x->free_hi[i] = first;
     return y;
   }
+  if (s->sub || s->side == 0) { /* every buffer counts */
+    y = s->sub ? run_fit_from(x->runs, x->sub[s->node], y, size, &x->free_hi[i])
+               : own_fit_from(x->items, x->own[s->node], y, size, &x->free_hi[i]);
+    x->free_lo[i] = y;
+    return y;
+  }
+  const ApxPlaceOwn *N = x->items; /* own buffers of which only some count: gap by gap */
+  int32_t root = x->own[s->node];
   for (;; x->work++) {
-    int64_t f = set_next_free(x, s, y), a = set_next_start(x, s, f);
+    int64_t f = own_next_free(N, root, y, s), a = own_next_start(N, root, f, s);
     if (a - f >= size || a == NONE_OFF) {
       x->free_lo[i] = f;
       x->free_hi[i] = a;
-      return f;
-    }
-    if (s->sub || s->side == 0) { /* the last interval is always followed by free space */
-      f = s->sub ? run_gap_after(x->runs, x->sub[s->node], a, size, NONE_OFF)
-                 : own_gap_after(x->items, x->own[s->node], a, size, NONE_OFF);
-      x->free_lo[i] = f;
-      x->free_hi[i] = set_next_start(x, s, f);
       return f;
     }
     y = a;

@@ -43,6 +43,13 @@ int64_t ReferenceFind(const std::vector<Placed> &placed, int32_t start, int32_t 
   return best >= 0 ? best : cursor;
 }
 
+// No placed buffer whose interval meets [start, end] shares a byte with [off, off + size).
+bool FreeAt(const std::vector<Placed> &placed, int32_t start, int32_t end, int64_t off, int64_t size) {
+  for (const Placed &o : placed)
+    if (!(o.end < start || end < o.start) && off < o.offset + o.size && o.offset < off + size) return false;
+  return true;
+}
+
 struct Shape {
   const char *name;
   int32_t steps, items;
@@ -72,11 +79,7 @@ void RunShape(const Shape &s, uint32_t seed) {
     if (rng() % 8 == 0) {  // sometimes higher up (still free): leaves gaps below
       int64_t up = off + 64 * (int64_t)(rng() % 16);
       if (ReferenceFind(placed, a, b, 1, APX_FIT_FIRST) <= up) {
-        // keep only offsets that overlap nothing live (checked directly)
-        bool clash = false;
-        for (const Placed &o : placed)
-          if (!(o.end < a || b < o.start) && up < o.offset + o.size && o.offset < up + size) clash = true;
-        if (!clash) off = up;
+        if (FreeAt(placed, a, b, up, size)) off = up;  // overlaps nothing live
       }
     }
     ASSERT_EQ(apx_place_index_add(&ix, i, a, b, off, size), 0);
@@ -153,10 +156,7 @@ TEST(MemplanIndex, SameAnswersAsTheScanOnRepeatedIntervals) {
       int64_t off = got;
       if (rng() % 10 == 0) {  // sometimes higher up (free there): the next query must not reuse
         int64_t up = off + 64 * (1 + (int64_t)(rng() % 4));
-        bool clash = false;
-        for (const Placed &o : placed)
-          if (!(o.end < a || b < o.start) && up < o.offset + o.size && o.offset < up + size) clash = true;
-        if (!clash) off = up;
+        if (FreeAt(placed, a, b, up, size)) off = up;
       }
       ASSERT_EQ(apx_place_index_add(&ix, i, a, b, off, size), 0);
       placed.push_back({a, b, off, size});
