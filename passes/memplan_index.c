@@ -86,17 +86,20 @@ static void own_split(ApxPlaceOwn *N, int32_t t, int64_t k, int32_t *L, int32_t 
   own_pull(N, t);
 }
 
-static int32_t own_merge(ApxPlaceOwn *N, int32_t a, int32_t b) {
-  if (a < 0) return b;
-  if (b < 0) return a;
-  if (N[a].prio > N[b].prio) {
-    N[a].r = own_merge(N, N[a].r, b);
-    own_pull(N, a);
-    return a;
+/* Inserts node `item` (its own fields set, no children) into treap t; returns the root. */
+static int32_t own_insert(ApxPlaceOwn *N, int32_t t, int32_t item) {
+  if (t < 0) return item;
+  if (N[item].prio > N[t].prio) {
+    own_split(N, t, N[item].a, &N[item].l, &N[item].r);
+    own_pull(N, item);
+    return item;
   }
-  N[b].l = own_merge(N, a, N[b].l);
-  own_pull(N, b);
-  return b;
+  if (N[item].a < N[t].a)
+    N[t].l = own_insert(N, N[t].l, item);
+  else
+    N[t].r = own_insert(N, N[t].r, item);
+  own_pull(N, t);
+  return t;
 }
 
 /* Which of a node's buffers meet the query interval (they all contain the node's center):
@@ -235,11 +238,38 @@ static int32_t run_alloc(ApxPlaceIndex *x) {
   return t;
 }
 
-/* Adds [a, b) to the run set *root, merging the runs it touches. */
+/* Adds [a, b) to the run set *root, merging the runs it touches. Without splits when [a, b)
+ * lies inside a run, or reaches above the last one (most buffers go on top). */
 static int run_insert(ApxPlaceIndex *x, int32_t *root, int64_t a, int64_t b) {
+  ApxPlaceRun *R = x->runs;
+  if (*root >= 0 && a >= R[*root].first_lo) {
+    int32_t j = -1; /* the run with the largest lo <= a */
+    for (int32_t t = *root; t >= 0;) {
+      if (R[t].lo <= a) {
+        j = t;
+        t = R[t].r;
+      } else {
+        t = R[t].l;
+      }
+    }
+    if (R[j].hi >= b) return 0; /* already covered */
+    if (R[j].hi >= a && R[*root].last_hi == R[j].hi) { /* the last run grows up to b */
+      for (int32_t t = *root; t >= 0; t = R[t].r) R[t].last_hi = b;
+      R[j].hi = b;
+      return 0;
+    }
+  }
   int32_t nn = run_alloc(x);
   if (nn < 0) return -1;
-  ApxPlaceRun *R = x->runs;
+  R = x->runs;
+  if (*root >= 0 && a > R[*root].last_hi) { /* a new last run */
+    R[nn].lo = a;
+    R[nn].hi = b;
+    R[nn].l = R[nn].r = -1;
+    run_pull(R, nn);
+    *root = run_merge(R, *root, nn);
+    return 0;
+  }
   int32_t L, M, Rt;
   run_split(R, *root, a, &L, &Rt); /* L: lo < a */
   if (L >= 0) {                    /* the last run of L may reach a */
@@ -432,9 +462,7 @@ int apx_place_index_add(ApxPlaceIndex *x, int32_t item, int32_t start, int32_t e
   n->end = end;
   n->l = n->r = -1;
   own_pull(N, item);
-  int32_t L, R;
-  own_split(N, x->own[c], offset, &L, &R);
-  x->own[c] = own_merge(N, own_merge(N, L, item), R);
+  x->own[c] = own_insert(N, x->own[c], item);
   for (int32_t p = c; p >= 0; p = x->parent[p])
     if (run_insert(x, &x->sub[p], offset, offset + size)) return -1;
   return 0;
