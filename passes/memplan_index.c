@@ -6,20 +6,21 @@
 
 #define NONE_OFF INT64_MAX /* "no occupied offset above" */
 
+/* Node layouts: what a descent reads (range, children) first; priorities are computed from
+ * the node id (prio_of), not stored. 72 and 48 bytes. */
 struct ApxPlaceOwn {
   int64_t a, b;         /* byte range [a, b) */
-  int32_t start, end;   /* step interval */
-  uint32_t prio;
   int32_t l, r;
+  int32_t start, end;   /* step interval */
   /* subtree aggregates (in offset order the buffers are disjoint: first a, last b) */
-  int64_t first_a, last_b, sum;
-  int64_t max_gap;      /* largest free range between two consecutive buffers inside */
+  int64_t first_a, last_b;
+  int64_t max_gap;      /* largest free range between two consecutive buffers inside; 0: the
+                           subtree is one gapless block */
   int32_t min_start, max_start, min_end, max_end;
 };
 
 struct ApxPlaceRun {
   int64_t lo, hi;       /* merged run [lo, hi): runs of one set never touch */
-  uint32_t prio;
   int32_t l, r;
   int64_t first_lo, last_hi, max_gap; /* subtree: first start, last end, largest gap inside */
 };
@@ -33,6 +34,9 @@ static uint32_t mix(uint32_t v) { /* deterministic treap priorities */
   return v;
 }
 
+static uint32_t own_prio(int32_t t) { return mix((uint32_t)t + 0x9e3779b9u); }
+static uint32_t run_prio(int32_t t) { return mix((uint32_t)t * 2654435761u + 1u); }
+
 static int32_t min32(int32_t a, int32_t b) { return a < b ? a : b; }
 static int32_t max32(int32_t a, int32_t b) { return a > b ? a : b; }
 
@@ -44,7 +48,6 @@ static void own_pull(ApxPlaceOwn *N, int32_t t) {
   ApxPlaceOwn *n = &N[t];
   n->first_a = n->a;
   n->last_b = n->b;
-  n->sum = n->b - n->a;
   n->max_gap = 0;
   if (n->l >= 0) n->max_gap = max64(N[n->l].max_gap, n->a - N[n->l].last_b);
   if (n->r >= 0) n->max_gap = max64(n->max_gap, max64(N[n->r].max_gap, N[n->r].first_a - n->b));
@@ -53,7 +56,6 @@ static void own_pull(ApxPlaceOwn *N, int32_t t) {
   if (n->l >= 0) {
     const ApxPlaceOwn *c = &N[n->l];
     n->first_a = c->first_a;
-    n->sum += c->sum;
     n->min_start = min32(n->min_start, c->min_start);
     n->max_start = max32(n->max_start, c->max_start);
     n->min_end = min32(n->min_end, c->min_end);
@@ -62,7 +64,6 @@ static void own_pull(ApxPlaceOwn *N, int32_t t) {
   if (n->r >= 0) {
     const ApxPlaceOwn *c = &N[n->r];
     n->last_b = c->last_b;
-    n->sum += c->sum;
     n->min_start = min32(n->min_start, c->min_start);
     n->max_start = max32(n->max_start, c->max_start);
     n->min_end = min32(n->min_end, c->min_end);
@@ -89,7 +90,7 @@ static void own_split(ApxPlaceOwn *N, int32_t t, int64_t k, int32_t *L, int32_t 
 /* Inserts node `item` (its own fields set, no children) into treap t; returns the root. */
 static int32_t own_insert(ApxPlaceOwn *N, int32_t t, int32_t item) {
   if (t < 0) return item;
-  if (N[item].prio > N[t].prio) {
+  if (own_prio(item) > own_prio(t)) {
     own_split(N, t, N[item].a, &N[item].l, &N[item].r);
     own_pull(N, item);
     return item;
@@ -125,7 +126,7 @@ static int64_t own_extend(const ApxPlaceOwn *N, int32_t t, int64_t y, const ApxP
       *stop = 1;
       return y;
     }
-    if (n->first_a == y && n->last_b - n->first_a == n->sum && own_all(n, s)) return n->last_b;
+    if (n->first_a == y && n->max_gap == 0 && own_all(n, s)) return n->last_b;
     y = own_extend(N, n->l, y, s, stop);
     if (*stop) return y;
     if (n->b > y) {
@@ -200,7 +201,7 @@ static void run_split(ApxPlaceRun *R, int32_t t, int64_t k, int32_t *L, int32_t 
 static int32_t run_merge(ApxPlaceRun *R, int32_t a, int32_t b) {
   if (a < 0) return b;
   if (b < 0) return a;
-  if (R[a].prio > R[b].prio) {
+  if (run_prio(a) > run_prio(b)) {
     R[a].r = run_merge(R, R[a].r, b);
     run_pull(R, a);
     return a;
@@ -234,7 +235,6 @@ static int32_t run_alloc(ApxPlaceIndex *x) {
     x->cap_runs = nc;
   }
   int32_t t = x->n_runs++;
-  x->runs[t].prio = mix((uint32_t)t * 2654435761u + 1u);
   return t;
 }
 
@@ -383,7 +383,6 @@ int apx_place_index_init(ApxPlaceIndex *x, int32_t n_steps, int32_t n_items) {
   if (!x->free_lo || !x->free_hi || !x->lo || !x->hi || !x->left || !x->right || !x->parent || !x->own || !x->sub ||
       !x->stack || !x->items || !x->sets)
     return -1;
-  for (int32_t i = 0; i < x->n_items; i++) x->items[i].prio = mix((uint32_t)i + 0x9e3779b9u);
   /* the step tree: node = center step of [lo, hi] */
   if (x->n_steps > 0) {
     int32_t *st = x->stack, sp = 0;
