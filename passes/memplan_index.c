@@ -142,17 +142,21 @@ static int64_t own_extend(const ApxPlaceOwn *N, int32_t t, int64_t y, const ApxP
 }
 
 /* Lowest offset >= y that no counted buffer of the set covers. */
-static int64_t own_next_free(const ApxPlaceOwn *N, int32_t root, int64_t y, const ApxPlaceSet *s) {
-  int32_t t = root, j = -1; /* j: the buffer with the largest a <= y */
+static int64_t own_next_free(const ApxPlaceOwn *N, int32_t root, int64_t y, const ApxPlaceSet *s,
+                             int32_t *succ) {
+  int32_t t = root, j = -1; /* j: the buffer with the largest a <= y; succ: the first above */
+  *succ = -1;
   while (t >= 0) {
     if (N[t].a <= y) {
       j = t;
       t = N[t].r;
     } else {
+      *succ = t;
       t = N[t].l;
     }
   }
   if (j < 0 || N[j].b <= y || !own_one(&N[j], s)) return y;
+  *succ = -1; /* not the first above the end of the run */
   int stop = 0;
   return own_extend(N, root, N[j].b, s, &stop);
 }
@@ -529,7 +533,10 @@ static int64_t set_fit(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size) {
   const ApxPlaceOwn *N = x->items; /* own buffers of which only some count: gap by gap */
   int32_t root = x->own[s->node];
   for (;; x->work++) {
-    int64_t f = own_next_free(N, root, y, s), a = own_next_start(N, root, f, s);
+    int32_t succ;
+    int64_t f = own_next_free(N, root, y, s, &succ);
+    /* the next counted start: the first buffer above f when it counts, else a walk */
+    int64_t a = succ >= 0 && own_one(&N[succ], s) ? N[succ].a : own_next_start(N, root, f, s);
     if (a - f >= size || a == NONE_OFF) {
       x->free_lo[i] = f;
       x->free_hi[i] = a;
