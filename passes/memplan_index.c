@@ -25,6 +25,16 @@ struct ApxPlaceRun {
   int64_t first_lo, last_hi, max_gap; /* subtree: first start, last end, largest gap inside */
 };
 
+struct ApxPlaceMemo { /* a set's recent answer (set_fit) */
+  int64_t y, size;      /* the question: cursor and size */
+  int64_t f, hi, work;  /* the answer: free range [f, hi), gaps walked for it */
+  int32_t node, bound;  /* the set */
+  int8_t sub, side, used;
+  uint32_t ver;         /* the set's version when answered */
+};
+
+#define MEMO_SLOTS 4096 /* consecutive queries repeat: a few thousand recent answers suffice */
+
 static uint32_t mix(uint32_t v) { /* deterministic treap priorities */
   v ^= v >> 16;
   v *= 0x7feb352du;
@@ -243,7 +253,8 @@ static int32_t run_alloc(ApxPlaceIndex *x) {
 }
 
 /* Adds [a, b) to the run set *root, merging the runs it touches. Without splits when [a, b)
- * lies inside a run, or reaches above the last one (most buffers go on top). */
+ * lies inside a run, or reaches above the last one (most buffers go on top). Returns 1 when
+ * the set changed, 0 when [a, b) was covered already, -1 when out of memory. */
 static int run_insert(ApxPlaceIndex *x, int32_t *root, int64_t a, int64_t b) {
   ApxPlaceRun *R = x->runs;
   if (*root >= 0 && a >= R[*root].first_lo) {
@@ -260,7 +271,7 @@ static int run_insert(ApxPlaceIndex *x, int32_t *root, int64_t a, int64_t b) {
     if (R[j].hi >= a && R[*root].last_hi == R[j].hi) { /* the last run grows up to b */
       for (int32_t t = *root; t >= 0; t = R[t].r) R[t].last_hi = b;
       R[j].hi = b;
-      return 0;
+      return 1;
     }
   }
   int32_t nn = run_alloc(x);
@@ -272,7 +283,7 @@ static int run_insert(ApxPlaceIndex *x, int32_t *root, int64_t a, int64_t b) {
     R[nn].l = R[nn].r = -1;
     run_pull(R, nn);
     *root = run_merge(R, *root, nn);
-    return 0;
+    return 1;
   }
   int32_t L, M, Rt;
   run_split(R, *root, a, &L, &Rt); /* L: lo < a */
@@ -300,7 +311,7 @@ static int run_insert(ApxPlaceIndex *x, int32_t *root, int64_t a, int64_t b) {
   R[nn].l = R[nn].r = -1;
   run_pull(R, nn);
   *root = run_merge(R, run_merge(R, L, nn), Rt);
-  return 0;
+  return 1;
 }
 
 /* ---- fits: the lowest offset >= y with `size` free bytes above it in one set --------------- */
@@ -384,7 +395,10 @@ int apx_place_index_init(ApxPlaceIndex *x, int32_t n_steps, int32_t n_items) {
   x->sets = malloc((size_t)x->cap_sets * sizeof *x->sets);
   x->free_lo = malloc((size_t)x->cap_sets * sizeof *x->free_lo);
   x->free_hi = malloc((size_t)x->cap_sets * sizeof *x->free_hi);
-  if (!x->free_lo || !x->free_hi || !x->lo || !x->hi || !x->left || !x->right || !x->parent || !x->own || !x->sub ||
+  x->own_ver = calloc(ns, sizeof *x->own_ver);
+  x->sub_ver = calloc(ns, sizeof *x->sub_ver);
+  x->memo = malloc(MEMO_SLOTS * sizeof *x->memo);
+  if (!x->own_ver || !x->sub_ver || !x->memo || !x->free_lo || !x->free_hi || !x->lo || !x->hi || !x->left || !x->right || !x->parent || !x->own || !x->sub ||
       !x->stack || !x->items || !x->sets)
     return -1;
   /* the step tree: node = center step of [lo, hi] */
@@ -432,6 +446,9 @@ void apx_place_index_free(ApxPlaceIndex *x) {
   free(x->sets);
   free(x->free_lo);
   free(x->free_hi);
+  free(x->own_ver);
+  free(x->sub_ver);
+  free(x->memo);
   memset(x, 0, sizeof *x);
   x->root = -1;
 }
@@ -444,6 +461,8 @@ void apx_place_index_clear(ApxPlaceIndex *x) {
   x->top_start = x->top_end = -1;
   x->top_placed = 0;
   x->fast = 0;
+  if (x->memo) memset(x->memo, 0, MEMO_SLOTS * sizeof *x->memo); /* versions go on counting */
+  x->memo_hits = 0;
 }
 
 int apx_place_index_add(ApxPlaceIndex *x, int32_t item, int32_t start, int32_t end,
@@ -466,8 +485,12 @@ int apx_place_index_add(ApxPlaceIndex *x, int32_t item, int32_t start, int32_t e
   n->l = n->r = -1;
   own_pull(N, item);
   x->own[c] = own_insert(N, x->own[c], item);
-  for (int32_t p = c; p >= 0; p = x->parent[p])
-    if (run_insert(x, &x->sub[p], offset, offset + size)) return -1;
+  x->own_ver[c]++;
+  for (int32_t p = c; p >= 0; p = x->parent[p]) {
+    int changed = run_insert(x, &x->sub[p], offset, offset + size);
+    if (changed < 0) return -1;
+    x->sub_ver[p] += (uint32_t)changed;
+  }
   return 0;
 }
 
@@ -494,13 +517,56 @@ static void collect_sets(ApxPlaceIndex *x, int32_t s, int32_t e) {
   }
 }
 
+/* ---- recent set answers (memplan_index.h) ------------------------------------------------ */
+
+static uint32_t set_ver(const ApxPlaceIndex *x, const ApxPlaceSet *s) {
+  return s->sub ? x->sub_ver[s->node] : x->own_ver[s->node];
+}
+
+static ApxPlaceMemo *memo_slot(ApxPlaceIndex *x, const ApxPlaceSet *s, int64_t y, int64_t size) {
+  uint64_t h = (uint64_t)(uint32_t)s->node * 0x9E3779B97F4A7C15ull;
+  h ^= ((uint64_t)s->sub << 1 | (uint64_t)(uint8_t)s->side << 2) + (uint64_t)(uint32_t)s->bound * 0xC2B2AE3D27D4EB4Full;
+  h ^= (uint64_t)y * 0x165667B19E3779F9ull;
+  h ^= (uint64_t)size * 0x27D4EB2F165667C5ull;
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 32;
+  return &x->memo[h & (MEMO_SLOTS - 1)];
+}
+
+static int memo_matches(const ApxPlaceMemo *m, const ApxPlaceSet *s, int64_t y, int64_t size,
+                        uint32_t ver) {
+  return m->used && m->y == y && m->size == size && m->node == s->node && m->bound == s->bound &&
+         m->sub == s->sub && m->side == s->side && m->ver == ver;
+}
+
+static int64_t set_fit_walk(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size);
+
+/* set_fit_walk's answer, from the table when the set has not changed since it was asked the
+ * same (the same free range and the same work counted) */
+static int64_t set_fit(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size) {
+  if (x->free_lo[i] <= y && y < x->free_hi[i] && x->free_hi[i] - y >= size) return y;
+  const ApxPlaceSet *s = &x->sets[i];
+  uint32_t ver = set_ver(x, s);
+  ApxPlaceMemo *m = memo_slot(x, s, y, size);
+  if (memo_matches(m, s, y, size, ver)) {
+    x->free_lo[i] = m->f;
+    x->free_hi[i] = m->hi;
+    x->work += m->work;
+    x->memo_hits++;
+    return m->f;
+  }
+  int64_t work0 = x->work, f = set_fit_walk(x, i, y, size);
+  *m = (ApxPlaceMemo){y, size, f, x->free_hi[i], x->work - work0, s->node, s->bound, s->sub, s->side, 1, ver};
+  return f;
+}
+
 /* Lowest f >= y such that [f, f + size) is free in set i, with the free range [f, hi) it
  * starts (hi: the set's next occupied offset) kept in free_lo/free_hi[i]: the cursor only
  * moves up, so the set is asked again only once the cursor leaves that range. Sub sets and
  * own sets whose every buffer counts skip gaps that are too small through max_gap; own sets
  * that count only the buffers reaching into the query interval step from gap to gap. */
-static int64_t set_fit(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size) {
-  if (x->free_lo[i] <= y && y < x->free_hi[i] && x->free_hi[i] - y >= size) return y;
+static int64_t set_fit_walk(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size) {
   const ApxPlaceSet *s = &x->sets[i];
   /* O(1) from the treap root: above the set's last byte everything is free; a set whose
    * every buffer counts and that has no gap inside is [first, last) */

@@ -39,6 +39,10 @@
  *     the same gaps plus none: its answer is the new top.
  *   - per set, O(1) answers from the treap root when the cursor is above the set's last
  *     byte or the set is one gapless block.
+ *   - per set, its recent answers: consecutive queries walk their sets' gaps from the same
+ *     cursors (on the 100k chain 64% of the walks repeat one made since the set last
+ *     changed); a small table keyed by (set, cursor, size) and checked against the set's
+ *     version answers them again, `work` included, so budgets count the same.
  *
  * Not thread-safe; one index per planning run. init/free pair; clear empties it for the
  * next placement order. */
@@ -55,6 +59,7 @@ typedef enum ApxFit { APX_FIT_BEST, APX_FIT_FIRST } ApxFit;
 
 typedef struct ApxPlaceOwn ApxPlaceOwn; /* treap node of one placed buffer (memplan_index.c) */
 typedef struct ApxPlaceRun ApxPlaceRun; /* treap node of one merged run of a sub set */
+typedef struct ApxPlaceMemo ApxPlaceMemo; /* one remembered answer of a set (memplan_index.c) */
 typedef struct ApxPlaceSet {
   int32_t node;     /* step tree node */
   int8_t sub;       /* 1: the node's sub set; 0: its own buffers */
@@ -79,6 +84,9 @@ typedef struct ApxPlaceIndex {
   int64_t top_at, top_size;                 /* the top and the size asked */
   int8_t top_placed;                        /* 1: the add after it placed exactly there */
   int64_t fast;                             /* queries answered that way (statistics) */
+  uint32_t *own_ver, *sub_ver;              /* [n_steps] bumped when that set changes */
+  ApxPlaceMemo *memo;                       /* recent set answers, by (set, cursor, size) */
+  int64_t memo_hits;                        /* statistics */
 } ApxPlaceIndex;
 
 /* An index for buffer ids [0, n_items) over steps [0, n_steps). Returns 0, -1 when out of
