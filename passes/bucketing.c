@@ -123,23 +123,21 @@ int pass_bucketing(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   if (n <= 0) return APX_PASS_UNCHANGED;
   const ApxSection sec = o->accumulate > 1 ? APX_SEC_OPTIMIZER : APX_SEC_BACKWARD;
 
+  const int n_nodes0 = g->n_nodes; /* the nodes before this pass: the ones rewired */
   int32_t *pos = malloc(((size_t)g->n_nodes + 1) * sizeof *pos);
   Member *ms = calloc((size_t)n + 1, sizeof *ms);
   Bucket *bs = calloc((size_t)n + 1, sizeof *bs);
   int *outs = malloc(((size_t)n + 1) * sizeof *outs);
-  ApxUses uses;
-  int have_uses = 0, rc = -1;
-  if (!pos || !ms || !bs || !outs) {
+  int *reduced = malloc(((size_t)g->n_vals + 1) * sizeof *reduced); /* grad -> reduced value */
+  const int n_vals0 = g->n_vals;
+  int rc = -1;
+  if (!pos || !ms || !bs || !outs || !reduced) {
     rc = oom(d, g);
     goto out;
   }
   for (int i = 0; i < g->n_nodes; i++) pos[i] = -1;
   for (int32_t t = 0; t < g->n_order; t++) pos[g->order[t]] = t;
-  if (apx_uses_build(g, &uses)) {
-    rc = oom(d, g);
-    goto out;
-  }
-  have_uses = 1;
+  for (int v = 0; v < n_vals0; v++) reduced[v] = -1;
 
   /* 1. members in readiness order (casts for --allreduce-fp32 first) */
   int32_t m = 0;
@@ -210,44 +208,50 @@ int pass_bucketing(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
     order[k] = x;
   }
 
-  /* 4. one Allreduce per bucket; consumers after it read the reduced values */
+  /* 4. one Allreduce per bucket; consumers after it read the reduced values. Members grouped
+   * by bucket in readiness order (a counting sort: start[b] is bucket b's first slot). */
   Member *tmp = malloc(((size_t)m + 1) * sizeof *tmp);
-  if (!tmp) {
+  int32_t *start = calloc((size_t)nb + 1, sizeof *start);
+  if (!tmp || !start) {
+    free(tmp);
+    free(start);
     free(order);
     rc = oom(d, g);
     goto out;
   }
+  for (int32_t b = 0; b < nb; b++) start[b + 1] = start[b] + bs[b].n;
+  for (int32_t j = 0; j < m; j++) tmp[start[ms[j].bucket]++] = ms[j];
+  for (int32_t b = 0; b < nb; b++) start[b] -= bs[b].n; /* back to each bucket's first */
   for (int32_t id = 0; id < nb; id++) {
-    int32_t b = order[id], k = 0;
-    for (int32_t j = 0; j < m; j++)
-      if (ms[j].bucket == b) tmp[k++] = ms[j];
-    bs[b].n = k;
-    if (add_allreduce(g, o, d, &bs[b], id, tmp, sec, outs) < 0) {
+    int32_t b = order[id], k = bs[b].n;
+    if (add_allreduce(g, o, d, &bs[b], id, tmp + start[b], sec, outs) < 0) {
       free(tmp);
+      free(start);
       free(order);
       goto out;
     }
-    /* rewire: the optimizer-side consumers the gradient had before this pass (UnscaleCheck;
-     * not the new casts) read the reduced value. Backward consumers keep the local value: a
-     * parameter added without broadcasting shares its gradient value with the activation it
-     * is added to, and the rest of backward must see this rank's gradient (reading the
-     * reduced one would also make a cycle when the Allreduce sits in backward). */
-    for (int32_t j = 0; j < k; j++) {
-      int from = tmp[j].grad;
-      for (int e = uses.use_start[from]; e < uses.use_start[from + 1]; e++) {
-        ApxNode *cn = &g->nodes[uses.use_node[e]];
-        if (cn->section != APX_SEC_OPTIMIZER) continue;
-        if (cn->in[uses.use_slot[e]] == from) cn->in[uses.use_slot[e]] = outs[j];
-      }
-    }
+    for (int32_t j = 0; j < k; j++)
+      if (reduced[tmp[start[b] + j].grad] < 0) reduced[tmp[start[b] + j].grad] = outs[j];
   }
   free(tmp);
+  free(start);
   free(order);
+  /* rewire: the optimizer-side consumers the gradient had before this pass (UnscaleCheck;
+   * not the new casts and Allreduces) read the reduced value. Backward consumers keep the
+   * local value: a parameter added without broadcasting shares its gradient value with the
+   * activation it is added to, and the rest of backward must see this rank's gradient
+   * (reading the reduced one would also make a cycle when the Allreduce sits in backward). */
+  for (int i = 0; i < n_nodes0; i++) {
+    ApxNode *cn = &g->nodes[i];
+    if (cn->section != APX_SEC_OPTIMIZER || (cn->flags & APX_NODEF_DEAD)) continue;
+    for (int k = 0; k < cn->n_in; k++)
+      if (cn->in[k] >= 0 && cn->in[k] < n_vals0 && reduced[cn->in[k]] >= 0) cn->in[k] = reduced[cn->in[k]];
+  }
   /* UnscaleCheck's unscaled outputs keep their types (fp32); re-infer it over the new inputs */
   if (apx_node_infer(g, uc, d)) goto out;
   rc = APX_PASS_CHANGED;
 out:
-  if (have_uses) apx_uses_free(&uses);
+  free(reduced);
   free(pos);
   free(ms);
   free(bs);

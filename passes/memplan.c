@@ -34,6 +34,16 @@ typedef struct Plan {
  * as the scan-based planner's; above it the first order (greedy by size) always completes. */
 #define BUDGET_MIN_CLASSES 4096
 #define BUDGET_GAPS_PER_CLASS 4
+/* On graphs that size, an arena within lower / CLOSE_DIV of the lower bound ends the search
+ * (memplan.h). Measured: chain-100k at -O0, greedy by size 448 bytes above the bound of 36 MB;
+ * greedy by breadth then walked its whole budget and first fit reached the bound, 0.6 s
+ * for 0.001% of the arena. Smaller graphs search as before, so their plans do not change. */
+#define CLOSE_DIV 1024
+
+int apx_memplan_close_enough(int32_t n_classes, int64_t arena, int64_t lower) {
+  if (arena <= lower) return 1;
+  return n_classes >= BUDGET_MIN_CLASSES && arena - lower <= lower / CLOSE_DIV;
+}
 
 static int64_t align_up(int64_t x) { return (x + APX_MEMPLAN_ALIGN - 1) & ~(int64_t)(APX_MEMPLAN_ALIGN - 1); }
 
@@ -204,7 +214,7 @@ static uint64_t xorshift(uint64_t *s) {
 }
 
 /* Runs every placement heuristic and keeps the smallest arena in best_off (stops early at
- * the lower bound):
+ * the lower bound, or close to it on big graphs: apx_memplan_close_enough):
  *   greedy by size (TFLite GreedyBySize), best and first fit; by size x lifetime; by
  *   start step; greedy by breadth (TFLite GreedyByBreadth); then randomized size orders
  *   (each size scaled by a factor in [e^-0.5, e^0.5]), as many as the graph size allows.
@@ -219,7 +229,7 @@ static int64_t pack_arena(Plan *pl, int32_t n_steps, const int64_t *live, int64_
       best = pl->beat = sz_;                                                \
       for (int32_t i_ = 0; i_ < pl->n; i_++) best_off[i_] = pl->cls[i_].offset; \
     }                                                                       \
-    if (best <= lower) return best;                                         \
+    if (apx_memplan_close_enough(pl->n, best, lower)) return best;          \
   } while (0)
   for (int32_t i = 0; i < pl->n; i++) key[i] = (Key){(double)pl->cls[i].size, pl->cls[i].end - pl->cls[i].start};
   pl->budget = -1; /* the first order always completes */
@@ -269,8 +279,10 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   int32_t *root = malloc(((size_t)nv + 1) * sizeof *root);
   int64_t *best_off = malloc(((size_t)nv + 1) * sizeof *best_off);
   Key *key = malloc(((size_t)nv + 1) * sizeof *key);
+  int64_t *bytes = malloc(((size_t)nv + 1) * sizeof *bytes); /* [v] of runtime values */
   int rc = 0;
-  if (!def || !last || !pl.cls || !live || !idx || !steps || !work || !root || !best_off || !key) {
+  if (!def || !last || !pl.cls || !live || !idx || !steps || !work || !root || !best_off || !key ||
+      !bytes) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
     goto out;
   }
@@ -300,26 +312,24 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
       def[v] = t;
       if (t > last[v]) last[v] = t;
     }
-  }
-  /* data inputs stay valid for the whole run and between runs: set once, run many */
-  for (int i = 0; i < g->n_inputs; i++) USE(g->inputs[i], n_steps - 1);
-  for (int i = 0; i < g->n_outputs; i++) USE(g->outputs[i], n_steps - 1);
-  if (g->loss >= 0) USE(g->loss, n_steps - 1);
-  /* the trainer reads every loss (LossScaleSeed input 0) and every UnscaleCheck's found_inf,
-   * first_bad and norm_sq after the step (several losses: one check per loss, train.h) */
-  for (int32_t t = 0; t < g->n_order; t++) {
-    const ApxNode *n = &g->nodes[g->order[t]];
+    /* the trainer reads every loss (LossScaleSeed input 0) and every UnscaleCheck's
+     * found_inf, first_bad and norm_sq after the step (several losses: one check per loss,
+     * train.h) */
     if (n->op == APX_OP_LossScaleSeed && n->n_in > 0 && n->in[0] >= 0 && n->in[0] < nv)
       USE(n->in[0], n_steps - 1);
     for (int k = 0; n->op == APX_OP_UnscaleCheck && k < 3 && k < n->n_out; k++)
       if (n->out[k] >= 0 && n->out[k] < nv) USE(n->out[k], n_steps - 1);
   }
+  /* data inputs stay valid for the whole run and between runs: set once, run many */
+  for (int i = 0; i < g->n_inputs; i++) USE(g->inputs[i], n_steps - 1);
+  for (int i = 0; i < g->n_outputs; i++) USE(g->outputs[i], n_steps - 1);
+  if (g->loss >= 0) USE(g->loss, n_steps - 1);
 #undef USE
   for (int v = 0; v < nv; v++) {
     if (def[v] == NOT_RUNTIME) continue;
     const ApxValue *val = &g->vals[v];
     if (val->kind == APX_VAL_INPUT || is_persistent_kind(val->kind) || def[v] < 0) def[v] = 0;
-    if (apx_value_bytes(val) < 0) {
+    if ((bytes[v] = apx_value_bytes(val)) < 0) {
       char shape[128];
       rc = apx_value_error(d, g, v, "memory plan: %s tensor of shape %s has no known size%s",
                            apx_dtype_name(val->dtype), apx_value_shape_str(val, shape, sizeof shape),
@@ -348,7 +358,7 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
       if (!apx_node_input_is_runtime(n, in_slot) || g->vals[out].mem_alias >= 0) continue;
       ApxValue *vi = &g->vals[in], *vo = &g->vals[out];
       if (vo->kind != APX_VAL_ACTIVATION) continue;
-      if (apx_value_bytes(vo) != apx_value_bytes(vi)) continue;
+      if (bytes[out] != bytes[in]) continue; /* both runtime: sized in step 1 */
       int r = root_of(root, in);
       if (!view) {
         if (g->vals[r].kind != APX_VAL_ACTIVATION) continue; /* persistent or data input */
@@ -365,18 +375,26 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
         if (n->in[k] >= 0 && n->in[k] < nv) uses[root[n->in[k]]] = 0;
   }
 
-  /* 3. classes: persistent roots laid out in value order, arena roots packed */
+  /* 3. classes: persistent roots laid out in value order, arena roots packed; no_reuse
+   * counts every non-view arena value */
   int64_t pers = 0, no_reuse = 0;
   for (int v = 0; v < nv; v++) {
-    if (def[v] == NOT_RUNTIME || g->vals[v].mem_alias >= 0) continue;
+    if (def[v] == NOT_RUNTIME) continue;
     ApxValue *val = &g->vals[v];
-    int64_t sz = align_up(apx_value_bytes(val));
+    int64_t sz = align_up(bytes[v]);
+    if (val->mem_alias >= 0) {
+      if (is_persistent_kind(g->vals[root_of(root, v)].kind)) continue;
+      int view = val->producer >= 0 && (apx_op_info(g->nodes[val->producer].op)->flags & APX_OPF_SHAPEONLY);
+      if (!view) no_reuse += sz;
+      continue;
+    }
     if (is_persistent_kind(val->kind)) {
       val->mem_region = APX_MEM_PERSISTENT;
       val->mem_offset = pers;
       pers += sz;
       continue;
     }
+    no_reuse += sz;
     val->mem_region = APX_MEM_ARENA;
     Class *c = &pl.cls[pl.n];
     c->root = v;
@@ -387,14 +405,8 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
     c->offset = -1;
     pl.n++;
   }
-  for (int v = 0; v < nv; v++) { /* count every non-view arena value for no_reuse */
-    if (def[v] == NOT_RUNTIME) continue;
-    int r = root_of(root, v);
-    if (is_persistent_kind(g->vals[r].kind)) continue;
-    int view = g->vals[v].mem_alias >= 0 && g->vals[v].producer >= 0 &&
-               (apx_op_info(g->nodes[g->vals[v].producer].op)->flags & APX_OPF_SHAPEONLY);
-    if (!view) no_reuse += align_up(apx_value_bytes(&g->vals[v]));
-  }
+  free(bytes); /* before the index takes its memory */
+  bytes = NULL;
   int64_t peak = 0;
   for (int32_t i = 0; i < pl.n; i++) { /* difference array over steps */
     live[pl.cls[i].start] += pl.cls[i].size;
@@ -441,5 +453,6 @@ out:
   apx_place_index_free(&pl.ix);
   free(best_off);
   free(key);
+  free(bytes);
   return rc;
 }

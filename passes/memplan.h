@@ -23,7 +23,9 @@
  *    Each placement asks passes/memplan_index.h (O(log) per gap walked, not O(placed)). On
  *    graphs of 4096 classes or more, an order after the first that walks more than 4 gaps
  *    per class is abandoned (a counted, deterministic bound: every order stays near-linear);
- *    the first (greedy by size, best fit) always completes.
+ *    the first (greedy by size, best fit) always completes. On such graphs the search also
+ *    stops at an arena within 1/1024 of the lower bound (apx_memplan_close_enough): the
+ *    other orders could save at most that and each costs as much as the first.
  *    Offsets and sizes are multiples of APX_MEMPLAN_ALIGN.
  * Summary in g: arena_bytes, peak_live_bytes (lower bound: the most bytes of classes live
  * at one schedule step, sizes rounded to the alignment), no_reuse_bytes (every arena value
@@ -44,6 +46,11 @@ extern "C" {
 #define APX_MEMPLAN_ALIGN 64
 
 int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d);
+
+/* The packing's stopping rule: 1 when an arena of `arena` bytes for `n_classes` classes ends
+ * the search, the lower bound being `lower`: at the bound, or, with 4096 classes or more,
+ * at most lower / 1024 above it (0.1%). */
+int apx_memplan_close_enough(int32_t n_classes, int64_t arena, int64_t lower);
 
 
 #ifdef __cplusplus

@@ -6,23 +6,34 @@
 
 #define NONE_OFF INT64_MAX /* "no occupied offset above" */
 
+/* Node layouts: what a descent reads (range, children) first; priorities are computed from
+ * the node id (prio_of), not stored. 72 and 48 bytes. */
 struct ApxPlaceOwn {
   int64_t a, b;         /* byte range [a, b) */
-  int32_t start, end;   /* step interval */
-  uint32_t prio;
   int32_t l, r;
+  int32_t start, end;   /* step interval */
   /* subtree aggregates (in offset order the buffers are disjoint: first a, last b) */
-  int64_t first_a, last_b, sum;
-  int64_t max_gap;      /* largest free range between two consecutive buffers inside */
+  int64_t first_a, last_b;
+  int64_t max_gap;      /* largest free range between two consecutive buffers inside; 0: the
+                           subtree is one gapless block */
   int32_t min_start, max_start, min_end, max_end;
 };
 
 struct ApxPlaceRun {
   int64_t lo, hi;       /* merged run [lo, hi): runs of one set never touch */
-  uint32_t prio;
   int32_t l, r;
   int64_t first_lo, last_hi, max_gap; /* subtree: first start, last end, largest gap inside */
 };
+
+struct ApxPlaceMemo { /* a set's recent answer (set_fit) */
+  int64_t y, size;      /* the question: cursor and size */
+  int64_t f, hi, work;  /* the answer: free range [f, hi), gaps walked for it */
+  int32_t node, bound;  /* the set */
+  int8_t sub, side, used;
+  uint32_t ver;         /* the set's version when answered */
+};
+
+#define MEMO_SLOTS 4096 /* consecutive queries repeat: a few thousand recent answers suffice */
 
 static uint32_t mix(uint32_t v) { /* deterministic treap priorities */
   v ^= v >> 16;
@@ -32,6 +43,9 @@ static uint32_t mix(uint32_t v) { /* deterministic treap priorities */
   v ^= v >> 16;
   return v;
 }
+
+static uint32_t own_prio(int32_t t) { return mix((uint32_t)t + 0x9e3779b9u); }
+static uint32_t run_prio(int32_t t) { return mix((uint32_t)t * 2654435761u + 1u); }
 
 static int32_t min32(int32_t a, int32_t b) { return a < b ? a : b; }
 static int32_t max32(int32_t a, int32_t b) { return a > b ? a : b; }
@@ -44,7 +58,6 @@ static void own_pull(ApxPlaceOwn *N, int32_t t) {
   ApxPlaceOwn *n = &N[t];
   n->first_a = n->a;
   n->last_b = n->b;
-  n->sum = n->b - n->a;
   n->max_gap = 0;
   if (n->l >= 0) n->max_gap = max64(N[n->l].max_gap, n->a - N[n->l].last_b);
   if (n->r >= 0) n->max_gap = max64(n->max_gap, max64(N[n->r].max_gap, N[n->r].first_a - n->b));
@@ -53,7 +66,6 @@ static void own_pull(ApxPlaceOwn *N, int32_t t) {
   if (n->l >= 0) {
     const ApxPlaceOwn *c = &N[n->l];
     n->first_a = c->first_a;
-    n->sum += c->sum;
     n->min_start = min32(n->min_start, c->min_start);
     n->max_start = max32(n->max_start, c->max_start);
     n->min_end = min32(n->min_end, c->min_end);
@@ -62,7 +74,6 @@ static void own_pull(ApxPlaceOwn *N, int32_t t) {
   if (n->r >= 0) {
     const ApxPlaceOwn *c = &N[n->r];
     n->last_b = c->last_b;
-    n->sum += c->sum;
     n->min_start = min32(n->min_start, c->min_start);
     n->max_start = max32(n->max_start, c->max_start);
     n->min_end = min32(n->min_end, c->min_end);
@@ -86,17 +97,20 @@ static void own_split(ApxPlaceOwn *N, int32_t t, int64_t k, int32_t *L, int32_t 
   own_pull(N, t);
 }
 
-static int32_t own_merge(ApxPlaceOwn *N, int32_t a, int32_t b) {
-  if (a < 0) return b;
-  if (b < 0) return a;
-  if (N[a].prio > N[b].prio) {
-    N[a].r = own_merge(N, N[a].r, b);
-    own_pull(N, a);
-    return a;
+/* Inserts node `item` (its own fields set, no children) into treap t; returns the root. */
+static int32_t own_insert(ApxPlaceOwn *N, int32_t t, int32_t item) {
+  if (t < 0) return item;
+  if (own_prio(item) > own_prio(t)) {
+    own_split(N, t, N[item].a, &N[item].l, &N[item].r);
+    own_pull(N, item);
+    return item;
   }
-  N[b].l = own_merge(N, a, N[b].l);
-  own_pull(N, b);
-  return b;
+  if (N[item].a < N[t].a)
+    N[t].l = own_insert(N, N[t].l, item);
+  else
+    N[t].r = own_insert(N, N[t].r, item);
+  own_pull(N, t);
+  return t;
 }
 
 /* Which of a node's buffers meet the query interval (they all contain the node's center):
@@ -122,7 +136,7 @@ static int64_t own_extend(const ApxPlaceOwn *N, int32_t t, int64_t y, const ApxP
       *stop = 1;
       return y;
     }
-    if (n->first_a == y && n->last_b - n->first_a == n->sum && own_all(n, s)) return n->last_b;
+    if (n->first_a == y && n->max_gap == 0 && own_all(n, s)) return n->last_b;
     y = own_extend(N, n->l, y, s, stop);
     if (*stop) return y;
     if (n->b > y) {
@@ -138,17 +152,21 @@ static int64_t own_extend(const ApxPlaceOwn *N, int32_t t, int64_t y, const ApxP
 }
 
 /* Lowest offset >= y that no counted buffer of the set covers. */
-static int64_t own_next_free(const ApxPlaceOwn *N, int32_t root, int64_t y, const ApxPlaceSet *s) {
-  int32_t t = root, j = -1; /* j: the buffer with the largest a <= y */
+static int64_t own_next_free(const ApxPlaceOwn *N, int32_t root, int64_t y, const ApxPlaceSet *s,
+                             int32_t *succ) {
+  int32_t t = root, j = -1; /* j: the buffer with the largest a <= y; succ: the first above */
+  *succ = -1;
   while (t >= 0) {
     if (N[t].a <= y) {
       j = t;
       t = N[t].r;
     } else {
+      *succ = t;
       t = N[t].l;
     }
   }
   if (j < 0 || N[j].b <= y || !own_one(&N[j], s)) return y;
+  *succ = -1; /* not the first above the end of the run */
   int stop = 0;
   return own_extend(N, root, N[j].b, s, &stop);
 }
@@ -197,7 +215,7 @@ static void run_split(ApxPlaceRun *R, int32_t t, int64_t k, int32_t *L, int32_t 
 static int32_t run_merge(ApxPlaceRun *R, int32_t a, int32_t b) {
   if (a < 0) return b;
   if (b < 0) return a;
-  if (R[a].prio > R[b].prio) {
+  if (run_prio(a) > run_prio(b)) {
     R[a].r = run_merge(R, R[a].r, b);
     run_pull(R, a);
     return a;
@@ -231,15 +249,42 @@ static int32_t run_alloc(ApxPlaceIndex *x) {
     x->cap_runs = nc;
   }
   int32_t t = x->n_runs++;
-  x->runs[t].prio = mix((uint32_t)t * 2654435761u + 1u);
   return t;
 }
 
-/* Adds [a, b) to the run set *root, merging the runs it touches. */
+/* Adds [a, b) to the run set *root, merging the runs it touches. Without splits when [a, b)
+ * lies inside a run, or reaches above the last one (most buffers go on top). Returns 1 when
+ * the set changed, 0 when [a, b) was covered already, -1 when out of memory. */
 static int run_insert(ApxPlaceIndex *x, int32_t *root, int64_t a, int64_t b) {
+  ApxPlaceRun *R = x->runs;
+  if (*root >= 0 && a >= R[*root].first_lo) {
+    int32_t j = -1; /* the run with the largest lo <= a */
+    for (int32_t t = *root; t >= 0;) {
+      if (R[t].lo <= a) {
+        j = t;
+        t = R[t].r;
+      } else {
+        t = R[t].l;
+      }
+    }
+    if (R[j].hi >= b) return 0; /* already covered */
+    if (R[j].hi >= a && R[*root].last_hi == R[j].hi) { /* the last run grows up to b */
+      for (int32_t t = *root; t >= 0; t = R[t].r) R[t].last_hi = b;
+      R[j].hi = b;
+      return 1;
+    }
+  }
   int32_t nn = run_alloc(x);
   if (nn < 0) return -1;
-  ApxPlaceRun *R = x->runs;
+  R = x->runs;
+  if (*root >= 0 && a > R[*root].last_hi) { /* a new last run */
+    R[nn].lo = a;
+    R[nn].hi = b;
+    R[nn].l = R[nn].r = -1;
+    run_pull(R, nn);
+    *root = run_merge(R, *root, nn);
+    return 1;
+  }
   int32_t L, M, Rt;
   run_split(R, *root, a, &L, &Rt); /* L: lo < a */
   if (L >= 0) {                    /* the last run of L may reach a */
@@ -266,53 +311,32 @@ static int run_insert(ApxPlaceIndex *x, int32_t *root, int64_t a, int64_t b) {
   R[nn].l = R[nn].r = -1;
   run_pull(R, nn);
   *root = run_merge(R, run_merge(R, L, nn), Rt);
-  return 0;
-}
-
-static int64_t run_next_free(const ApxPlaceRun *R, int32_t t, int64_t y) {
-  int32_t j = -1;
-  while (t >= 0) {
-    if (R[t].lo <= y) {
-      j = t;
-      t = R[t].r;
-    } else {
-      t = R[t].l;
-    }
-  }
-  return j >= 0 && R[j].hi > y ? R[j].hi : y;
-}
-
-static int64_t run_next_start(const ApxPlaceRun *R, int32_t t, int64_t f) {
-  int64_t best = NONE_OFF;
-  while (t >= 0) {
-    if (R[t].lo > f) {
-      best = R[t].lo;
-      t = R[t].l;
-    } else {
-      t = R[t].r;
-    }
-  }
-  return best;
+  return 1;
 }
 
 /* ---- fits: the lowest offset >= y with `size` free bytes above it in one set --------------- */
 
 /* In the ordered disjoint intervals of a subtree (ApxPlaceOwn a/b or ApxPlaceRun lo/hi), the
  * end of the first interval starting at or after p whose following free range (up to the
- * next interval, `next` after the subtree, NONE_OFF: none) holds size bytes; -1 if none.
- * Subtrees whose gaps are all smaller are skipped whole (max_gap). */
+ * next interval, `next` after the subtree, NONE_OFF: none) holds size bytes, with the start
+ * of that next interval in *nx_out; -1 if none. Subtrees whose gaps are all smaller are
+ * skipped whole (max_gap). */
 #define GAP_AFTER(NAME, T, LO, HI)                                                            \
-  static int64_t NAME(const T *N, int32_t t, int64_t p, int64_t size, int64_t next) {          \
+  static int64_t NAME(const T *N, int32_t t, int64_t p, int64_t size, int64_t next,            \
+                      int64_t *nx_out) {                                                      \
     while (t >= 0) {                                                                          \
       const T *n = &N[t];                                                                     \
       int64_t first = n->first_##LO, last = n->last_##HI;                                     \
       if (last <= p) return -1; /* every interval starts below p */                           \
       if (first >= p && n->max_gap < size && next != NONE_OFF && next - last < size) return -1; \
-      int64_t r = NAME(N, n->l, p, size, n->LO);                                              \
+      int64_t r = NAME(N, n->l, p, size, n->LO, nx_out);                                      \
       if (r >= 0) return r;                                                                   \
       if (n->LO >= p) {                                                                       \
         int64_t nx = n->r >= 0 ? N[n->r].first_##LO : next;                                   \
-        if (nx == NONE_OFF || nx - n->HI >= size) return n->HI;                               \
+        if (nx == NONE_OFF || nx - n->HI >= size) {                                           \
+          *nx_out = nx;                                                                       \
+          return n->HI;                                                                       \
+        }                                                                                     \
       }                                                                                       \
       t = n->r;                                                                               \
     }                                                                                         \
@@ -321,6 +345,33 @@ static int64_t run_next_start(const ApxPlaceRun *R, int32_t t, int64_t f) {
 GAP_AFTER(own_gap_after, ApxPlaceOwn, a, b)
 GAP_AFTER(run_gap_after, ApxPlaceRun, lo, hi)
 #undef GAP_AFTER
+
+/* In a whole set of ordered disjoint intervals: the lowest f >= y with [f, f + size) free and
+ * the start of the next interval above f in *hi (NONE_OFF: none). One descent finds the
+ * intervals around y (the last starting at or below it, the first above it); only when
+ * the free range there is too small does GAP_AFTER look further. */
+#define FIT_FROM(NAME, T, LO, HI, GAP)                                                        \
+  static int64_t NAME(const T *N, int32_t root, int64_t y, int64_t size, int64_t *hi) {        \
+    int64_t pred_end = -1, succ = NONE_OFF;                                                   \
+    for (int32_t t = root; t >= 0;) {                                                         \
+      if (N[t].LO <= y) {                                                                     \
+        pred_end = N[t].HI;                                                                   \
+        t = N[t].r;                                                                           \
+      } else {                                                                                \
+        succ = N[t].LO;                                                                       \
+        t = N[t].l;                                                                           \
+      }                                                                                       \
+    }                                                                                         \
+    if (pred_end > y) y = pred_end;                                                           \
+    if (succ == NONE_OFF || succ - y >= size) {                                               \
+      *hi = succ;                                                                             \
+      return y;                                                                               \
+    }                                                                                         \
+    return GAP(N, root, y, size, NONE_OFF, hi);                                               \
+  }
+FIT_FROM(own_fit_from, ApxPlaceOwn, a, b, own_gap_after)
+FIT_FROM(run_fit_from, ApxPlaceRun, lo, hi, run_gap_after)
+#undef FIT_FROM
 
 /* ---- the index -------------------------------------------------------------------------- */
 
@@ -344,10 +395,12 @@ int apx_place_index_init(ApxPlaceIndex *x, int32_t n_steps, int32_t n_items) {
   x->sets = malloc((size_t)x->cap_sets * sizeof *x->sets);
   x->free_lo = malloc((size_t)x->cap_sets * sizeof *x->free_lo);
   x->free_hi = malloc((size_t)x->cap_sets * sizeof *x->free_hi);
-  if (!x->free_lo || !x->free_hi || !x->lo || !x->hi || !x->left || !x->right || !x->parent || !x->own || !x->sub ||
+  x->own_ver = calloc(ns, sizeof *x->own_ver);
+  x->sub_ver = calloc(ns, sizeof *x->sub_ver);
+  x->memo = malloc(MEMO_SLOTS * sizeof *x->memo);
+  if (!x->own_ver || !x->sub_ver || !x->memo || !x->free_lo || !x->free_hi || !x->lo || !x->hi || !x->left || !x->right || !x->parent || !x->own || !x->sub ||
       !x->stack || !x->items || !x->sets)
     return -1;
-  for (int32_t i = 0; i < x->n_items; i++) x->items[i].prio = mix((uint32_t)i + 0x9e3779b9u);
   /* the step tree: node = center step of [lo, hi] */
   if (x->n_steps > 0) {
     int32_t *st = x->stack, sp = 0;
@@ -393,6 +446,9 @@ void apx_place_index_free(ApxPlaceIndex *x) {
   free(x->sets);
   free(x->free_lo);
   free(x->free_hi);
+  free(x->own_ver);
+  free(x->sub_ver);
+  free(x->memo);
   memset(x, 0, sizeof *x);
   x->root = -1;
 }
@@ -402,6 +458,11 @@ void apx_place_index_clear(ApxPlaceIndex *x) {
   x->n_runs = 0;
   x->free_run = -1;
   x->work = 0;
+  x->top_start = x->top_end = -1;
+  x->top_placed = 0;
+  x->fast = 0;
+  if (x->memo) memset(x->memo, 0, MEMO_SLOTS * sizeof *x->memo); /* versions go on counting */
+  x->memo_hits = 0;
 }
 
 int apx_place_index_add(ApxPlaceIndex *x, int32_t item, int32_t start, int32_t end,
@@ -409,6 +470,13 @@ int apx_place_index_add(ApxPlaceIndex *x, int32_t item, int32_t start, int32_t e
   int32_t c = x->root;
   while (c >= 0 && (c < start || c > end)) c = c < start ? x->right[c] : x->left[c];
   if (c < 0) return -1; /* not inside [0, n_steps) */
+  /* the buffer on top of the last answer's union (find's repeated-interval path) */
+  if (x->top_start == start && x->top_end == end && x->top_at == offset && !x->top_placed) {
+    x->top_at = offset + size;
+    x->top_placed = 1;
+  } else {
+    x->top_start = x->top_end = -1;
+  }
   ApxPlaceOwn *N = x->items, *n = &N[item];
   n->a = offset;
   n->b = offset + size;
@@ -416,11 +484,13 @@ int apx_place_index_add(ApxPlaceIndex *x, int32_t item, int32_t start, int32_t e
   n->end = end;
   n->l = n->r = -1;
   own_pull(N, item);
-  int32_t L, R;
-  own_split(N, x->own[c], offset, &L, &R);
-  x->own[c] = own_merge(N, own_merge(N, L, item), R);
-  for (int32_t p = c; p >= 0; p = x->parent[p])
-    if (run_insert(x, &x->sub[p], offset, offset + size)) return -1;
+  x->own[c] = own_insert(N, x->own[c], item);
+  x->own_ver[c]++;
+  for (int32_t p = c; p >= 0; p = x->parent[p]) {
+    int changed = run_insert(x, &x->sub[p], offset, offset + size);
+    if (changed < 0) return -1;
+    x->sub_ver[p] += (uint32_t)changed;
+  }
   return 0;
 }
 
@@ -447,14 +517,48 @@ static void collect_sets(ApxPlaceIndex *x, int32_t s, int32_t e) {
   }
 }
 
-static int64_t set_next_free(const ApxPlaceIndex *x, const ApxPlaceSet *s, int64_t y) {
-  return s->sub ? run_next_free(x->runs, x->sub[s->node], y)
-                : own_next_free(x->items, x->own[s->node], y, s);
+/* ---- recent set answers (memplan_index.h) ------------------------------------------------ */
+
+static uint32_t set_ver(const ApxPlaceIndex *x, const ApxPlaceSet *s) {
+  return s->sub ? x->sub_ver[s->node] : x->own_ver[s->node];
 }
 
-static int64_t set_next_start(const ApxPlaceIndex *x, const ApxPlaceSet *s, int64_t f) {
-  return s->sub ? run_next_start(x->runs, x->sub[s->node], f)
-                : own_next_start(x->items, x->own[s->node], f, s);
+static ApxPlaceMemo *memo_slot(ApxPlaceIndex *x, const ApxPlaceSet *s, int64_t y, int64_t size) {
+  uint64_t h = (uint64_t)(uint32_t)s->node * 0x9E3779B97F4A7C15ull;
+  h ^= ((uint64_t)s->sub << 1 | (uint64_t)(uint8_t)s->side << 2) + (uint64_t)(uint32_t)s->bound * 0xC2B2AE3D27D4EB4Full;
+  h ^= (uint64_t)y * 0x165667B19E3779F9ull;
+  h ^= (uint64_t)size * 0x27D4EB2F165667C5ull;
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 32;
+  return &x->memo[h & (MEMO_SLOTS - 1)];
+}
+
+static int memo_matches(const ApxPlaceMemo *m, const ApxPlaceSet *s, int64_t y, int64_t size,
+                        uint32_t ver) {
+  return m->used && m->y == y && m->size == size && m->node == s->node && m->bound == s->bound &&
+         m->sub == s->sub && m->side == s->side && m->ver == ver;
+}
+
+static int64_t set_fit_walk(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size);
+
+/* set_fit_walk's answer, from the table when the set has not changed since it was asked the
+ * same (the same free range and the same work counted) */
+static int64_t set_fit(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size) {
+  if (x->free_lo[i] <= y && y < x->free_hi[i] && x->free_hi[i] - y >= size) return y;
+  const ApxPlaceSet *s = &x->sets[i];
+  uint32_t ver = set_ver(x, s);
+  ApxPlaceMemo *m = memo_slot(x, s, y, size);
+  if (memo_matches(m, s, y, size, ver)) {
+    x->free_lo[i] = m->f;
+    x->free_hi[i] = m->hi;
+    x->work += m->work;
+    x->memo_hits++;
+    return m->f;
+  }
+  int64_t work0 = x->work, f = set_fit_walk(x, i, y, size);
+  *m = (ApxPlaceMemo){y, size, f, x->free_hi[i], x->work - work0, s->node, s->bound, s->sub, s->side, 1, ver};
+  return f;
 }
 
 /* Lowest f >= y such that [f, f + size) is free in set i, with the free range [f, hi) it
@@ -462,28 +566,57 @@ static int64_t set_next_start(const ApxPlaceIndex *x, const ApxPlaceSet *s, int6
  * moves up, so the set is asked again only once the cursor leaves that range. Sub sets and
  * own sets whose every buffer counts skip gaps that are too small through max_gap; own sets
  * that count only the buffers reaching into the query interval step from gap to gap. */
-static int64_t set_fit(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size) {
-  if (x->free_lo[i] <= y && y < x->free_hi[i] && x->free_hi[i] - y >= size) return y;
+static int64_t set_fit_walk(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size) {
   const ApxPlaceSet *s = &x->sets[i];
+  /* O(1) from the treap root: above the set's last byte everything is free; a set whose
+   * every buffer counts and that has no gap inside is [first, last) */
+  int64_t first, last;
+  int whole;
+  if (s->sub) {
+    const ApxPlaceRun *r = &x->runs[x->sub[s->node]];
+    first = r->first_lo, last = r->last_hi, whole = r->max_gap == 0;
+  } else {
+    const ApxPlaceOwn *r = &x->items[x->own[s->node]];
+    first = r->first_a, last = r->last_b, whole = r->max_gap == 0 && own_all(r, s);
+  }
+  if (y >= last || (whole && y + size > first)) {
+    if (y < last) y = last;
+    x->free_lo[i] = y;
+    x->free_hi[i] = NONE_OFF;
+    return y;
+  }
+  if (whole) { /* y + size <= first */
+    x->free_lo[i] = y;
+    x->free_hi[i] = first;
+    return y;
+  }
+  if (s->sub || s->side == 0) { /* every buffer counts */
+    y = s->sub ? run_fit_from(x->runs, x->sub[s->node], y, size, &x->free_hi[i])
+               : own_fit_from(x->items, x->own[s->node], y, size, &x->free_hi[i]);
+    x->free_lo[i] = y;
+    return y;
+  }
+  const ApxPlaceOwn *N = x->items; /* own buffers of which only some count: gap by gap */
+  int32_t root = x->own[s->node];
   for (;; x->work++) {
-    int64_t f = set_next_free(x, s, y), a = set_next_start(x, s, f);
+    int32_t succ;
+    int64_t f = own_next_free(N, root, y, s, &succ);
+    /* the next counted start: the first buffer above f when it counts, else a walk */
+    int64_t a = succ >= 0 && own_one(&N[succ], s) ? N[succ].a : own_next_start(N, root, f, s);
     if (a - f >= size || a == NONE_OFF) {
       x->free_lo[i] = f;
       x->free_hi[i] = a;
-      return f;
-    }
-    if (s->sub || s->side == 0) { /* the last interval is always followed by free space */
-      f = s->sub ? run_gap_after(x->runs, x->sub[s->node], a, size, NONE_OFF)
-                 : own_gap_after(x->items, x->own[s->node], a, size, NONE_OFF);
-      x->free_lo[i] = f;
-      x->free_hi[i] = set_next_start(x, s, f);
       return f;
     }
     y = a;
   }
 }
 
-int64_t apx_place_index_find(ApxPlaceIndex *x, int32_t start, int32_t end, int64_t size, ApxFit fit) {
+/* The walk over the gaps of the union of the sets (the file comment); *top: 1 when the answer
+ * is the top (no gap held size bytes). */
+static int64_t find_in_sets(ApxPlaceIndex *x, int32_t start, int32_t end, int64_t size, ApxFit fit,
+                            int *top) {
+  *top = 1;
   collect_sets(x, start, end);
   int32_t k = x->n_sets;
   if (k == 0) return 0;
@@ -507,14 +640,41 @@ int64_t apx_place_index_find(ApxPlaceIndex *x, int32_t start, int32_t end, int64
     int64_t a = NONE_OFF; /* the gap [f, a), at least size bytes: every set is free over */
     for (int32_t i = 0; i < k; i++) /* [f, free_hi) */
       if (x->free_hi[i] < a) a = x->free_hi[i];
-    if (a == NONE_OFF) return best >= 0 ? best : f; /* free above f in every set: the top */
+    if (a == NONE_OFF) { /* free above f in every set: the top */
+      *top = best < 0;
+      return best >= 0 ? best : f;
+    }
     int64_t gap = a - f;
     x->work++;
     if (gap < best_gap) {
       best = f;
       best_gap = gap;
-      if (fit == APX_FIT_FIRST || gap == size) return best; /* nothing later beats it */
+      if (fit == APX_FIT_FIRST || gap == size) { /* nothing later beats it */
+        *top = 0;
+        return best;
+      }
     }
     cur = a;
   }
+}
+
+int64_t apx_place_index_find(ApxPlaceIndex *x, int32_t start, int32_t end, int64_t size, ApxFit fit) {
+  int64_t at;
+  int top = 1;
+  if (x->top_placed && x->top_start == start && x->top_end == end && size >= x->top_size) {
+    at = x->top_at; /* the same interval on top of the last answer: no new gap */
+    x->fast++;
+  } else {
+    at = find_in_sets(x, start, end, size, fit, &top);
+  }
+  x->top_placed = 0;
+  if (top) {
+    x->top_start = start;
+    x->top_end = end;
+    x->top_at = at;
+    x->top_size = size;
+  } else {
+    x->top_start = x->top_end = -1;
+  }
+  return at;
 }

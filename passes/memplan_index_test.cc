@@ -43,6 +43,13 @@ int64_t ReferenceFind(const std::vector<Placed> &placed, int32_t start, int32_t 
   return best >= 0 ? best : cursor;
 }
 
+// No placed buffer whose interval meets [start, end] shares a byte with [off, off + size).
+bool FreeAt(const std::vector<Placed> &placed, int32_t start, int32_t end, int64_t off, int64_t size) {
+  for (const Placed &o : placed)
+    if (!(o.end < start || end < o.start) && off < o.offset + o.size && o.offset < off + size) return false;
+  return true;
+}
+
 struct Shape {
   const char *name;
   int32_t steps, items;
@@ -72,11 +79,7 @@ void RunShape(const Shape &s, uint32_t seed) {
     if (rng() % 8 == 0) {  // sometimes higher up (still free): leaves gaps below
       int64_t up = off + 64 * (int64_t)(rng() % 16);
       if (ReferenceFind(placed, a, b, 1, APX_FIT_FIRST) <= up) {
-        // keep only offsets that overlap nothing live (checked directly)
-        bool clash = false;
-        for (const Placed &o : placed)
-          if (!(o.end < a || b < o.start) && up < o.offset + o.size && o.offset < up + size) clash = true;
-        if (!clash) off = up;
+        if (FreeAt(placed, a, b, up, size)) off = up;  // overlaps nothing live
       }
     }
     ASSERT_EQ(apx_place_index_add(&ix, i, a, b, off, size), 0);
@@ -108,7 +111,7 @@ TEST(MemplanIndex, SameAnswersAsTheScanOnFewSteps) {
 }
 
 // A training-shaped layout: nested forward activations (live until their backward use),
-// short gradients in between; every query answered like the scan.
+// short gradients in between; every query answered like the scan, each asked three times.
 TEST(MemplanIndex, SameAnswersAsTheScanOnANestedTrainingShape) {
   const int32_t n = 300, steps = 2 * n + 2;
   ApxPlaceIndex ix;
@@ -127,6 +130,67 @@ TEST(MemplanIndex, SameAnswersAsTheScanOnANestedTrainingShape) {
     ASSERT_EQ(apx_place_index_add(&ix, id++, c.start, c.end, off, c.size), 0);
     placed.push_back({c.start, c.end, off, c.size});
   }
+  // the same queries asked again between adds were answered from the sets' recent answers
+  // (checked against the scan above, so a stale one would have failed)
+  EXPECT_GT(ix.memo_hits, 0);
+  apx_place_index_free(&ix);
+}
+
+// The repeated-interval path: after an answer that was the top and an add exactly there, the
+// same interval asks again (as the optimizer step's buffers do on training chains). Random
+// repeats with sizes below and above the last one, and adds elsewhere, against the scan.
+TEST(MemplanIndex, SameAnswersAsTheScanOnRepeatedIntervals) {
+  for (uint32_t seed = 1; seed <= 20; seed++) {
+    std::mt19937 rng(seed);
+    const int32_t steps = 40, items = 400;
+    ApxPlaceIndex ix;
+    ASSERT_EQ(apx_place_index_init(&ix, steps, items), 0);
+    std::vector<Placed> placed;
+    int32_t a = 0, b = 0;
+    for (int32_t i = 0; i < items; i++) {
+      if (i == 0 || rng() % 3 == 0) {  // a new interval now and then, else the same again
+        a = (int32_t)(rng() % (uint32_t)steps);
+        b = std::min(steps - 1, a + (int32_t)(rng() % 6));
+      }
+      int64_t size = 64 * (1 + (int64_t)(rng() % 4));
+      ApxFit fit = rng() % 2 ? APX_FIT_FIRST : APX_FIT_BEST;
+      int64_t got = apx_place_index_find(&ix, a, b, size, fit);
+      ASSERT_EQ(got, ReferenceFind(placed, a, b, size, fit)) << "seed " << seed << " item " << i;
+      int64_t off = got;
+      if (rng() % 10 == 0) {  // sometimes higher up (free there): the next query must not reuse
+        int64_t up = off + 64 * (1 + (int64_t)(rng() % 4));
+        if (FreeAt(placed, a, b, up, size)) off = up;
+      }
+      ASSERT_EQ(apx_place_index_add(&ix, i, a, b, off, size), 0);
+      placed.push_back({a, b, off, size});
+    }
+    EXPECT_GT(ix.fast, 0) << "seed " << seed;  // the path was taken
+    apx_place_index_free(&ix);
+  }
+}
+
+// Where the repeated-interval path applies and where it must not: a smaller size (a gap too
+// small for the last one may hold it), an add elsewhere in between, an add not at the answer.
+TEST(MemplanIndex, RepeatedIntervalPathOnlyAfterTheTopWasTaken) {
+  ApxPlaceIndex ix;
+  ASSERT_EQ(apx_place_index_init(&ix, 10, 8), 0);
+  ASSERT_EQ(apx_place_index_add(&ix, 0, 0, 9, 0, 128), 0);
+  ASSERT_EQ(apx_place_index_add(&ix, 1, 4, 5, 160, 64), 0);  // leaves [128, 160) over [4, 5]
+  EXPECT_EQ(apx_place_index_find(&ix, 4, 5, 64, APX_FIT_BEST), 224);  // the gap is too small
+  ASSERT_EQ(apx_place_index_add(&ix, 2, 4, 5, 224, 64), 0);
+  int64_t fast = ix.fast;
+  EXPECT_EQ(apx_place_index_find(&ix, 4, 5, 64, APX_FIT_BEST), 288);  // on top again
+  EXPECT_EQ(ix.fast, fast + 1);                                       // without the walk
+  ASSERT_EQ(apx_place_index_add(&ix, 3, 4, 5, 288, 64), 0);
+  EXPECT_EQ(apx_place_index_find(&ix, 4, 5, 32, APX_FIT_BEST), 128);  // smaller: the gap
+  EXPECT_EQ(ix.fast, fast + 1);
+  EXPECT_EQ(apx_place_index_find(&ix, 4, 5, 64, APX_FIT_FIRST), 352);
+  ASSERT_EQ(apx_place_index_add(&ix, 4, 0, 1, 128, 64), 0);  // another buffer in between
+  EXPECT_EQ(apx_place_index_find(&ix, 4, 5, 64, APX_FIT_FIRST), 352);
+  EXPECT_EQ(ix.fast, fast + 1);  // answered by the walk
+  ASSERT_EQ(apx_place_index_add(&ix, 5, 4, 5, 416, 64), 0);  // not at the answer (352)
+  EXPECT_EQ(apx_place_index_find(&ix, 4, 5, 64, APX_FIT_BEST), 352);  // the gap it left
+  EXPECT_EQ(ix.fast, fast + 1);
   apx_place_index_free(&ix);
 }
 
