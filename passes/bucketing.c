@@ -56,7 +56,7 @@ static int add_fp32_cast(ApxGraph *g, ApxDiag *d, int grad, ApxSection sec) {
   const char *vn = apx_arena_printf(&g->arena, "%s/fp32", gv.name);
   const char *nn = apx_arena_printf(&g->arena, "%s/allreduce_fp32", gv.name);
   if (!vn || !nn) return oom(d, g);
-  if (apx_graph_find_value(g, vn) >= 0) vn = apx_graph_unique_name(g, vn);
+  vn = apx_graph_free_name(g, vn);
   int cv = apx_graph_add_value(g, d, vn, APX_VAL_ACTIVATION, APX_DT_F32, gv.rank, gv.dims);
   if (cv < 0) return -1;
   int id = apx_graph_add_node(g, d, APX_OP_Cast, nn, 1, &grad, 1, &cv);
@@ -84,7 +84,7 @@ static int add_allreduce(ApxGraph *g, const ApxOptions *o, ApxDiag *d, const Buc
   for (int j = 0; j < n; j++) {
     const ApxValue mv = g->vals[ms[j].value];
     const char *vn = apx_arena_printf(&g->arena, "%s/allreduced", mv.name);
-    if (vn && apx_graph_find_value(g, vn) >= 0) vn = apx_graph_unique_name(g, vn);
+    if (vn) vn = apx_graph_free_name(g, vn);
     int r = vn ? apx_graph_add_value(g, d, vn, APX_VAL_ACTIVATION, mv.dtype, mv.rank, mv.dims) : oom(d, g);
     if (r < 0) {
       free(in);
