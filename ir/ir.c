@@ -99,8 +99,35 @@ static int name_insert(ApxGraph *g, int id) {
   return 0;
 }
 
+/* 1 when name has the generated form "<anything>_apx<digits>" (apx_graph_unique_name). */
+static int has_generated_form(const char *name) {
+  size_t len = strlen(name), k = len;
+  while (k > 0 && name[k - 1] >= '0' && name[k - 1] <= '9') k--;
+  return k < len && k >= 4 && memcmp(name + k - 4, "_apx", 4) == 0;
+}
+
+/* Puts the pending generated names in the table (sized for every value already). */
+static int flush_pending(ApxGraph *g) {
+  for (int32_t i = 0; i < g->n_name_pending; i++)
+    if (name_insert(g, g->name_pending[i])) {
+      memmove(g->name_pending, g->name_pending + i, (size_t)(g->n_name_pending - i) * sizeof *g->name_pending);
+      g->n_name_pending -= i;
+      return -1;
+    }
+  g->n_name_pending = 0;
+  return 0;
+}
+
 int apx_graph_find_value(const ApxGraph *g, const char *name) {
-  if (!name || !g->name_cap) return -1;
+  if (!name) return -1;
+  /* a pending name can only equal a name of the generated form; the table is private to
+   * this file and logically part of the lookup, so a const graph may fill it */
+  if (g->n_name_pending > 0 && has_generated_form(name) && flush_pending((ApxGraph *)g)) {
+    /* out of memory: answer by a scan of the pending names */
+    for (int32_t i = 0; i < g->n_name_pending; i++)
+      if (strcmp(g->vals[g->name_pending[i]].name, name) == 0) return g->name_pending[i];
+  }
+  if (!g->name_cap) return -1;
   uint32_t hv = hash_str(name), h = hv & (uint32_t)(g->name_cap - 1);
   uint32_t fb = filter_bit(hv, g->name_cap);
   if (!(g->name_bits[fb >> 6] >> (fb & 63) & 1)) return -1;
@@ -205,6 +232,20 @@ int apx_graph_add_value(ApxGraph *g, ApxDiag *d, const char *name, ApxValueKind 
   g->n_vals++;
   if (name && !generated && note_explicit_name(g, name)) g->n_apx_form_names++;
   g->last_unique = NULL;
+  if (generated) { /* into the table when a name of its form is looked up */
+    if (g->n_name_pending == g->cap_name_pending) {
+      int32_t nc = g->cap_name_pending ? g->cap_name_pending * 2 : 256;
+      int32_t *p = realloc(g->name_pending, (size_t)nc * sizeof *p);
+      if (!p) {
+        g->n_vals--;
+        return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory adding a value", g->file);
+      }
+      g->name_pending = p;
+      g->cap_name_pending = nc;
+    }
+    g->name_pending[g->n_name_pending++] = id;
+    return id;
+  }
   if (name_insert(g, id)) {
     g->n_vals--;
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory adding a value", g->file);

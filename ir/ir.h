@@ -160,6 +160,10 @@ typedef struct ApxGraph {
   int32_t name_cap;
   uint64_t *name_bits; /* 4 * name_cap bits, one set per name's hash: most lookups of a name
                           not in the table end in this cache-sized filter */
+  /* values with generated names not in the table yet: a generated name is looked up rarely
+   * (only a name of its form can equal it), so it goes in when such a name is looked up */
+  int32_t *name_pending;
+  int32_t n_name_pending, cap_name_pending;
   int32_t name_gen;   /* counter for generated names */
   /* generated names ("<hint>_apx<n>", n from name_gen) never equal one another; a name
    * given explicitly in that form (a model's, a pass's) moves name_gen past its n, so they

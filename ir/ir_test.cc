@@ -314,3 +314,21 @@ TEST(Ir, ArenaPrintfAgreesWithSnprintf) {
   EXPECT_STREQ(apx_arena_printf(&a, "plain"), "plain");
   apx_arena_free(&a);
 }
+
+// Generated names wait outside the name table until a name of their form is looked up:
+// lookups of other names leave them waiting, and every value is still found by its name.
+TEST(Ir, GeneratedNamesEnterTheTableWhenOneIsLookedUp) {
+  Graph t;
+  t.val("a");
+  for (int i = 0; i < 300; i++)
+    ASSERT_GE(apx_graph_add_value(&t.g, &t.d, apx_graph_unique_name(&t.g, "g"), APX_VAL_ACTIVATION,
+                                  APX_DT_F32, -1, nullptr), 0);
+  EXPECT_EQ(t.g.n_name_pending, 300);
+  EXPECT_EQ(apx_graph_find_value(&t.g, "a"), 0);
+  EXPECT_EQ(apx_graph_find_value(&t.g, "nothing"), -1);
+  EXPECT_EQ(t.g.n_name_pending, 300);
+  EXPECT_EQ(apx_graph_find_value(&t.g, "g_apx150"), 151);
+  EXPECT_EQ(t.g.n_name_pending, 0);
+  EXPECT_LT(t.val("g_apx7"), 0);  // given explicitly: found, a duplicate
+  for (int i = 0; i < t.g.n_vals; i++) ASSERT_EQ(apx_graph_find_value(&t.g, t.g.vals[i].name), i);
+}
