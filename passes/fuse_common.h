@@ -107,6 +107,11 @@ typedef struct FzCtx {
   int mark_cap, stamp;
   int *w_nodes, *w_vals, *w_slot, *w_vmark; /* B; exits and their slots; value stamps */
   int w_nodes_cap, w_vals_cap, w_vmark_cap, w_vstamp;
+  /* outputs of trial nodes (fz_apply): values reused from trial to trial, so that a
+   * candidate that is not fused leaves no named value behind; [0..FZ_MAX_IO) forward,
+   * [FZ_MAX_IO..) backward; -1 until first used */
+  int trial_val[2 * FZ_MAX_IO];
+  unsigned trial_gen[2 * FZ_MAX_IO]; /* name counter step reserved for each (see fuse_common.c) */
 } FzCtx;
 
 /* Starts a pass: returns 1 when the pass should run, 0 with --no-fuse (the log records
