@@ -98,6 +98,7 @@ int fz_begin(FzCtx *c, ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char 
   for (int i = 0; i < 2 * FZ_MAX_IO; i++) c->trial_val[i] = -1;
   ApxFusionLog *l = apx_fusion_log(g);
   if (!l) return oom(c);
+  c->traffic_ok = apx_fusion_log_current(g);
   if (o->no_fuse) {
     l->disabled = 1;
     return 0;
@@ -148,7 +149,10 @@ int fz_begin(FzCtx *c, ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char 
 }
 
 int fz_end(FzCtx *c) {
-  if (c->g) apx_fusion_log_after(c->g, c->changed);
+  if (c->g && c->changed && c->traffic_ok)
+    apx_fusion_log_after_delta(c->g, &c->traffic_delta);
+  else if (c->g)
+    apx_fusion_log_after(c->g, c->changed);
   apx_uses_free(&c->uses);
   free(c->root);
   free(c->bw_start);
@@ -166,6 +170,8 @@ int fz_end(FzCtx *c) {
   free(c->w_vmark);
   return c->changed ? APX_PASS_CHANGED : APX_PASS_UNCHANGED;
 }
+
+void fz_traffic_add(FzCtx *c, const ApxTraffic *t) { apx_traffic_add(&c->traffic_delta, t); }
 
 int fz_run(ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char *pass, FzWant want,
            FzTry try_node) {
@@ -623,6 +629,7 @@ static int drop_dead_cast(FzCtx *c, int node, int *n_fwd, int *n_bwd) {
   for (int hops = 0; hops < 8 && fz_live(g, node) && g->nodes[node].op == APX_OP_Cast; hops++) {
     int v = g->nodes[node].out[0];
     if (v < 0 || is_output(g, v) || fz_users(c, v, NULL, 0) > 0) return 0;
+    apx_traffic_count_node(g, node, &c->traffic_delta, -1);
     g->nodes[node].flags |= APX_NODEF_DEAD;
     *(g->nodes[node].section == APX_SEC_FORWARD ? n_fwd : n_bwd) += 1;
     int in = g->nodes[node].in[0];
@@ -880,6 +887,15 @@ static int apply(FzCtx *c, const FzFusion *f, Work *w) {
 
   /* ---- commit ---- */
   int n_fwd = f->n_fwd, n_bwd = w->nB;
+  /* traffic: R and B go, F and G (and the sums rewired, counted out before and in after) come */
+  ApxTraffic *td = &c->traffic_delta;
+  for (int i = 0; i < f->n_fwd; i++) apx_traffic_count_node(g, f->fwd[i], td, -1);
+  for (int i = 0; i < w->nB; i++) apx_traffic_count_node(g, w->B[i], td, -1);
+  for (int s = 0; s < f->grad_n_out; s++) {
+    int seen = 0;
+    for (int t = 0; t < s; t++) seen |= gpresent[t] && gsum[t] == gsum[s];
+    if (G >= 0 && gpresent[s] && gsum[s] >= 0 && !seen) apx_traffic_count_node(g, gsum[s], td, -1);
+  }
   for (int k = 0; k < f->n_out; k++) {
     if (f->out[k] >= 0) {
       take_over(g, F, k, f->out[k]);
@@ -956,6 +972,13 @@ static int apply(FzCtx *c, const FzFusion *f, Work *w) {
     gn->compute = comp;
     gn->reason = APX_REASON_INHERITED;
     gn->reason_detail = apx_arena_printf(&g->arena, "inherited from fused node '%s'", fname);
+  }
+  apx_traffic_count_node(g, F, td, 1);
+  if (G >= 0) apx_traffic_count_node(g, G, td, 1);
+  for (int s = 0; s < f->grad_n_out; s++) {
+    int seen = 0;
+    for (int t = 0; t < s; t++) seen |= gpresent[t] && gsum[t] == gsum[s];
+    if (G >= 0 && gpresent[s] && gsum[s] >= 0 && !seen) apx_traffic_count_node(g, gsum[s], td, 1);
   }
   if (add_extra(c, F) || (G >= 0 && add_extra(c, G))) return -1;
   /* inserted Casts that fed only R or B */
