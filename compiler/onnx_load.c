@@ -77,47 +77,82 @@ typedef struct TensorCtx {
   const char *base_dir; /* external data folder; NULL refuses external data */
 } TensorCtx;
 
-/* protobuf-c allocator: every allocation carries a 16-byte header saying where it came from.
- * Payloads of PB_BLOCK_MIN bytes or more (initializer raw_data, mostly) are arena blocks
- * (apx_arena_block_alloc), which decode_tensor hands to the graph's arena as they are instead
- * of copying them (a 650 MB model was copied three times); pb_free frees the others. It
- * remembers whether malloc failed (unpack returns NULL both for malformed input and for
- * out-of-memory; only the first is bad input). */
+/* protobuf-c allocator. Payloads of PB_BLOCK_MIN bytes or more (initializer raw_data, mostly)
+ * are arena blocks (apx_arena_block_alloc), which decode_tensor hands to the graph's arena as
+ * they are instead of copying them (a 650 MB model was copied three times); everything else
+ * is bumped from a scratch arena: the unpacked model is hundreds of thousands of small
+ * strings and messages, and it is dropped at once (pb_done) instead of freed piece by piece
+ * (malloc and free_unpacked were a fifth of loading a 100k-node model). The 4 bytes before
+ * each allocation say which it is. It remembers whether an allocation failed (unpack
+ * returns NULL both for malformed input and for out-of-memory; only the first is bad input). */
+typedef struct PbBlockHead { /* PB_HEADER bytes in front of a block's payload */
+  struct PbBlockHead *next;  /* every block of this unpack, for pb_done */
+  uint32_t pad, tag;
+} PbBlockHead;
 typedef struct PbAlloc {
   int oom;
+  ApxArena scratch;
+  PbBlockHead *blocks;
 } PbAlloc;
-enum { PB_HEADER = 16, PB_MALLOC = 0x4d41, PB_BLOCK = 0x424c, PB_ADOPTED = 0x4144 };
+enum { PB_HEADER = 16, PB_SMALL_HEADER = 8, PB_SMALL = 0x534d, PB_BLOCK = 0x424c,
+       PB_DEAD = 0x4445, PB_ADOPTED = 0x4144 };
 #define PB_BLOCK_MIN ((size_t)64 << 10)
 
+static uint32_t *pb_tag(void *p) { return (uint32_t *)(void *)((uint8_t *)p - 4); }
+
 static void *pb_alloc(void *data, size_t n) {
+  PbAlloc *pa = data;
   if (n > SIZE_MAX - PB_HEADER) return NULL;
-  int big = n >= PB_BLOCK_MIN;
-  uint32_t *h = big ? apx_arena_block_alloc(n + PB_HEADER) : malloc(n + PB_HEADER);
-  if (!h) {
-    ((PbAlloc *)data)->oom = 1;
+  uint8_t *p;
+  if (n >= PB_BLOCK_MIN) {
+    PbBlockHead *h = apx_arena_block_alloc(n + PB_HEADER);
+    if (h) {
+      h->next = pa->blocks;
+      pa->blocks = h;
+    }
+    p = h ? (uint8_t *)h + PB_HEADER : NULL;
+  } else { /* 8-byte aligned: what protobuf-c's messages need (their widest fields) */
+    uint8_t *h = apx_arena_alloc_raw(&pa->scratch, n + PB_SMALL_HEADER);
+    p = h ? h + PB_SMALL_HEADER : NULL;
+  }
+  if (!p) {
+    pa->oom = 1;
     return NULL;
   }
-  h[0] = big ? PB_BLOCK : PB_MALLOC;
-  return (uint8_t *)h + PB_HEADER;
+  *pb_tag(p) = n >= PB_BLOCK_MIN ? PB_BLOCK : PB_SMALL;
+  return p;
 }
 
+/* A block is freed by pb_done with the rest (an unpack that fails, or a bytes field given
+ * twice, frees early), a small allocation with the scratch arena. */
 static void pb_free(void *data, void *p) {
   (void)data;
-  if (!p) return;
-  uint32_t *h = (uint32_t *)(void *)((uint8_t *)p - PB_HEADER);
-  if (h[0] == PB_MALLOC)
-    free(h);
-  else if (h[0] == PB_BLOCK)
-    apx_arena_block_free(h);
-  /* PB_ADOPTED: the arena frees it */
+  if (p && *pb_tag(p) == PB_BLOCK) *pb_tag(p) = PB_DEAD;
+}
+
+static void pb_init(PbAlloc *pa, ProtobufCAllocator *a) {
+  memset(pa, 0, sizeof *pa);
+  apx_arena_init(&pa->scratch);
+  a->alloc = pb_alloc;
+  a->free = pb_free;
+  a->allocator_data = pa;
+}
+
+/* Frees everything unpack allocated but the blocks an arena adopted (take_bytes). */
+static void pb_done(PbAlloc *pa) {
+  for (PbBlockHead *h = pa->blocks, *next; h; h = next) {
+    next = h->next;
+    if (h->tag != PB_ADOPTED) apx_arena_block_free(h);
+  }
+  pa->blocks = NULL;
+  apx_arena_free(&pa->scratch);
 }
 
 /* The unpacked bytes at p (from pb_alloc) for the arena to keep: no copy for a block. */
 static void *take_bytes(ApxArena *a, const void *p, size_t n) {
-  uint32_t *h = (uint32_t *)(void *)((uint8_t *)p - PB_HEADER);
-  if (h[0] != PB_BLOCK) return apx_arena_memdup(a, p, n);
-  h[0] = PB_ADOPTED;
-  apx_arena_adopt(a, h);
+  if (*pb_tag((void *)p) != PB_BLOCK) return apx_arena_memdup(a, p, n);
+  *pb_tag((void *)p) = PB_ADOPTED;
+  apx_arena_adopt(a, (uint8_t *)(uintptr_t)p - PB_HEADER);
   return (void *)p;
 }
 
@@ -267,9 +302,19 @@ done:
   return rc;
 }
 
-/* Decodes a TensorProto into out (payload in c->arena). what: "initializer 'w'" etc. */
-static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *what,
+/* "initializer '<name>'" into buf: the subject of decode_tensor's messages when what is NULL
+ * (formatted only for a message: a model has many initializers). */
+static const char *init_what(const char *name, char *buf, size_t cap) {
+  snprintf(buf, cap, "initializer '%s'", name ? name : "");
+  return buf;
+}
+
+/* Decodes a TensorProto into out (payload in c->arena). what: "node 'n' (Constant) attribute
+ * 'value'" etc., or NULL for an initializer (named after t->name). */
+static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *what_or_null,
                          ApxTensorConst *out) {
+  char wbuf[600];
+#define what (what_or_null ? what_or_null : init_what(t ? t->name : NULL, wbuf, sizeof wbuf))
   memset(out, 0, sizeof *out);
   if (!t) return TERR(c, "missing tensor", what);
   int32_t dt = t->has_data_type ? t->data_type : 0;
@@ -290,10 +335,10 @@ static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *w
     if (v && numel > MAX_ELEMENTS / v) absurd = 1;
     else numel *= v;
   }
-  char ds[160];
-  dims_str(ds, sizeof ds, out->dims, rank);
+  char ds[160]; /* dims_str(ds, ...) where a message needs it */
   if (absurd || numel > MAX_ELEMENTS)
-    return TERR(c, "absurd dims %s (more than 2^40 elements)", what, ds);
+    return TERR(c, "absurd dims %s (more than 2^40 elements)", what,
+                dims_str(ds, sizeof ds, out->dims, rank));
   out->dtype = (ApxDType)dt;
   out->rank = rank;
   size_t es = apx_dtype_size(out->dtype);
@@ -306,7 +351,7 @@ static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *w
   if (t->has_raw_data) {
     if (t->raw_data.len != bytes)
       return TERR(c, "raw_data has %zu bytes, dims %s (%s) need %zu bytes", what,
-                  t->raw_data.len, ds, tn, bytes);
+                  t->raw_data.len, dims_str(ds, sizeof ds, out->dims, rank), tn, bytes);
     out->data = bytes ? take_bytes(c->arena, t->raw_data.data, bytes) : apx_arena_alloc(c->arena, 1);
     return out->data ? 0 : OOM(c, what);
   }
@@ -323,8 +368,8 @@ static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *w
     default: have = t->n_int32_data; field = "int32_data"; break;
   }
   if (have != (size_t)numel)
-    return TERR(c, "%s has %zu elements, dims %s (%s) need %" PRId64, what, field, have, ds,
-                tn, numel);
+    return TERR(c, "%s has %zu elements, dims %s (%s) need %" PRId64, what, field, have,
+                dims_str(ds, sizeof ds, out->dims, rank), tn, numel);
   void *p = apx_arena_alloc_raw(c->arena, bytes);
   if (!p) return OOM(c, what);
   size_t n = (size_t)numel;
@@ -352,6 +397,7 @@ static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *w
   }
   out->data = p;
   return 0;
+#undef what
 }
 
 /* ---- wire-format pre-scan ------------------------------------------------------------ */
@@ -420,7 +466,23 @@ typedef struct Loader {
   ApxOp *node_ops;         /* [n_node] */
   char *dim_used;          /* [opt.n_dims] */
   const ApxJson *trainable; /* metadata_props "apexc.trainable" (array of strings) or NULL */
+  struct {                  /* op_type -> op, remembered (apx_op_from_name scans the table) */
+    const char *op_type;
+    ApxOp op;
+  } op_memo[64];
 } Loader;
+
+static ApxOp op_from_name(Loader *L, const char *op_type) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)op_type; *p; p++) h = (h ^ *p) * 16777619u;
+  size_t slot = h % (sizeof L->op_memo / sizeof L->op_memo[0]);
+  if (L->op_memo[slot].op_type && strcmp(L->op_memo[slot].op_type, op_type) == 0)
+    return L->op_memo[slot].op;
+  ApxOp op = apx_op_from_name(op_type);
+  L->op_memo[slot].op_type = op_type;
+  L->op_memo[slot].op = op;
+  return op;
+}
 
 static int lerr(Loader *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int lerr(Loader *L, const char *fmt, ...) {
@@ -532,7 +594,7 @@ static const char *unsupported_why(Loader *L, size_t k, char *buf, size_t cap) {
              strcmp(n->op_type, "Scan") == 0;
   for (size_t a = 0; a < n->n_attribute && !flow; a++) flow = is_graph_attr(n->attribute[a]);
   if (flow) return "control flow is not supported in v1";
-  ApxOp op = apx_op_from_name(n->op_type);
+  ApxOp op = op_from_name(L, n->op_type);
   if (op == APX_OP_INVALID) {
     snprintf(buf, cap, "unknown op '%s' (apexc v1 supports %d ops: see apexc --list-ops)",
              n->op_type, count_v1_ops());
@@ -819,10 +881,8 @@ static int load_initializers(Loader *L) {
   for (size_t k = 0; k < gp->n_initializer; k++) {
     const Onnx__TensorProto *t = gp->initializer[k];
     if (!t || !t->name || !*t->name) return lerr(L, "initializer %zu has no name", k);
-    char what[600];
-    snprintf(what, sizeof what, "initializer '%s'", t->name);
     ApxTensorConst tc;
-    if (decode_tensor(&L->tc, t, what, &tc)) return -1;
+    if (decode_tensor(&L->tc, t, NULL, &tc)) return -1;
     int is_float = apx_dtype_is_float(tc.dtype);
     int frozen = is_float && apx_name_list_has(&L->opt.frozen, t->name);
     ApxValueKind kind = is_float && !frozen ? APX_VAL_PARAM : APX_VAL_CONST;
@@ -1013,21 +1073,33 @@ static int copy_attr(Loader *L, size_t k, const Onnx__AttributeProto *a, ApxAttr
 static int load_nodes(Loader *L) {
   const Onnx__GraphProto *gp = L->gp;
   ApxGraph *g = L->g;
+  size_t n_outs = 0; /* the value of every output, kept for the second loop */
+  for (size_t k = 0; k < gp->n_node; k++)
+    if (L->node_ops[k] != APX_OP_Constant) n_outs += gp->node[k]->n_output;
+  int *out_vals = malloc((n_outs + 1) * sizeof(int));
+  if (!out_vals) return loom(L);
+  size_t at = 0;
   for (size_t k = 0; k < gp->n_node; k++) {
     const Onnx__NodeProto *n = gp->node[k];
     if (L->node_ops[k] == APX_OP_Constant) {
-      if (load_constant(L, k)) return -1;
+      if (load_constant(L, k)) goto fail;
       continue;
     }
     for (size_t j = 0; j < n->n_output; j++) {
+      out_vals[at++] = -1;
       if (!n->output[j] || !*n->output[j]) continue;
-      if (apx_graph_find_value(g, n->output[j]) >= 0) return redefined(L, k, j);
+      if (apx_graph_find_value(g, n->output[j]) >= 0) {
+        redefined(L, k, j);
+        goto fail;
+      }
       int v = apx_graph_add_value(g, L->d, n->output[j], APX_VAL_ACTIVATION, APX_DT_UNDEFINED,
                                   -1, NULL);
-      if (v < 0) return -1;
+      if (v < 0) goto fail;
       g->vals[v].onnx_index = (int)j;
+      out_vals[at - 1] = v;
     }
   }
+  at = 0;
   int cap = 0;
   int *ids = NULL;
   int rc = 0;
@@ -1057,8 +1129,7 @@ static int load_nodes(Loader *L) {
         rc = apx_diag_error(L->d, APX_EXIT_BAD_INPUT, "%s: node '%s' (%s) input %zu: undefined "
                             "value '%s'", g->file, L->node_names[k], n->op_type, j, nm);
     }
-    for (size_t j = 0; j < n->n_output; j++)
-      out[j] = n->output[j] && *n->output[j] ? apx_graph_find_value(g, n->output[j]) : -1;
+    for (size_t j = 0; j < n->n_output; j++) out[j] = out_vals[at++];
     if (rc) break;
     int id = apx_graph_add_node(g, L->d, L->node_ops[k], L->node_names[k], (int)n->n_input, in,
                                 (int)n->n_output, out);
@@ -1079,7 +1150,11 @@ static int load_nodes(Loader *L) {
       rc = copy_attr(L, k, n->attribute[a], &g->nodes[id].attrs[a]);
   }
   free(ids);
+  free(out_vals);
   return rc;
+fail:
+  free(out_vals);
+  return -1;
 }
 
 static int load_outputs(Loader *L) {
@@ -1206,8 +1281,9 @@ static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_ow
     if (map_len) munmap((void *)buf, map_len);
     return lerr(&L, "this is an apexc plan, not an ONNX model (run it with apexrun)");
   }
-  PbAlloc pba = {0};
-  ProtobufCAllocator pa = {pb_alloc, pb_free, &pba};
+  PbAlloc pba;
+  ProtobufCAllocator pa;
+  pb_init(&pba, &pa);
   Onnx__ModelProto *m = NULL;
   int deep = 0;
   if (len > 0 && buf) {
@@ -1216,19 +1292,20 @@ static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_ow
   }
   free(buf_owned);
   if (map_len) munmap((void *)buf, map_len);
-  if (deep)
-    return lerr(&L, "not a valid ONNX model (messages nested deeper than %d, %zu bytes)",
-                MAX_NESTING, len);
-  if (!m && pba.oom)
-    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory parsing the model (%zu bytes)",
-                          g->file, len);
-  if (!m) return lerr(&L, "not a valid ONNX model (protobuf parse failed, %zu bytes)", len);
   int rc;
-  if (!m->has_ir_version && !m->graph)
+  if (deep)
+    rc = lerr(&L, "not a valid ONNX model (messages nested deeper than %d, %zu bytes)",
+              MAX_NESTING, len);
+  else if (!m && pba.oom)
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory parsing the model (%zu bytes)",
+                        g->file, len);
+  else if (!m)
+    rc = lerr(&L, "not a valid ONNX model (protobuf parse failed, %zu bytes)", len);
+  else if (!m->has_ir_version && !m->graph)
     rc = lerr(&L, "not a valid ONNX model (no ir_version and no graph, %zu bytes)", len);
   else
     rc = load_model(&L, m, len);
-  onnx__model_proto__free_unpacked(m, &pa);
+  pb_done(&pba); /* the unpacked model, without free_unpacked's walk */
   return rc;
 }
 
@@ -1298,16 +1375,20 @@ int apx_onnx_read_tensor_file(const char *path, ApxArena *arena, ApxTensorConst 
   size_t len;
   if (slurp(path, "tensor file", d, &buf, &len)) return -1;
   int rc = -1;
-  PbAlloc pba = {0};
-  ProtobufCAllocator pa = {pb_alloc, pb_free, &pba};
+  PbAlloc pba;
+  ProtobufCAllocator pa;
+  pb_init(&pba, &pa);
   Onnx__TensorProto *t = NULL;
   if (len > 0 && nesting_ok(&onnx__tensor_proto__descriptor, buf, len, 0))
     t = onnx__tensor_proto__unpack(&pa, len, buf);
   free(buf);
-  if (!t && pba.oom) return err_at(d, APX_EXIT_RUNTIME, path, "out of memory parsing the tensor");
-  if (!t)
+  if (!t) {
+    int oom = pba.oom;
+    pb_done(&pba);
+    if (oom) return err_at(d, APX_EXIT_RUNTIME, path, "out of memory parsing the tensor");
     return err_at(d, APX_EXIT_BAD_INPUT, path,
                   "not a valid TensorProto file (protobuf parse failed, %zu bytes)", len);
+  }
   TensorCtx c = {arena, d, path, NULL};
   const char *base = dir_of(arena, path);
   c.base_dir = base;
@@ -1322,7 +1403,7 @@ int apx_onnx_read_tensor_file(const char *path, ApxArena *arena, ApxTensorConst 
       if (!*name) rc = err_at(d, APX_EXIT_RUNTIME, path, "out of memory");
     }
   }
-  onnx__tensor_proto__free_unpacked(t, &pa);
+  pb_done(&pba);
   return rc;
 }
 
