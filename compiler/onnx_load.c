@@ -26,6 +26,7 @@
 
 #include "compiler/export_hazards.h"
 #include "compiler/json.h"
+#include "compiler/onnx_wire.h"
 #include "kernels/half.h"
 #include "ir/fileio.h"
 #include "ir/loss_list.h"
@@ -75,6 +76,8 @@ typedef struct TensorCtx {
   ApxDiag *d;
   const char *file;     /* first word of messages */
   const char *base_dir; /* external data folder; NULL refuses external data */
+  const ApxRawSpan *raw; /* the tensor's raw_data when the loader took it out of the bytes
+                            protobuf-c unpacked (compiler/onnx_wire.h), else NULL */
 } TensorCtx;
 
 /* protobuf-c allocator. Payloads of PB_BLOCK_MIN bytes or more (initializer raw_data, mostly)
@@ -348,11 +351,18 @@ static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *w
   if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
     return read_external(c, t, what, bytes, &out->data);
 
-  if (t->has_raw_data) {
-    if (t->raw_data.len != bytes)
-      return TERR(c, "raw_data has %zu bytes, dims %s (%s) need %zu bytes", what,
-                  t->raw_data.len, dims_str(ds, sizeof ds, out->dims, rank), tn, bytes);
-    out->data = bytes ? take_bytes(c->arena, t->raw_data.data, bytes) : apx_arena_alloc(c->arena, 1);
+  int has_raw = c->raw ? c->raw->present : t->has_raw_data;
+  size_t raw_len = c->raw ? c->raw->len : t->raw_data.len;
+  if (has_raw) {
+    if (raw_len != bytes)
+      return TERR(c, "raw_data has %zu bytes, dims %s (%s) need %zu bytes", what, raw_len,
+                  dims_str(ds, sizeof ds, out->dims, rank), tn, bytes);
+    if (!bytes)
+      out->data = apx_arena_alloc(c->arena, 1);
+    else if (c->raw) /* in the model's bytes: the one copy */
+      out->data = apx_arena_memdup(c->arena, c->raw->data, bytes);
+    else
+      out->data = take_bytes(c->arena, t->raw_data.data, bytes);
     return out->data ? 0 : OOM(c, what);
   }
 
@@ -466,22 +476,28 @@ typedef struct Loader {
   ApxOp *node_ops;         /* [n_node] */
   char *dim_used;          /* [opt.n_dims] */
   const ApxJson *trainable; /* metadata_props "apexc.trainable" (array of strings) or NULL */
+  const ApxRawSpan *raw;    /* [n_raw] initializers' raw_data taken out before unpacking */
+  size_t n_raw;
   struct {                  /* op_type -> op, remembered (apx_op_from_name scans the table) */
     const char *op_type;
     ApxOp op;
+    int flow;               /* If, Loop or Scan */
   } op_memo[64];
 } Loader;
 
-static ApxOp op_from_name(Loader *L, const char *op_type) {
+/* The op named op_type; *flow 1 for a control-flow op type. */
+static ApxOp op_from_name(Loader *L, const char *op_type, int *flow) {
   uint32_t h = 2166136261u; /* FNV-1a */
   for (const unsigned char *p = (const unsigned char *)op_type; *p; p++) h = (h ^ *p) * 16777619u;
   size_t slot = h % (sizeof L->op_memo / sizeof L->op_memo[0]);
-  if (L->op_memo[slot].op_type && strcmp(L->op_memo[slot].op_type, op_type) == 0)
-    return L->op_memo[slot].op;
-  ApxOp op = apx_op_from_name(op_type);
-  L->op_memo[slot].op_type = op_type;
-  L->op_memo[slot].op = op;
-  return op;
+  if (!L->op_memo[slot].op_type || strcmp(L->op_memo[slot].op_type, op_type) != 0) {
+    L->op_memo[slot].op_type = op_type;
+    L->op_memo[slot].op = apx_op_from_name(op_type);
+    L->op_memo[slot].flow = strcmp(op_type, "If") == 0 || strcmp(op_type, "Loop") == 0 ||
+                            strcmp(op_type, "Scan") == 0;
+  }
+  *flow = L->op_memo[slot].flow;
+  return L->op_memo[slot].op;
 }
 
 static int lerr(Loader *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -590,11 +606,10 @@ static const char *unsupported_why(Loader *L, size_t k, char *buf, size_t cap) {
              n->domain);
     return buf;
   }
-  int flow = strcmp(n->op_type, "If") == 0 || strcmp(n->op_type, "Loop") == 0 ||
-             strcmp(n->op_type, "Scan") == 0;
+  int flow;
+  ApxOp op = op_from_name(L, n->op_type, &flow);
   for (size_t a = 0; a < n->n_attribute && !flow; a++) flow = is_graph_attr(n->attribute[a]);
   if (flow) return "control flow is not supported in v1";
-  ApxOp op = op_from_name(L, n->op_type);
   if (op == APX_OP_INVALID) {
     snprintf(buf, cap, "unknown op '%s' (apexc v1 supports %d ops: see apexc --list-ops)",
              n->op_type, count_v1_ops());
@@ -882,7 +897,10 @@ static int load_initializers(Loader *L) {
     const Onnx__TensorProto *t = gp->initializer[k];
     if (!t || !t->name || !*t->name) return lerr(L, "initializer %zu has no name", k);
     ApxTensorConst tc;
-    if (decode_tensor(&L->tc, t, NULL, &tc)) return -1;
+    L->tc.raw = k < L->n_raw ? &L->raw[k] : NULL;
+    int bad = decode_tensor(&L->tc, t, NULL, &tc);
+    L->tc.raw = NULL;
+    if (bad) return -1;
     int is_float = apx_dtype_is_float(tc.dtype);
     int frozen = is_float && apx_name_list_has(&L->opt.frozen, t->name);
     ApxValueKind kind = is_float && !frozen ? APX_VAL_PARAM : APX_VAL_CONST;
@@ -1088,13 +1106,16 @@ static int load_nodes(Loader *L) {
     for (size_t j = 0; j < n->n_output; j++) {
       out_vals[at++] = -1;
       if (!n->output[j] || !*n->output[j]) continue;
-      if (apx_graph_find_value(g, n->output[j]) >= 0) {
-        redefined(L, k, j);
-        goto fail;
-      }
       int v = apx_graph_add_value(g, L->d, n->output[j], APX_VAL_ACTIVATION, APX_DT_UNDEFINED,
                                   -1, NULL);
-      if (v < 0) goto fail;
+      if (v < 0) {
+        if (apx_graph_find_value(g, n->output[j]) >= 0) { /* defined twice: say by what */
+          L->d->code = 0;
+          L->d->msg[0] = '\0';
+          redefined(L, k, j);
+        }
+        goto fail;
+      }
       g->vals[v].onnx_index = (int)j;
       out_vals[at - 1] = v;
     }
@@ -1252,9 +1273,10 @@ static int load_model(Loader *L, const Onnx__ModelProto *m, size_t len) {
   return 0;
 }
 
-/* buf_owned: malloc'd buffer the loader frees as soon as protobuf-c has copied it, or NULL;
- * map_len: buf is a mapping of that many bytes, unmapped then (either way the peak is about
- * the model size plus the unpacked copy, which the graph keeps). */
+/* buf_owned: malloc'd buffer the loader frees once nothing points into it, or NULL; map_len:
+ * buf is a mapping of that many bytes, unmapped then. Initializer payloads are copied from buf
+ * (onnx_wire.h), so buf lives until the initializers are loaded (either way the peak is about
+ * the model size plus the payloads, which the graph keeps). */
 static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_owned,
                        size_t map_len, const char *base_dir, const ApxOptions *o, ApxDiag *d) {
   Loader L;
@@ -1286,12 +1308,29 @@ static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_ow
   pb_init(&pba, &pa);
   Onnx__ModelProto *m = NULL;
   int deep = 0;
+  ApxStripped st = {0};
   if (len > 0 && buf) {
     deep = !nesting_ok(&onnx__model_proto__descriptor, buf, len, 0);
-    if (!deep) m = onnx__model_proto__unpack(&pa, len, buf);
+    /* without the initializers' raw_data, which is copied once, from buf (onnx_wire.h); out
+     * of memory there just unpacks buf as it is */
+    if (!deep && apx_onnx_strip_raw(buf, len, &st) > 0) {
+      m = onnx__model_proto__unpack(&pa, st.len, st.buf);
+      free(st.buf);
+      st.buf = NULL;
+      if (m && m->graph && m->graph->n_initializer == st.n_raw) {
+        L.raw = st.raw, L.n_raw = st.n_raw;
+      } else { /* not what the strip promised, or an error: protobuf-c reads buf itself */
+        pba.oom = 0;
+        m = onnx__model_proto__unpack(&pa, len, buf);
+      }
+    } else if (!deep) {
+      m = onnx__model_proto__unpack(&pa, len, buf);
+    }
   }
-  free(buf_owned);
-  if (map_len) munmap((void *)buf, map_len);
+  if (!L.raw) { /* nothing points into buf */
+    free(buf_owned);
+    if (map_len) munmap((void *)buf, map_len);
+  }
   int rc;
   if (deep)
     rc = lerr(&L, "not a valid ONNX model (messages nested deeper than %d, %zu bytes)",
@@ -1306,6 +1345,11 @@ static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_ow
   else
     rc = load_model(&L, m, len);
   pb_done(&pba); /* the unpacked model, without free_unpacked's walk */
+  if (L.raw) {
+    free(buf_owned);
+    if (map_len) munmap((void *)buf, map_len);
+  }
+  apx_onnx_stripped_free(&st);
   return rc;
 }
 
@@ -1389,7 +1433,7 @@ int apx_onnx_read_tensor_file(const char *path, ApxArena *arena, ApxTensorConst 
     return err_at(d, APX_EXIT_BAD_INPUT, path,
                   "not a valid TensorProto file (protobuf parse failed, %zu bytes)", len);
   }
-  TensorCtx c = {arena, d, path, NULL};
+  TensorCtx c = {arena, d, path, NULL, NULL};
   const char *base = dir_of(arena, path);
   c.base_dir = base;
   char what[600];
