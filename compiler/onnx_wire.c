@@ -83,30 +83,44 @@ static uint8_t *put(uint8_t *o, const uint8_t *from, const uint8_t *to) {
   return o + (to - from);
 }
 
-/* A TensorProto's length without raw_data, and its (last) raw_data. -1: not understood. */
-static int tensor_measure(const uint8_t *p, size_t len, size_t *out_len, ApxRawSpan *raw) {
-  size_t i = 0, n = 0;
+/* An initializer field of the graph: where it is, its TensorProto's length without raw_data,
+ * and where its raw_data fields are (the first one; n_raw of them). */
+typedef struct Init {
   Field f;
+  size_t len;
+  const uint8_t *raw_start, *raw_end;
+  int n_raw;
+} Init;
+
+/* Measures initializer field f into *in and its (last) raw_data into *raw. -1: not understood. */
+static int tensor_measure(const Field *f, Init *in, ApxRawSpan *raw) {
+  size_t i = 0, n = 0;
+  Field t;
   int r;
+  in->f = *f;
+  in->n_raw = 0;
   memset(raw, 0, sizeof *raw);
-  while ((r = next_field(p, len, &i, &f)) > 0) {
-    if (f.num != TENSOR_RAW_DATA) {
-      n += (size_t)(f.end - f.start);
-    } else if (f.wire != WIRE_LEN) {
-      return -1;
-    } else {
-      raw->present = 1, raw->data = f.payload, raw->len = f.payload_len;
+  while ((r = next_field(f->payload, f->payload_len, &i, &t)) > 0) {
+    if (t.num != TENSOR_RAW_DATA) {
+      n += (size_t)(t.end - t.start);
+      continue;
     }
+    if (t.wire != WIRE_LEN) return -1;
+    if (in->n_raw++ == 0) in->raw_start = t.start, in->raw_end = t.end;
+    raw->present = 1, raw->data = t.payload, raw->len = t.payload_len;
   }
-  *out_len = n;
+  in->len = n;
   return r;
 }
 
-static uint8_t *tensor_write(uint8_t *o, const uint8_t *p, size_t len) {
+static uint8_t *tensor_write(uint8_t *o, const Init *in) {
+  const uint8_t *p = in->f.payload, *e = p + in->f.payload_len;
+  if (in->n_raw == 1) /* the usual case: the bytes around the one raw_data */
+    return put(put(o, p, in->raw_start), in->raw_end, e);
   size_t i = 0;
-  Field f;
-  while (next_field(p, len, &i, &f) > 0)
-    if (f.num != TENSOR_RAW_DATA) o = put(o, f.start, f.end);
+  Field t;
+  while (next_field(p, in->f.payload_len, &i, &t) > 0)
+    if (t.num != TENSOR_RAW_DATA) o = put(o, t.start, t.end);
   return o;
 }
 
@@ -114,6 +128,12 @@ void apx_onnx_stripped_free(ApxStripped *s) {
   free(s->buf);
   free(s->raw);
   memset(s, 0, sizeof *s);
+}
+
+static int give_up(ApxStripped *out, Init *inits, int rc) {
+  free(inits);
+  apx_onnx_stripped_free(out);
+  return rc;
 }
 
 int apx_onnx_strip_raw(const uint8_t *model, size_t len, ApxStripped *out) {
@@ -129,73 +149,47 @@ int apx_onnx_strip_raw(const uint8_t *model, size_t len, ApxStripped *out) {
       n_graph++;
     }
   if (r < 0 || n_graph != 1) return 0;
+  /* one walk over the graph's fields: each initializer measured without its raw_data */
   const uint8_t *gp = graph.payload;
-  size_t glen = graph.payload_len, n_init = 0;
-  for (i = 0; (r = next_field(gp, glen, &i, &f)) > 0;)
-    if (f.num == GRAPH_INITIALIZER) {
-      if (f.wire != WIRE_LEN) return 0;
-      n_init++;
+  size_t glen = graph.payload_len, glen2 = glen, n = 0, cap = 0;
+  Init *inits = NULL;
+  int any = 0;
+  for (i = 0; (r = next_field(gp, glen, &i, &f)) > 0;) {
+    if (f.num != GRAPH_INITIALIZER) continue;
+    if (f.wire != WIRE_LEN) return give_up(out, inits, 0);
+    if (n == cap) {
+      size_t nc = cap ? 2 * cap : 1024;
+      Init *p = realloc(inits, nc * sizeof *p);
+      ApxRawSpan *q = p ? realloc(out->raw, nc * sizeof *q) : NULL;
+      if (p) inits = p;
+      if (!q) return give_up(out, inits, -1);
+      out->raw = q;
+      cap = nc;
     }
-  if (r < 0 || n_init == 0) return 0;
-  size_t *tlen = malloc(n_init * sizeof *tlen);
-  out->raw = calloc(n_init, sizeof *out->raw);
-  if (!tlen || !out->raw) {
-    free(tlen);
-    apx_onnx_stripped_free(out);
-    return -1;
+    if (tensor_measure(&f, &inits[n], &out->raw[n]) < 0) return give_up(out, inits, 0);
+    any |= inits[n].n_raw > 0;
+    glen2 -= (size_t)(f.end - f.key_end);
+    glen2 += varint_size(inits[n].len) + inits[n].len;
+    n++;
   }
-  /* sizes: the graph's and each initializer's without raw_data */
-  size_t k = 0, glen2 = 0, any = 0;
-  for (i = 0; next_field(gp, glen, &i, &f) > 0;) {
-    if (f.num != GRAPH_INITIALIZER) {
-      glen2 += (size_t)(f.end - f.start);
-      continue;
-    }
-    if (tensor_measure(f.payload, f.payload_len, &tlen[k], &out->raw[k]) < 0) {
-      free(tlen);
-      apx_onnx_stripped_free(out);
-      return 0;
-    }
-    any |= out->raw[k].present;
-    glen2 += (size_t)(f.key_end - f.start) + varint_size(tlen[k]) + tlen[k];
-    k++;
-  }
-  if (!any) {
-    free(tlen);
-    apx_onnx_stripped_free(out);
-    return 0;
-  }
-  size_t total = len - (size_t)(graph.end - graph.start) + (size_t)(graph.key_end - graph.start) +
-                 varint_size(glen2) + glen2;
+  if (r < 0 || !any) return give_up(out, inits, 0);
+  size_t total = len - (size_t)(graph.end - graph.key_end) + varint_size(glen2) + glen2;
   out->buf = malloc(total + 1);
-  if (!out->buf) {
-    free(tlen);
-    apx_onnx_stripped_free(out);
-    return -1;
+  if (!out->buf) return give_up(out, inits, -1);
+  /* the model with the graph written again: the bytes between initializers as they are */
+  uint8_t *o = put(out->buf, model, graph.key_end);
+  o = put_varint(o, glen2);
+  const uint8_t *from = gp;
+  for (size_t k = 0; k < n; k++) {
+    o = put(o, from, inits[k].f.key_end);
+    o = put_varint(o, inits[k].len);
+    o = tensor_write(o, &inits[k]);
+    from = inits[k].f.end;
   }
-  uint8_t *o = out->buf;
-  for (i = 0; next_field(model, len, &i, &f) > 0;) {
-    if (f.num != MODEL_GRAPH) {
-      o = put(o, f.start, f.end);
-      continue;
-    }
-    o = put(o, f.start, f.key_end);
-    o = put_varint(o, glen2);
-    size_t j = 0;
-    Field h;
-    for (k = 0; next_field(gp, glen, &j, &h) > 0;) {
-      if (h.num != GRAPH_INITIALIZER) {
-        o = put(o, h.start, h.end);
-        continue;
-      }
-      o = put(o, h.start, h.key_end);
-      o = put_varint(o, tlen[k]);
-      o = tensor_write(o, h.payload, h.payload_len);
-      k++;
-    }
-  }
-  free(tlen);
+  o = put(o, from, gp + glen);
+  o = put(o, graph.end, model + len);
+  free(inits);
   out->len = (size_t)(o - out->buf); /* == total */
-  out->n_raw = n_init;
+  out->n_raw = n;
   return 1;
 }
