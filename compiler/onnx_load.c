@@ -478,6 +478,9 @@ typedef struct Loader {
   const ApxJson *trainable; /* metadata_props "apexc.trainable" (array of strings) or NULL */
   const ApxRawSpan *raw;    /* [n_raw] initializers' raw_data taken out before unpacking */
   size_t n_raw;
+  const void *in_buf;       /* the model's bytes while raw points into them (release_input) */
+  uint8_t *in_owned;
+  size_t in_map_len;
   struct {                  /* op_type -> op, remembered (apx_op_from_name scans the table) */
     const char *op_type;
     ApxOp op;
@@ -891,6 +894,14 @@ static int apply_trainable_list(Loader *L, int n_init_vals) {
   return rc;
 }
 
+/* The model's bytes, once nothing points into them (load_buffer's buf_owned / map_len). */
+static void release_input(Loader *L) {
+  free(L->in_owned);
+  if (L->in_map_len) munmap((void *)(uintptr_t)L->in_buf, L->in_map_len);
+  L->in_buf = NULL, L->in_owned = NULL, L->in_map_len = 0;
+  L->raw = NULL, L->n_raw = 0;
+}
+
 static int load_initializers(Loader *L) {
   const Onnx__GraphProto *gp = L->gp;
   for (size_t k = 0; k < gp->n_initializer; k++) {
@@ -911,6 +922,7 @@ static int load_initializers(Loader *L) {
     val->onnx_index = (int)k;
     if (frozen) val->flags |= APX_VALF_FROZEN;
   }
+  release_input(L); /* every payload is in the arena now */
   if (L->trainable && apply_trainable_list(L, L->g->n_vals)) return -1;
   for (int i = 0; i < L->opt.frozen.n; i++) {
     const char *nm = L->opt.frozen.items[i];
@@ -1319,6 +1331,7 @@ static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_ow
       st.buf = NULL;
       if (m && m->graph && m->graph->n_initializer == st.n_raw) {
         L.raw = st.raw, L.n_raw = st.n_raw;
+        L.in_buf = buf, L.in_owned = buf_owned, L.in_map_len = map_len;
       } else { /* not what the strip promised, or an error: protobuf-c reads buf itself */
         pba.oom = 0;
         m = onnx__model_proto__unpack(&pa, len, buf);
@@ -1345,10 +1358,7 @@ static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_ow
   else
     rc = load_model(&L, m, len);
   pb_done(&pba); /* the unpacked model, without free_unpacked's walk */
-  if (L.raw) {
-    free(buf_owned);
-    if (map_len) munmap((void *)buf, map_len);
-  }
+  release_input(&L); /* when load_model stopped before its initializers */
   apx_onnx_stripped_free(&st);
   return rc;
 }
