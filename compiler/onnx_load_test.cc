@@ -2330,6 +2330,44 @@ TEST(OnnxWire, FramingItCannotReadIsLeftToProtobufC) {
   }
 }
 
+TEST(OnnxWire, LargeInitializersOfAModelFileAreMappedNotCopied) {
+  // payloads of 1 MiB and more keep the file's pages (map_payload): same bytes, and writing
+  // them changes the graph's copy only
+  const size_t n = (3u << 20) / 4 + 123;  // not a whole number of pages
+  std::vector<float> big(n), odd(n / 2 + 1);
+  for (size_t i = 0; i < n; i++) big[i] = (float)i * 0.5f;
+  for (size_t i = 0; i < odd.size(); i++) odd[i] = -(float)i;
+  Model m;
+  m.init_raw("s", APX_DT_F32, {3}, f32_bytes({1, 2, 3}));  // shifts the big ones off page boundaries
+  m.init_raw("big", APX_DT_F32, {(int64_t)n}, f32_bytes(big));
+  m.init_raw("odd", APX_DT_F32, {(int64_t)odd.size()}, f32_bytes(odd));
+  m.node("Identity", {"big"}, {"y"});
+  m.node("Identity", {"odd"}, {"z"});
+  m.node("Identity", {"s"}, {"u"});
+  m.output("y");
+  m.output("z");
+  m.output("u");
+  std::string dir = temp_dir(), path = dir + "/big.onnx", bytes = m.bytes();
+  write_file(path, bytes);
+  {
+    auto L = load_file(path);
+    EXPECT_LOADS(L);
+    float *b = static_cast<float *>(L->val("big")->data);
+    const float *o = static_cast<const float *>(L->val("odd")->data);
+    ASSERT_NE(b, nullptr);
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(b[i], big[i]) << i;
+    for (size_t i = 0; i < odd.size(); i++) ASSERT_EQ(o[i], odd[i]) << i;
+    for (size_t i = 0; i < n; i++) b[i] = 7.0f;  // private pages: the file keeps its bytes
+    EXPECT_EQ(b[n / 2], 7.0f);
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_TRUE(ss.str() == bytes);
+  remove(path.c_str());
+  rmdir(dir.c_str());
+}
+
 // Load speed is measured by scripts/bench_compile.sh (issue 12), not here: no timed unit tests.
 
 TEST(OnnxLoad, HundredThousandNodesLoadInOrder) {
