@@ -78,36 +78,26 @@ typedef struct TensorCtx {
   const char *base_dir; /* external data folder; NULL refuses external data */
   const ApxRawSpan *raw; /* the tensor's raw_data when the loader took it out of the bytes
                             protobuf-c unpacked (compiler/onnx_wire.h), else NULL */
-  const uint8_t *map;    /* the model file mapped from offset 0 (raw points into it), and */
-  int map_fd;            /* its descriptor; -1: the model is not a mapped file */
 } TensorCtx;
 
-/* A large payload of the mapped model file in the arena without a copy: an arena block
- * whose whole pages are the file's own (mmap MAP_FIXED | MAP_PRIVATE over the block, the
- * partial first and last page copied). Private pages read as the file and copy on write, so
- * the block is ordinary memory to its users; free() unmaps the block (glibc serves blocks of
- * this size by mmap) or, from the heap, reuses it as memory it writes before reading. GPT-2's
- * 650 MB of weights were copied page by page into fresh memory: most of the load, and twice
- * the resident size. NULL when out of memory; a refused mapping copies instead. */
-#define MAP_PAYLOAD_MIN ((size_t)1 << 20)
-static void *map_payload(TensorCtx *c, const uint8_t *src, size_t n) {
+/* A large payload of the model in the arena: one copy into pages populated in one call
+ * (MADV_POPULATE_WRITE, and the source's MADV_POPULATE_READ, where the kernel has them)
+ * instead of a page fault per 4 KiB page as memcpy first touches them (a 650 MB model took
+ * 160 000 faults, most of its load). The payload cannot keep the file's own pages: it lies
+ * at any offset of the file, and a tensor's bytes must be aligned. NULL when out of memory. */
+#define POPULATE_MIN ((size_t)1 << 20)
+static void *copy_payload(ApxArena *arena, const uint8_t *src, size_t n) {
+  uint8_t *dst = apx_arena_alloc_raw(arena, n);
+  if (!dst) return NULL;
+#ifdef MADV_POPULATE_WRITE
   long pg = sysconf(_SC_PAGESIZE);
-  size_t ps = pg > 0 ? (size_t)pg : 4096;
-  uint8_t *blk = apx_arena_block_alloc(n + 2 * ps);
-  if (!blk) return NULL;
-  apx_arena_adopt(c->arena, blk);
-  size_t off = (size_t)(src - c->map);
-  /* dst congruent with the payload's file offset modulo the page size */
-  uint8_t *dst = blk + ((off % ps) + ps - (uintptr_t)blk % ps) % ps;
-  uint8_t *a = (uint8_t *)(((uintptr_t)dst + ps - 1) / ps * ps);
-  uint8_t *e = (uint8_t *)(((uintptr_t)dst + n) / ps * ps);
-  if (e <= a || mmap(a, (size_t)(e - a), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, c->map_fd,
-                     (off_t)(off + (size_t)(a - dst))) == MAP_FAILED) {
-    memcpy(dst, src, n);
-    return dst;
-  }
-  memcpy(dst, src, (size_t)(a - dst));
-  memcpy(e, src + (e - dst), (size_t)(dst + n - e));
+  uintptr_t ps = pg > 0 ? (uintptr_t)pg : 4096;
+  uintptr_t a = ((uintptr_t)dst + ps - 1) / ps * ps, e = ((uintptr_t)dst + n) / ps * ps;
+  if (e > a) madvise((void *)a, (size_t)(e - a), MADV_POPULATE_WRITE); /* advice: may fail */
+  uintptr_t sa = (uintptr_t)src / ps * ps, se = ((uintptr_t)src + n + ps - 1) / ps * ps;
+  madvise((void *)sa, (size_t)(se - sa), MADV_POPULATE_READ);
+#endif
+  memcpy(dst, src, n);
   return dst;
 }
 
@@ -390,8 +380,8 @@ static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *w
                   dims_str(ds, sizeof ds, out->dims, rank), tn, bytes);
     if (!bytes)
       out->data = apx_arena_alloc(c->arena, 1);
-    else if (c->raw && c->map_fd >= 0 && bytes >= MAP_PAYLOAD_MIN)
-      out->data = map_payload(c, c->raw->data, bytes);
+    else if (c->raw && bytes >= POPULATE_MIN)
+      out->data = copy_payload(c->arena, c->raw->data, bytes);
     else if (c->raw) /* in the model's bytes: the one copy */
       out->data = apx_arena_memdup(c->arena, c->raw->data, bytes);
     else
@@ -1323,8 +1313,7 @@ static int load_model(Loader *L, const Onnx__ModelProto *m, size_t len) {
  * (onnx_wire.h), so buf lives until the initializers are loaded (either way the peak is about
  * the model size plus the payloads, which the graph keeps). */
 static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_owned,
-                       size_t map_len, int map_fd, const char *base_dir, const ApxOptions *o,
-                       ApxDiag *d) {
+                       size_t map_len, const char *base_dir, const ApxOptions *o, ApxDiag *d) {
   Loader L;
   memset(&L, 0, sizeof L);
   L.g = g;
@@ -1339,8 +1328,6 @@ static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_ow
   L.tc.d = d;
   L.tc.file = g->file;
   L.tc.base_dir = base_dir;
-  L.tc.map = map_len ? buf : NULL;
-  L.tc.map_fd = map_len ? map_fd : -1;
   char dim_used[APX_MAX_DIMS_BOUND + 1] = {0};
   L.dim_used = dim_used;
 
@@ -1401,7 +1388,7 @@ static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_ow
 
 int apx_onnx_load_memory(ApxGraph *g, const void *buf, size_t len, const char *base_dir,
                          const ApxOptions *o, ApxDiag *d) {
-  return load_buffer(g, buf, len, NULL, 0, -1, base_dir, o, d);
+  return load_buffer(g, buf, len, NULL, 0, base_dir, o, d);
 }
 
 /* ---- files --------------------------------------------------------------------------- */
@@ -1443,20 +1430,18 @@ int apx_onnx_load_file(ApxGraph *g, const char *path, const ApxOptions *o, ApxDi
   if (fd >= 0 && size > 0 && size <= MAX_PROTO_FILE && size <= SIZE_MAX) {
     size_t len = (size_t)size;
     void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
     if (map != MAP_FAILED) {
       madvise(map, len, MADV_SEQUENTIAL);
-      int rc = load_buffer(g, map, len, NULL, len, fd, base, o, d); /* unmaps it */
-      close(fd);
-      return rc;
+      return load_buffer(g, map, len, NULL, len, base, o, d); /* unmaps it */
     }
-    close(fd);
   } else if (fd >= 0) {
     close(fd);
   }
   uint8_t *buf;
   size_t len;
   if (slurp(path, "model", d, &buf, &len)) return -1;
-  return load_buffer(g, buf, len, buf, 0, -1, base, o, d); /* frees buf */
+  return load_buffer(g, buf, len, buf, 0, base, o, d); /* frees buf */
 }
 
 int apx_onnx_read_tensor_file(const char *path, ApxArena *arena, ApxTensorConst *out,
@@ -1481,7 +1466,7 @@ int apx_onnx_read_tensor_file(const char *path, ApxArena *arena, ApxTensorConst 
     return err_at(d, APX_EXIT_BAD_INPUT, path,
                   "not a valid TensorProto file (protobuf parse failed, %zu bytes)", len);
   }
-  TensorCtx c = {arena, d, path, NULL, NULL, NULL, -1};
+  TensorCtx c = {arena, d, path, NULL, NULL};
   const char *base = dir_of(arena, path);
   c.base_dir = base;
   char what[600];

@@ -2330,9 +2330,9 @@ TEST(OnnxWire, FramingItCannotReadIsLeftToProtobufC) {
   }
 }
 
-TEST(OnnxWire, LargeInitializersOfAModelFileAreMappedNotCopied) {
-  // payloads of 1 MiB and more keep the file's pages (map_payload): same bytes, and writing
-  // them changes the graph's copy only
+TEST(OnnxWire, LargeInitializersOfAModelFileLoadExactly) {
+  // payloads of 1 MiB and more are copied into populated pages (copy_payload), from any
+  // offset of the file: same bytes, aligned, and the graph's own
   const size_t n = (3u << 20) / 4 + 123;  // not a whole number of pages
   std::vector<float> big(n), odd(n / 2 + 1);
   for (size_t i = 0; i < n; i++) big[i] = (float)i * 0.5f;
@@ -2355,9 +2355,11 @@ TEST(OnnxWire, LargeInitializersOfAModelFileAreMappedNotCopied) {
     float *b = static_cast<float *>(L->val("big")->data);
     const float *o = static_cast<const float *>(L->val("odd")->data);
     ASSERT_NE(b, nullptr);
+    EXPECT_EQ((uintptr_t)b % 16, 0u);
+    EXPECT_EQ((uintptr_t)L->val("odd")->data % 16, 0u);
     for (size_t i = 0; i < n; i++) ASSERT_EQ(b[i], big[i]) << i;
     for (size_t i = 0; i < odd.size(); i++) ASSERT_EQ(o[i], odd[i]) << i;
-    for (size_t i = 0; i < n; i++) b[i] = 7.0f;  // private pages: the file keeps its bytes
+    for (size_t i = 0; i < n; i++) b[i] = 7.0f;  // the graph's memory: the file keeps its bytes
     EXPECT_EQ(b[n / 2], 7.0f);
   }
   std::ifstream in(path, std::ios::binary);
