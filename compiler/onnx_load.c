@@ -495,7 +495,7 @@ typedef struct Loader {
   ApxOptions opt;
   TensorCtx tc;
   const Onnx__GraphProto *gp;
-  const char **node_names; /* [n_node] display names ("<op>_<index>" when empty) */
+  const char **node_names; /* [n_node] display names ("<op>_<index>" when empty), while loading */
   ApxOp *node_ops;         /* [n_node] */
   char *dim_used;          /* [opt.n_dims] */
   const ApxJson *trainable; /* metadata_props "apexc.trainable" (array of strings) or NULL */
@@ -508,22 +508,37 @@ typedef struct Loader {
     const char *op_type;
     ApxOp op;
     int flow;               /* If, Loop or Scan */
+    const char *kept;       /* op_type in the graph's arena, shared by its nodes */
   } op_memo[64];
 } Loader;
 
-/* The op named op_type; *flow 1 for a control-flow op type. */
-static ApxOp op_from_name(Loader *L, const char *op_type, int *flow) {
-  uint32_t h = 2166136261u; /* FNV-1a */
+/* op_type's memo entry, filled on first sight (FNV-1a hash of the name). */
+static size_t op_memo_slot(Loader *L, const char *op_type) {
+  uint32_t h = 2166136261u;
   for (const unsigned char *p = (const unsigned char *)op_type; *p; p++) h = (h ^ *p) * 16777619u;
   size_t slot = h % (sizeof L->op_memo / sizeof L->op_memo[0]);
   if (!L->op_memo[slot].op_type || strcmp(L->op_memo[slot].op_type, op_type) != 0) {
     L->op_memo[slot].op_type = op_type;
+    L->op_memo[slot].kept = NULL;
     L->op_memo[slot].op = apx_op_from_name(op_type);
     L->op_memo[slot].flow = strcmp(op_type, "If") == 0 || strcmp(op_type, "Loop") == 0 ||
                             strcmp(op_type, "Scan") == 0;
   }
+  return slot;
+}
+
+/* The op named op_type; *flow 1 for a control-flow op type. */
+static ApxOp op_from_name(Loader *L, const char *op_type, int *flow) {
+  size_t slot = op_memo_slot(L, op_type);
   *flow = L->op_memo[slot].flow;
   return L->op_memo[slot].op;
+}
+
+/* op_type as the graph keeps it: one arena copy per op type, NULL when out of memory. */
+static const char *kept_op_type(Loader *L, const char *op_type) {
+  size_t slot = op_memo_slot(L, op_type);
+  if (!L->op_memo[slot].kept) L->op_memo[slot].kept = apx_arena_strdup(&L->g->arena, op_type);
+  return L->op_memo[slot].kept;
 }
 
 static int lerr(Loader *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -671,7 +686,8 @@ static int check_nodes(Loader *L) {
   for (size_t k = 0; k < gp->n_node; k++) {
     const Onnx__NodeProto *n = gp->node[k];
     const char *ot = op_type_of(n);
-    L->node_names[k] = n->name && *n->name ? apx_arena_strdup(&L->g->arena, n->name)
+    /* the unpacked name itself (alive while loading; apx_graph_add_node keeps a copy) */
+    L->node_names[k] = n->name && *n->name ? n->name
                                            : apx_arena_printf(&L->g->arena, "%s_%zu", ot, k);
     if (!L->node_names[k]) return loom(L);
   }
@@ -1194,7 +1210,7 @@ static int load_nodes(Loader *L) {
       break;
     }
     ApxNode *nd = &g->nodes[id];
-    nd->op_type = apx_arena_strdup(&g->arena, n->op_type);
+    nd->op_type = kept_op_type(L, n->op_type);
     nd->onnx_index = (int)k;
     nd->n_attrs = (int32_t)n->n_attribute;
     nd->attrs = apx_arena_alloc(&g->arena, (n->n_attribute + 1) * sizeof(ApxAttr));
