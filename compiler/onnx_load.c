@@ -448,10 +448,39 @@ static int read_varint(const uint8_t *p, size_t len, size_t *i, uint64_t *v) {
   return 0;
 }
 
+/* How deep messages of type desc can nest below it by their schema: 0 without message
+ * fields, NEST_ANY when they can nest without bound (NodeProto -> AttributeProto ->
+ * GraphProto -> NodeProto ...). Memoized per descriptor; a cycle is found by the entry still
+ * being computed. */
+#define NEST_ANY INT_MAX
+typedef struct NestMemo {
+  const ProtobufCMessageDescriptor *desc[48];
+  int depth[48]; /* -1 while being computed */
+  int n;
+} NestMemo;
+
+static int schema_depth(NestMemo *m, const ProtobufCMessageDescriptor *desc) {
+  for (int i = 0; i < m->n; i++)
+    if (m->desc[i] == desc) return m->depth[i] < 0 ? NEST_ANY : m->depth[i];
+  if (m->n == (int)(sizeof m->desc / sizeof m->desc[0])) return NEST_ANY;
+  int me = m->n++, d = 0;
+  m->desc[me] = desc;
+  m->depth[me] = -1;
+  for (unsigned k = 0; k < desc->n_fields && d != NEST_ANY; k++) {
+    const ProtobufCFieldDescriptor *f = &desc->fields[k];
+    if (f->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+    int sub = schema_depth(m, (const ProtobufCMessageDescriptor *)f->descriptor);
+    d = sub == NEST_ANY ? NEST_ANY : sub + 1 > d ? sub + 1 : d;
+  }
+  m->depth[me] = d;
+  return d;
+}
+
 /* 0 when submessages nest deeper than MAX_NESTING; malformed input passes (unpack rejects
- * it). Recursion depth is bounded by MAX_NESTING, total work by len. */
-static int nesting_ok(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len,
-                      int depth) {
+ * it). Recursion depth is bounded by MAX_NESTING, total work by len; a submessage whose
+ * schema cannot nest past the bound (TensorProto: every initializer) is not read. */
+static int nesting_ok(NestMemo *m, const ProtobufCMessageDescriptor *desc, const uint8_t *p,
+                      size_t len, int depth) {
   if (depth > MAX_NESTING) return 0;
   size_t i = 0;
   while (i < len) {
@@ -474,10 +503,13 @@ static int nesting_ok(const ProtobufCMessageDescriptor *desc, const uint8_t *p, 
         uint64_t num = key >> 3;
         const ProtobufCFieldDescriptor *f =
             num <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(desc, (unsigned)num) : NULL;
-        if (f && f->type == PROTOBUF_C_TYPE_MESSAGE &&
-            !nesting_ok((const ProtobufCMessageDescriptor *)f->descriptor, p + i, (size_t)v,
-                        depth + 1))
-          return 0;
+        if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+          const ProtobufCMessageDescriptor *sub = f->descriptor;
+          int below = schema_depth(m, sub);
+          if ((below == NEST_ANY || depth + 1 + below > MAX_NESTING) &&
+              !nesting_ok(m, sub, p + i, (size_t)v, depth + 1))
+            return 0;
+        }
         i += (size_t)v;
         break;
       }
@@ -1361,7 +1393,8 @@ static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_ow
   int deep = 0;
   ApxStripped st = {0};
   if (len > 0 && buf) {
-    deep = !nesting_ok(&onnx__model_proto__descriptor, buf, len, 0);
+    NestMemo nm = {.n = 0};
+    deep = !nesting_ok(&nm, &onnx__model_proto__descriptor, buf, len, 0);
     /* without the initializers' raw_data, which is copied once, from buf (onnx_wire.h); out
      * of memory there just unpacks buf as it is */
     if (!deep && apx_onnx_strip_raw(buf, len, &st) > 0) {
@@ -1472,7 +1505,8 @@ int apx_onnx_read_tensor_file(const char *path, ApxArena *arena, ApxTensorConst 
   ProtobufCAllocator pa;
   pb_init(&pba, &pa);
   Onnx__TensorProto *t = NULL;
-  if (len > 0 && nesting_ok(&onnx__tensor_proto__descriptor, buf, len, 0))
+  NestMemo nm = {.n = 0};
+  if (len > 0 && nesting_ok(&nm, &onnx__tensor_proto__descriptor, buf, len, 0))
     t = onnx__tensor_proto__unpack(&pa, len, buf);
   free(buf);
   if (!t) {
