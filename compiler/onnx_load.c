@@ -26,6 +26,7 @@
 
 #include "compiler/export_hazards.h"
 #include "compiler/json.h"
+#include "compiler/onnx_wire.h"
 #include "kernels/half.h"
 #include "ir/fileio.h"
 #include "ir/loss_list.h"
@@ -75,49 +76,107 @@ typedef struct TensorCtx {
   ApxDiag *d;
   const char *file;     /* first word of messages */
   const char *base_dir; /* external data folder; NULL refuses external data */
+  const ApxRawSpan *raw; /* the tensor's raw_data when the loader took it out of the bytes
+                            protobuf-c unpacked (compiler/onnx_wire.h), else NULL */
 } TensorCtx;
 
-/* protobuf-c allocator: every allocation carries a 16-byte header saying where it came from.
- * Payloads of PB_BLOCK_MIN bytes or more (initializer raw_data, mostly) are arena blocks
- * (apx_arena_block_alloc), which decode_tensor hands to the graph's arena as they are instead
- * of copying them (a 650 MB model was copied three times); pb_free frees the others. It
- * remembers whether malloc failed (unpack returns NULL both for malformed input and for
- * out-of-memory; only the first is bad input). */
-typedef struct PbAlloc {
-  int oom;
-} PbAlloc;
-enum { PB_HEADER = 16, PB_MALLOC = 0x4d41, PB_BLOCK = 0x424c, PB_ADOPTED = 0x4144 };
-#define PB_BLOCK_MIN ((size_t)64 << 10)
-
-static void *pb_alloc(void *data, size_t n) {
-  if (n > SIZE_MAX - PB_HEADER) return NULL;
-  int big = n >= PB_BLOCK_MIN;
-  uint32_t *h = big ? apx_arena_block_alloc(n + PB_HEADER) : malloc(n + PB_HEADER);
-  if (!h) {
-    ((PbAlloc *)data)->oom = 1;
-    return NULL;
-  }
-  h[0] = big ? PB_BLOCK : PB_MALLOC;
-  return (uint8_t *)h + PB_HEADER;
+/* A large payload of the model in the arena: one copy into pages populated in one call
+ * (MADV_POPULATE_WRITE, and the source's MADV_POPULATE_READ, where the kernel has them)
+ * instead of a page fault per 4 KiB page as memcpy first touches them (a 650 MB model took
+ * 160 000 faults, most of its load). The payload cannot keep the file's own pages: it lies
+ * at any offset of the file, and a tensor's bytes must be aligned. NULL when out of memory. */
+#define POPULATE_MIN ((size_t)1 << 20)
+static void *copy_payload(ApxArena *arena, const uint8_t *src, size_t n) {
+  uint8_t *dst = apx_arena_alloc_raw(arena, n);
+  if (!dst) return NULL;
+#ifdef MADV_POPULATE_WRITE
+  long pg = sysconf(_SC_PAGESIZE);
+  uintptr_t ps = pg > 0 ? (uintptr_t)pg : 4096;
+  uintptr_t a = ((uintptr_t)dst + ps - 1) / ps * ps, e = ((uintptr_t)dst + n) / ps * ps;
+  if (e > a) madvise((void *)a, (size_t)(e - a), MADV_POPULATE_WRITE); /* advice: may fail */
+  uintptr_t sa = (uintptr_t)src / ps * ps, se = ((uintptr_t)src + n + ps - 1) / ps * ps;
+  madvise((void *)sa, (size_t)(se - sa), MADV_POPULATE_READ);
+#endif
+  memcpy(dst, src, n);
+  return dst;
 }
 
+/* protobuf-c allocator. Payloads of PB_BLOCK_MIN bytes or more (initializer raw_data, mostly)
+ * are arena blocks (apx_arena_block_alloc), which decode_tensor hands to the graph's arena as
+ * they are instead of copying them (a 650 MB model was copied three times); everything else
+ * is bumped from a scratch arena: the unpacked model is hundreds of thousands of small
+ * strings and messages, and it is dropped at once (pb_done) instead of freed piece by piece
+ * (malloc and free_unpacked were a fifth of loading a 100k-node model). The 4 bytes before
+ * each allocation say which it is. It remembers whether an allocation failed (unpack
+ * returns NULL both for malformed input and for out-of-memory; only the first is bad input). */
+typedef struct PbBlockHead { /* PB_HEADER bytes in front of a block's payload */
+  struct PbBlockHead *next;  /* every block of this unpack, for pb_done */
+  uint32_t pad, tag;
+} PbBlockHead;
+typedef struct PbAlloc {
+  int oom;
+  ApxArena scratch;
+  PbBlockHead *blocks;
+} PbAlloc;
+enum { PB_HEADER = 16, PB_SMALL_HEADER = 8, PB_SMALL = 0x534d, PB_BLOCK = 0x424c,
+       PB_DEAD = 0x4445, PB_ADOPTED = 0x4144 };
+#define PB_BLOCK_MIN ((size_t)64 << 10)
+
+static uint32_t *pb_tag(void *p) { return (uint32_t *)(void *)((uint8_t *)p - 4); }
+
+static void *pb_alloc(void *data, size_t n) {
+  PbAlloc *pa = data;
+  if (n > SIZE_MAX - PB_HEADER) return NULL;
+  uint8_t *p;
+  if (n >= PB_BLOCK_MIN) {
+    PbBlockHead *h = apx_arena_block_alloc(n + PB_HEADER);
+    if (h) {
+      h->next = pa->blocks;
+      pa->blocks = h;
+    }
+    p = h ? (uint8_t *)h + PB_HEADER : NULL;
+  } else { /* 8-byte aligned: what protobuf-c's messages need (their widest fields) */
+    uint8_t *h = apx_arena_alloc_raw(&pa->scratch, n + PB_SMALL_HEADER);
+    p = h ? h + PB_SMALL_HEADER : NULL;
+  }
+  if (!p) {
+    pa->oom = 1;
+    return NULL;
+  }
+  *pb_tag(p) = n >= PB_BLOCK_MIN ? PB_BLOCK : PB_SMALL;
+  return p;
+}
+
+/* A block is freed by pb_done with the rest (an unpack that fails, or a bytes field given
+ * twice, frees early), a small allocation with the scratch arena. */
 static void pb_free(void *data, void *p) {
   (void)data;
-  if (!p) return;
-  uint32_t *h = (uint32_t *)(void *)((uint8_t *)p - PB_HEADER);
-  if (h[0] == PB_MALLOC)
-    free(h);
-  else if (h[0] == PB_BLOCK)
-    apx_arena_block_free(h);
-  /* PB_ADOPTED: the arena frees it */
+  if (p && *pb_tag(p) == PB_BLOCK) *pb_tag(p) = PB_DEAD;
+}
+
+static void pb_init(PbAlloc *pa, ProtobufCAllocator *a) {
+  memset(pa, 0, sizeof *pa);
+  apx_arena_init(&pa->scratch);
+  a->alloc = pb_alloc;
+  a->free = pb_free;
+  a->allocator_data = pa;
+}
+
+/* Frees everything unpack allocated but the blocks an arena adopted (take_bytes). */
+static void pb_done(PbAlloc *pa) {
+  for (PbBlockHead *h = pa->blocks, *next; h; h = next) {
+    next = h->next;
+    if (h->tag != PB_ADOPTED) apx_arena_block_free(h);
+  }
+  pa->blocks = NULL;
+  apx_arena_free(&pa->scratch);
 }
 
 /* The unpacked bytes at p (from pb_alloc) for the arena to keep: no copy for a block. */
 static void *take_bytes(ApxArena *a, const void *p, size_t n) {
-  uint32_t *h = (uint32_t *)(void *)((uint8_t *)p - PB_HEADER);
-  if (h[0] != PB_BLOCK) return apx_arena_memdup(a, p, n);
-  h[0] = PB_ADOPTED;
-  apx_arena_adopt(a, h);
+  if (*pb_tag((void *)p) != PB_BLOCK) return apx_arena_memdup(a, p, n);
+  *pb_tag((void *)p) = PB_ADOPTED;
+  apx_arena_adopt(a, (uint8_t *)(uintptr_t)p - PB_HEADER);
   return (void *)p;
 }
 
@@ -267,9 +326,19 @@ done:
   return rc;
 }
 
-/* Decodes a TensorProto into out (payload in c->arena). what: "initializer 'w'" etc. */
-static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *what,
+/* "initializer '<name>'" into buf: the subject of decode_tensor's messages when what is NULL
+ * (formatted only for a message: a model has many initializers). */
+static const char *init_what(const char *name, char *buf, size_t cap) {
+  snprintf(buf, cap, "initializer '%s'", name ? name : "");
+  return buf;
+}
+
+/* Decodes a TensorProto into out (payload in c->arena). what: "node 'n' (Constant) attribute
+ * 'value'" etc., or NULL for an initializer (named after t->name). */
+static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *what_or_null,
                          ApxTensorConst *out) {
+  char wbuf[600];
+#define what (what_or_null ? what_or_null : init_what(t ? t->name : NULL, wbuf, sizeof wbuf))
   memset(out, 0, sizeof *out);
   if (!t) return TERR(c, "missing tensor", what);
   int32_t dt = t->has_data_type ? t->data_type : 0;
@@ -290,10 +359,10 @@ static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *w
     if (v && numel > MAX_ELEMENTS / v) absurd = 1;
     else numel *= v;
   }
-  char ds[160];
-  dims_str(ds, sizeof ds, out->dims, rank);
+  char ds[160]; /* dims_str(ds, ...) where a message needs it */
   if (absurd || numel > MAX_ELEMENTS)
-    return TERR(c, "absurd dims %s (more than 2^40 elements)", what, ds);
+    return TERR(c, "absurd dims %s (more than 2^40 elements)", what,
+                dims_str(ds, sizeof ds, out->dims, rank));
   out->dtype = (ApxDType)dt;
   out->rank = rank;
   size_t es = apx_dtype_size(out->dtype);
@@ -303,11 +372,20 @@ static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *w
   if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
     return read_external(c, t, what, bytes, &out->data);
 
-  if (t->has_raw_data) {
-    if (t->raw_data.len != bytes)
-      return TERR(c, "raw_data has %zu bytes, dims %s (%s) need %zu bytes", what,
-                  t->raw_data.len, ds, tn, bytes);
-    out->data = bytes ? take_bytes(c->arena, t->raw_data.data, bytes) : apx_arena_alloc(c->arena, 1);
+  int has_raw = c->raw ? c->raw->present : t->has_raw_data;
+  size_t raw_len = c->raw ? c->raw->len : t->raw_data.len;
+  if (has_raw) {
+    if (raw_len != bytes)
+      return TERR(c, "raw_data has %zu bytes, dims %s (%s) need %zu bytes", what, raw_len,
+                  dims_str(ds, sizeof ds, out->dims, rank), tn, bytes);
+    if (!bytes)
+      out->data = apx_arena_alloc(c->arena, 1);
+    else if (c->raw && bytes >= POPULATE_MIN)
+      out->data = copy_payload(c->arena, c->raw->data, bytes);
+    else if (c->raw) /* in the model's bytes: the one copy */
+      out->data = apx_arena_memdup(c->arena, c->raw->data, bytes);
+    else
+      out->data = take_bytes(c->arena, t->raw_data.data, bytes);
     return out->data ? 0 : OOM(c, what);
   }
 
@@ -323,8 +401,8 @@ static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *w
     default: have = t->n_int32_data; field = "int32_data"; break;
   }
   if (have != (size_t)numel)
-    return TERR(c, "%s has %zu elements, dims %s (%s) need %" PRId64, what, field, have, ds,
-                tn, numel);
+    return TERR(c, "%s has %zu elements, dims %s (%s) need %" PRId64, what, field, have,
+                dims_str(ds, sizeof ds, out->dims, rank), tn, numel);
   void *p = apx_arena_alloc_raw(c->arena, bytes);
   if (!p) return OOM(c, what);
   size_t n = (size_t)numel;
@@ -352,6 +430,7 @@ static int decode_tensor(TensorCtx *c, const Onnx__TensorProto *t, const char *w
   }
   out->data = p;
   return 0;
+#undef what
 }
 
 /* ---- wire-format pre-scan ------------------------------------------------------------ */
@@ -369,10 +448,39 @@ static int read_varint(const uint8_t *p, size_t len, size_t *i, uint64_t *v) {
   return 0;
 }
 
+/* How deep messages of type desc can nest below it by their schema: 0 without message
+ * fields, NEST_ANY when they can nest without bound (NodeProto -> AttributeProto ->
+ * GraphProto -> NodeProto ...). Memoized per descriptor; a cycle is found by the entry still
+ * being computed. */
+#define NEST_ANY INT_MAX
+typedef struct NestMemo {
+  const ProtobufCMessageDescriptor *desc[48];
+  int depth[48]; /* -1 while being computed */
+  int n;
+} NestMemo;
+
+static int schema_depth(NestMemo *m, const ProtobufCMessageDescriptor *desc) {
+  for (int i = 0; i < m->n; i++)
+    if (m->desc[i] == desc) return m->depth[i] < 0 ? NEST_ANY : m->depth[i];
+  if (m->n == (int)(sizeof m->desc / sizeof m->desc[0])) return NEST_ANY;
+  int me = m->n++, d = 0;
+  m->desc[me] = desc;
+  m->depth[me] = -1;
+  for (unsigned k = 0; k < desc->n_fields && d != NEST_ANY; k++) {
+    const ProtobufCFieldDescriptor *f = &desc->fields[k];
+    if (f->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+    int sub = schema_depth(m, (const ProtobufCMessageDescriptor *)f->descriptor);
+    d = sub == NEST_ANY ? NEST_ANY : sub + 1 > d ? sub + 1 : d;
+  }
+  m->depth[me] = d;
+  return d;
+}
+
 /* 0 when submessages nest deeper than MAX_NESTING; malformed input passes (unpack rejects
- * it). Recursion depth is bounded by MAX_NESTING, total work by len. */
-static int nesting_ok(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len,
-                      int depth) {
+ * it). Recursion depth is bounded by MAX_NESTING, total work by len; a submessage whose
+ * schema cannot nest past the bound (TensorProto: every initializer) is not read. */
+static int nesting_ok(NestMemo *m, const ProtobufCMessageDescriptor *desc, const uint8_t *p,
+                      size_t len, int depth) {
   if (depth > MAX_NESTING) return 0;
   size_t i = 0;
   while (i < len) {
@@ -395,10 +503,13 @@ static int nesting_ok(const ProtobufCMessageDescriptor *desc, const uint8_t *p, 
         uint64_t num = key >> 3;
         const ProtobufCFieldDescriptor *f =
             num <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(desc, (unsigned)num) : NULL;
-        if (f && f->type == PROTOBUF_C_TYPE_MESSAGE &&
-            !nesting_ok((const ProtobufCMessageDescriptor *)f->descriptor, p + i, (size_t)v,
-                        depth + 1))
-          return 0;
+        if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+          const ProtobufCMessageDescriptor *sub = f->descriptor;
+          int below = schema_depth(m, sub);
+          if ((below == NEST_ANY || depth + 1 + below > MAX_NESTING) &&
+              !nesting_ok(m, sub, p + i, (size_t)v, depth + 1))
+            return 0;
+        }
         i += (size_t)v;
         break;
       }
@@ -416,11 +527,51 @@ typedef struct Loader {
   ApxOptions opt;
   TensorCtx tc;
   const Onnx__GraphProto *gp;
-  const char **node_names; /* [n_node] display names ("<op>_<index>" when empty) */
+  const char **node_names; /* [n_node] display names ("<op>_<index>" when empty), while loading */
   ApxOp *node_ops;         /* [n_node] */
   char *dim_used;          /* [opt.n_dims] */
   const ApxJson *trainable; /* metadata_props "apexc.trainable" (array of strings) or NULL */
+  const ApxRawSpan *raw;    /* [n_raw] initializers' raw_data taken out before unpacking */
+  size_t n_raw;
+  const void *in_buf;       /* the model's bytes while raw points into them (release_input) */
+  uint8_t *in_owned;
+  size_t in_map_len;
+  struct {                  /* op_type -> op, remembered (apx_op_from_name scans the table) */
+    const char *op_type;
+    ApxOp op;
+    int flow;               /* If, Loop or Scan */
+    const char *kept;       /* op_type in the graph's arena, shared by its nodes */
+  } op_memo[64];
 } Loader;
+
+/* op_type's memo entry, filled on first sight (FNV-1a hash of the name). */
+static size_t op_memo_slot(Loader *L, const char *op_type) {
+  uint32_t h = 2166136261u;
+  for (const unsigned char *p = (const unsigned char *)op_type; *p; p++) h = (h ^ *p) * 16777619u;
+  size_t slot = h % (sizeof L->op_memo / sizeof L->op_memo[0]);
+  if (!L->op_memo[slot].op_type || strcmp(L->op_memo[slot].op_type, op_type) != 0) {
+    L->op_memo[slot].op_type = op_type;
+    L->op_memo[slot].kept = NULL;
+    L->op_memo[slot].op = apx_op_from_name(op_type);
+    L->op_memo[slot].flow = strcmp(op_type, "If") == 0 || strcmp(op_type, "Loop") == 0 ||
+                            strcmp(op_type, "Scan") == 0;
+  }
+  return slot;
+}
+
+/* The op named op_type; *flow 1 for a control-flow op type. */
+static ApxOp op_from_name(Loader *L, const char *op_type, int *flow) {
+  size_t slot = op_memo_slot(L, op_type);
+  *flow = L->op_memo[slot].flow;
+  return L->op_memo[slot].op;
+}
+
+/* op_type as the graph keeps it: one arena copy per op type, NULL when out of memory. */
+static const char *kept_op_type(Loader *L, const char *op_type) {
+  size_t slot = op_memo_slot(L, op_type);
+  if (!L->op_memo[slot].kept) L->op_memo[slot].kept = apx_arena_strdup(&L->g->arena, op_type);
+  return L->op_memo[slot].kept;
+}
 
 static int lerr(Loader *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int lerr(Loader *L, const char *fmt, ...) {
@@ -528,11 +679,10 @@ static const char *unsupported_why(Loader *L, size_t k, char *buf, size_t cap) {
              n->domain);
     return buf;
   }
-  int flow = strcmp(n->op_type, "If") == 0 || strcmp(n->op_type, "Loop") == 0 ||
-             strcmp(n->op_type, "Scan") == 0;
+  int flow;
+  ApxOp op = op_from_name(L, n->op_type, &flow);
   for (size_t a = 0; a < n->n_attribute && !flow; a++) flow = is_graph_attr(n->attribute[a]);
   if (flow) return "control flow is not supported in v1";
-  ApxOp op = apx_op_from_name(n->op_type);
   if (op == APX_OP_INVALID) {
     snprintf(buf, cap, "unknown op '%s' (apexc v1 supports %d ops: see apexc --list-ops)",
              n->op_type, count_v1_ops());
@@ -568,7 +718,8 @@ static int check_nodes(Loader *L) {
   for (size_t k = 0; k < gp->n_node; k++) {
     const Onnx__NodeProto *n = gp->node[k];
     const char *ot = op_type_of(n);
-    L->node_names[k] = n->name && *n->name ? apx_arena_strdup(&L->g->arena, n->name)
+    /* the unpacked name itself (alive while loading; apx_graph_add_node keeps a copy) */
+    L->node_names[k] = n->name && *n->name ? n->name
                                            : apx_arena_printf(&L->g->arena, "%s_%zu", ot, k);
     if (!L->node_names[k]) return loom(L);
   }
@@ -814,15 +965,24 @@ static int apply_trainable_list(Loader *L, int n_init_vals) {
   return rc;
 }
 
+/* The model's bytes, once nothing points into them (load_buffer's buf_owned / map_len). */
+static void release_input(Loader *L) {
+  free(L->in_owned);
+  if (L->in_map_len) munmap((void *)(uintptr_t)L->in_buf, L->in_map_len);
+  L->in_buf = NULL, L->in_owned = NULL, L->in_map_len = 0;
+  L->raw = NULL, L->n_raw = 0;
+}
+
 static int load_initializers(Loader *L) {
   const Onnx__GraphProto *gp = L->gp;
   for (size_t k = 0; k < gp->n_initializer; k++) {
     const Onnx__TensorProto *t = gp->initializer[k];
     if (!t || !t->name || !*t->name) return lerr(L, "initializer %zu has no name", k);
-    char what[600];
-    snprintf(what, sizeof what, "initializer '%s'", t->name);
     ApxTensorConst tc;
-    if (decode_tensor(&L->tc, t, what, &tc)) return -1;
+    L->tc.raw = k < L->n_raw ? &L->raw[k] : NULL;
+    int bad = decode_tensor(&L->tc, t, NULL, &tc);
+    L->tc.raw = NULL;
+    if (bad) return -1;
     int is_float = apx_dtype_is_float(tc.dtype);
     int frozen = is_float && apx_name_list_has(&L->opt.frozen, t->name);
     ApxValueKind kind = is_float && !frozen ? APX_VAL_PARAM : APX_VAL_CONST;
@@ -833,6 +993,7 @@ static int load_initializers(Loader *L) {
     val->onnx_index = (int)k;
     if (frozen) val->flags |= APX_VALF_FROZEN;
   }
+  release_input(L); /* every payload is in the arena now */
   if (L->trainable && apply_trainable_list(L, L->g->n_vals)) return -1;
   for (int i = 0; i < L->opt.frozen.n; i++) {
     const char *nm = L->opt.frozen.items[i];
@@ -1013,21 +1174,36 @@ static int copy_attr(Loader *L, size_t k, const Onnx__AttributeProto *a, ApxAttr
 static int load_nodes(Loader *L) {
   const Onnx__GraphProto *gp = L->gp;
   ApxGraph *g = L->g;
+  size_t n_outs = 0; /* the value of every output, kept for the second loop */
+  for (size_t k = 0; k < gp->n_node; k++)
+    if (L->node_ops[k] != APX_OP_Constant) n_outs += gp->node[k]->n_output;
+  int *out_vals = malloc((n_outs + 1) * sizeof(int));
+  if (!out_vals) return loom(L);
+  size_t at = 0;
   for (size_t k = 0; k < gp->n_node; k++) {
     const Onnx__NodeProto *n = gp->node[k];
     if (L->node_ops[k] == APX_OP_Constant) {
-      if (load_constant(L, k)) return -1;
+      if (load_constant(L, k)) goto fail;
       continue;
     }
     for (size_t j = 0; j < n->n_output; j++) {
+      out_vals[at++] = -1;
       if (!n->output[j] || !*n->output[j]) continue;
-      if (apx_graph_find_value(g, n->output[j]) >= 0) return redefined(L, k, j);
       int v = apx_graph_add_value(g, L->d, n->output[j], APX_VAL_ACTIVATION, APX_DT_UNDEFINED,
                                   -1, NULL);
-      if (v < 0) return -1;
+      if (v < 0) {
+        if (apx_graph_find_value(g, n->output[j]) >= 0) { /* defined twice: say by what */
+          L->d->code = 0;
+          L->d->msg[0] = '\0';
+          redefined(L, k, j);
+        }
+        goto fail;
+      }
       g->vals[v].onnx_index = (int)j;
+      out_vals[at - 1] = v;
     }
   }
+  at = 0;
   int cap = 0;
   int *ids = NULL;
   int rc = 0;
@@ -1057,8 +1233,7 @@ static int load_nodes(Loader *L) {
         rc = apx_diag_error(L->d, APX_EXIT_BAD_INPUT, "%s: node '%s' (%s) input %zu: undefined "
                             "value '%s'", g->file, L->node_names[k], n->op_type, j, nm);
     }
-    for (size_t j = 0; j < n->n_output; j++)
-      out[j] = n->output[j] && *n->output[j] ? apx_graph_find_value(g, n->output[j]) : -1;
+    for (size_t j = 0; j < n->n_output; j++) out[j] = out_vals[at++];
     if (rc) break;
     int id = apx_graph_add_node(g, L->d, L->node_ops[k], L->node_names[k], (int)n->n_input, in,
                                 (int)n->n_output, out);
@@ -1067,7 +1242,7 @@ static int load_nodes(Loader *L) {
       break;
     }
     ApxNode *nd = &g->nodes[id];
-    nd->op_type = apx_arena_strdup(&g->arena, n->op_type);
+    nd->op_type = kept_op_type(L, n->op_type);
     nd->onnx_index = (int)k;
     nd->n_attrs = (int32_t)n->n_attribute;
     nd->attrs = apx_arena_alloc(&g->arena, (n->n_attribute + 1) * sizeof(ApxAttr));
@@ -1079,7 +1254,11 @@ static int load_nodes(Loader *L) {
       rc = copy_attr(L, k, n->attribute[a], &g->nodes[id].attrs[a]);
   }
   free(ids);
+  free(out_vals);
   return rc;
+fail:
+  free(out_vals);
+  return -1;
 }
 
 static int load_outputs(Loader *L) {
@@ -1177,9 +1356,10 @@ static int load_model(Loader *L, const Onnx__ModelProto *m, size_t len) {
   return 0;
 }
 
-/* buf_owned: malloc'd buffer the loader frees as soon as protobuf-c has copied it, or NULL;
- * map_len: buf is a mapping of that many bytes, unmapped then (either way the peak is about
- * the model size plus the unpacked copy, which the graph keeps). */
+/* buf_owned: malloc'd buffer the loader frees once nothing points into it, or NULL; map_len:
+ * buf is a mapping of that many bytes, unmapped then. Initializer payloads are copied from buf
+ * (onnx_wire.h), so buf lives until the initializers are loaded (either way the peak is about
+ * the model size plus the payloads, which the graph keeps). */
 static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_owned,
                        size_t map_len, const char *base_dir, const ApxOptions *o, ApxDiag *d) {
   Loader L;
@@ -1206,29 +1386,52 @@ static int load_buffer(ApxGraph *g, const void *buf, size_t len, uint8_t *buf_ow
     if (map_len) munmap((void *)buf, map_len);
     return lerr(&L, "this is an apexc plan, not an ONNX model (run it with apexrun)");
   }
-  PbAlloc pba = {0};
-  ProtobufCAllocator pa = {pb_alloc, pb_free, &pba};
+  PbAlloc pba;
+  ProtobufCAllocator pa;
+  pb_init(&pba, &pa);
   Onnx__ModelProto *m = NULL;
   int deep = 0;
+  ApxStripped st = {0};
   if (len > 0 && buf) {
-    deep = !nesting_ok(&onnx__model_proto__descriptor, buf, len, 0);
-    if (!deep) m = onnx__model_proto__unpack(&pa, len, buf);
+    NestMemo nm = {.n = 0};
+    deep = !nesting_ok(&nm, &onnx__model_proto__descriptor, buf, len, 0);
+    /* without the initializers' raw_data, which is copied once, from buf (onnx_wire.h); out
+     * of memory there just unpacks buf as it is */
+    if (!deep && apx_onnx_strip_raw(buf, len, &st) > 0) {
+      m = onnx__model_proto__unpack(&pa, st.len, st.buf);
+      free(st.buf);
+      st.buf = NULL;
+      if (m && m->graph && m->graph->n_initializer == st.n_raw) {
+        L.raw = st.raw, L.n_raw = st.n_raw;
+        L.in_buf = buf, L.in_owned = buf_owned, L.in_map_len = map_len;
+      } else { /* not what the strip promised, or an error: protobuf-c reads buf itself */
+        pba.oom = 0;
+        m = onnx__model_proto__unpack(&pa, len, buf);
+      }
+    } else if (!deep) {
+      m = onnx__model_proto__unpack(&pa, len, buf);
+    }
   }
-  free(buf_owned);
-  if (map_len) munmap((void *)buf, map_len);
-  if (deep)
-    return lerr(&L, "not a valid ONNX model (messages nested deeper than %d, %zu bytes)",
-                MAX_NESTING, len);
-  if (!m && pba.oom)
-    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory parsing the model (%zu bytes)",
-                          g->file, len);
-  if (!m) return lerr(&L, "not a valid ONNX model (protobuf parse failed, %zu bytes)", len);
+  if (!L.raw) { /* nothing points into buf */
+    free(buf_owned);
+    if (map_len) munmap((void *)buf, map_len);
+  }
   int rc;
-  if (!m->has_ir_version && !m->graph)
+  if (deep)
+    rc = lerr(&L, "not a valid ONNX model (messages nested deeper than %d, %zu bytes)",
+              MAX_NESTING, len);
+  else if (!m && pba.oom)
+    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory parsing the model (%zu bytes)",
+                        g->file, len);
+  else if (!m)
+    rc = lerr(&L, "not a valid ONNX model (protobuf parse failed, %zu bytes)", len);
+  else if (!m->has_ir_version && !m->graph)
     rc = lerr(&L, "not a valid ONNX model (no ir_version and no graph, %zu bytes)", len);
   else
     rc = load_model(&L, m, len);
-  onnx__model_proto__free_unpacked(m, &pa);
+  pb_done(&pba); /* the unpacked model, without free_unpacked's walk */
+  release_input(&L); /* when load_model stopped before its initializers */
+  apx_onnx_stripped_free(&st);
   return rc;
 }
 
@@ -1298,17 +1501,22 @@ int apx_onnx_read_tensor_file(const char *path, ApxArena *arena, ApxTensorConst 
   size_t len;
   if (slurp(path, "tensor file", d, &buf, &len)) return -1;
   int rc = -1;
-  PbAlloc pba = {0};
-  ProtobufCAllocator pa = {pb_alloc, pb_free, &pba};
+  PbAlloc pba;
+  ProtobufCAllocator pa;
+  pb_init(&pba, &pa);
   Onnx__TensorProto *t = NULL;
-  if (len > 0 && nesting_ok(&onnx__tensor_proto__descriptor, buf, len, 0))
+  NestMemo nm = {.n = 0};
+  if (len > 0 && nesting_ok(&nm, &onnx__tensor_proto__descriptor, buf, len, 0))
     t = onnx__tensor_proto__unpack(&pa, len, buf);
   free(buf);
-  if (!t && pba.oom) return err_at(d, APX_EXIT_RUNTIME, path, "out of memory parsing the tensor");
-  if (!t)
+  if (!t) {
+    int oom = pba.oom;
+    pb_done(&pba);
+    if (oom) return err_at(d, APX_EXIT_RUNTIME, path, "out of memory parsing the tensor");
     return err_at(d, APX_EXIT_BAD_INPUT, path,
                   "not a valid TensorProto file (protobuf parse failed, %zu bytes)", len);
-  TensorCtx c = {arena, d, path, NULL};
+  }
+  TensorCtx c = {arena, d, path, NULL, NULL};
   const char *base = dir_of(arena, path);
   c.base_dir = base;
   char what[600];
@@ -1322,7 +1530,7 @@ int apx_onnx_read_tensor_file(const char *path, ApxArena *arena, ApxTensorConst 
       if (!*name) rc = err_at(d, APX_EXIT_RUNTIME, path, "out of memory");
     }
   }
-  onnx__tensor_proto__free_unpacked(t, &pa);
+  pb_done(&pba);
   return rc;
 }
 

@@ -23,6 +23,7 @@
 
 extern "C" {
 #include "compiler/onnx_load.h"
+#include "compiler/onnx_wire.h"
 #include "ir/infer.h"
 #include "kernels/half.h"
 #include "onnx.pb-c.h"
@@ -2168,6 +2169,207 @@ TEST(OnnxLoad, ReadsOnnxTestDataFiles) {
 }
 
 // ---- size -------------------------------------------------------------------------------
+// ---- raw_data taken out before unpacking (compiler/onnx_wire.h) -------------------------
+
+std::string varint_bytes(uint64_t v, size_t min_len = 1) {  // min_len > needed: padded form
+  std::string s;
+  do {
+    uint8_t b = v & 0x7f;
+    v >>= 7;
+    if (v || s.size() + 1 < min_len) b |= 0x80;
+    s.push_back((char)b);
+  } while (v || s.size() < min_len);
+  return s;
+}
+
+std::string ld_field(int num, const std::string &payload, size_t len_bytes = 1) {
+  return varint_bytes((uint64_t)num << 3 | 2) + varint_bytes(payload.size(), len_bytes) + payload;
+}
+
+// A model "w" (f32 [2]) -> Identity -> y, the initializer written by hand: `tensor` is its
+// TensorProto bytes, the graph and model lengths written with graph_len_bytes bytes.
+std::string hand_model(const std::string &tensor, size_t graph_len_bytes = 1, size_t init_len_bytes = 1) {
+  Model m;
+  m.node("Identity", {"w"}, {"y"});
+  m.output("y");
+  std::string b = m.bytes();
+  onnx__graph_proto__init(&m.gr);  // the model without its graph, and the graph alone
+  Onnx__ModelProto *mp = onnx__model_proto__unpack(nullptr, b.size(), reinterpret_cast<const uint8_t *>(b.data()));
+  EXPECT_NE(mp, nullptr);
+  std::string graph(onnx__graph_proto__get_packed_size(mp->graph), '\0');
+  onnx__graph_proto__pack(mp->graph, reinterpret_cast<uint8_t *>(&graph[0]));
+  Onnx__GraphProto *gp = mp->graph;
+  mp->graph = nullptr;
+  std::string rest(onnx__model_proto__get_packed_size(mp), '\0');
+  onnx__model_proto__pack(mp, reinterpret_cast<uint8_t *>(&rest[0]));
+  mp->graph = gp;
+  onnx__model_proto__free_unpacked(mp, nullptr);
+  graph += ld_field(5, tensor, init_len_bytes);
+  return rest + ld_field(7, graph, graph_len_bytes);
+}
+
+std::string f32_bytes(std::vector<float> v) { return std::string(reinterpret_cast<const char *>(v.data()), v.size() * 4); }
+
+std::string tensor_head() {  // dims [2], FLOAT, name "w"
+  return varint_bytes(1 << 3 | 0) + varint_bytes(2) + varint_bytes(2 << 3 | 0) + varint_bytes(1) +
+         ld_field(8, "w");
+}
+
+std::unique_ptr<Loaded> load_bytes(const std::string &b) {
+  auto L = std::make_unique<Loaded>();
+  L->rc = apx_onnx_load_memory(&L->g, b.data(), b.size(), nullptr, nullptr, &L->d);
+  return L;
+}
+
+TEST(OnnxWire, StripsInitializerRawDataAndPointsIntoTheModel) {
+  Model m;
+  m.init_raw("a", APX_DT_F32, {2}, f32_bytes({1, 2}));
+  auto *t = m.tensor("b", APX_DT_F32, {1});  // typed field: nothing to take out
+  t->n_float_data = 1;
+  t->float_data = m.pool.arr(std::vector<float>{3});
+  m.inits.push_back(t);
+  m.init_raw("c", APX_DT_F32, {0}, "");
+  m.node("Add", {"a", "b"}, {"y"});
+  m.node("Identity", {"c"}, {"z"});
+  m.output("y");
+  m.output("z");
+  std::string b = m.bytes();
+  const uint8_t *p = reinterpret_cast<const uint8_t *>(b.data());
+  ApxStripped st;
+  ASSERT_EQ(apx_onnx_strip_raw(p, b.size(), &st), 1);
+  ASSERT_EQ(st.n_raw, 3u);
+  EXPECT_TRUE(st.raw[0].present);
+  EXPECT_FALSE(st.raw[1].present);
+  EXPECT_TRUE(st.raw[2].present);
+  EXPECT_EQ(st.raw[2].len, 0u);
+  ASSERT_EQ(st.raw[0].len, 8u);
+  EXPECT_GE(st.raw[0].data, p);
+  EXPECT_LE(st.raw[0].data + 8, p + b.size());
+  EXPECT_EQ(std::string(reinterpret_cast<const char *>(st.raw[0].data), 8), f32_bytes({1, 2}));
+  EXPECT_EQ(st.len, b.size() - 8 - 2 - 2);  // two raw_data fields (key, length, payload) gone
+  Onnx__ModelProto *u = onnx__model_proto__unpack(nullptr, st.len, st.buf);
+  ASSERT_NE(u, nullptr);
+  ASSERT_EQ(u->graph->n_initializer, 3u);
+  for (size_t k = 0; k < 3; k++) EXPECT_FALSE(u->graph->initializer[k]->has_raw_data) << k;
+  EXPECT_STREQ(u->graph->initializer[0]->name, "a");
+  EXPECT_EQ(u->graph->initializer[1]->n_float_data, 1u);
+  EXPECT_EQ(u->graph->n_node, 2u);
+  onnx__model_proto__free_unpacked(u, nullptr);
+  apx_onnx_stripped_free(&st);
+  auto L = load(m);
+  EXPECT_LOADS(L);
+  const float *a = static_cast<const float *>(L->val("a")->data);
+  EXPECT_EQ(a[0], 1.0f);
+  EXPECT_EQ(a[1], 2.0f);
+  EXPECT_EQ(*static_cast<const float *>(L->val("b")->data), 3.0f);
+}
+
+TEST(OnnxWire, NothingToStripLeavesTheModel) {
+  Model m;
+  m.node("Relu", {"x"}, {"y"});
+  m.input("x", {2});
+  m.output("y");
+  std::string b = m.bytes();
+  ApxStripped st;
+  EXPECT_EQ(apx_onnx_strip_raw(reinterpret_cast<const uint8_t *>(b.data()), b.size(), &st), 0);
+  EXPECT_EQ(st.buf, nullptr);
+}
+
+TEST(OnnxWire, RepeatedRawDataKeepsTheLastAsProtobufDoes) {
+  std::string tensor = tensor_head() + ld_field(9, f32_bytes({1, 2})) + ld_field(9, f32_bytes({5, 6}));
+  std::string b = hand_model(tensor);
+  ApxStripped st;
+  ASSERT_EQ(apx_onnx_strip_raw(reinterpret_cast<const uint8_t *>(b.data()), b.size(), &st), 1);
+  apx_onnx_stripped_free(&st);
+  auto L = load_bytes(b);
+  EXPECT_LOADS(L);
+  const float *w = static_cast<const float *>(L->val("w")->data);
+  EXPECT_EQ(w[0], 5.0f);
+  EXPECT_EQ(w[1], 6.0f);
+}
+
+TEST(OnnxWire, PaddedLengthsAreWrittenAgainShort) {
+  // lengths in 3 bytes (valid protobuf): the stripped model re-encodes the ones it changes
+  std::string tensor = tensor_head() + ld_field(9, f32_bytes({7, 8}), 3);
+  std::string b = hand_model(tensor, 3, 3);
+  ApxStripped st;
+  ASSERT_EQ(apx_onnx_strip_raw(reinterpret_cast<const uint8_t *>(b.data()), b.size(), &st), 1);
+  Onnx__ModelProto *u = onnx__model_proto__unpack(nullptr, st.len, st.buf);
+  ASSERT_NE(u, nullptr);
+  ASSERT_EQ(u->graph->n_initializer, 1u);
+  EXPECT_STREQ(u->graph->initializer[0]->name, "w");
+  onnx__model_proto__free_unpacked(u, nullptr);
+  apx_onnx_stripped_free(&st);
+  auto L = load_bytes(b);
+  EXPECT_LOADS(L);
+  EXPECT_EQ(static_cast<const float *>(L->val("w")->data)[1], 8.0f);
+}
+
+TEST(OnnxWire, FramingItCannotReadIsLeftToProtobufC) {
+  std::string good = tensor_head() + ld_field(9, f32_bytes({1, 2}));
+  struct Case {
+    const char *what;
+    std::string bytes;
+  } cases[] = {
+      // a 6-byte length: protobuf-c refuses it; a stripped model would have hidden that
+      {"graph length in 6 bytes", hand_model(good, 6)},
+      {"initializer length in 6 bytes", hand_model(good, 1, 6)},
+      {"raw_data length in 6 bytes", hand_model(tensor_head() + ld_field(9, f32_bytes({1, 2}), 6))},
+      {"raw_data as a varint", hand_model(tensor_head() + varint_bytes(9 << 3 | 0) + varint_bytes(3))},
+      {"group in a tensor", hand_model(tensor_head() + varint_bytes(12 << 3 | 3))},
+      {"truncated raw_data", hand_model(good).substr(0, hand_model(good).size() - 3)},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.what);
+    ApxStripped st;
+    EXPECT_EQ(apx_onnx_strip_raw(reinterpret_cast<const uint8_t *>(c.bytes.data()), c.bytes.size(), &st), 0)
+        << c.what;
+    EXPECT_EQ(st.buf, nullptr) << c.what;
+    auto L = load_bytes(c.bytes);
+    EXPECT_REJECTS(L, "not a valid ONNX model (protobuf parse failed");
+  }
+}
+
+TEST(OnnxWire, LargeInitializersOfAModelFileLoadExactly) {
+  // payloads of 1 MiB and more are copied into populated pages (copy_payload), from any
+  // offset of the file: same bytes, aligned, and the graph's own
+  const size_t n = (3u << 20) / 4 + 123;  // not a whole number of pages
+  std::vector<float> big(n), odd(n / 2 + 1);
+  for (size_t i = 0; i < n; i++) big[i] = (float)i * 0.5f;
+  for (size_t i = 0; i < odd.size(); i++) odd[i] = -(float)i;
+  Model m;
+  m.init_raw("s", APX_DT_F32, {3}, f32_bytes({1, 2, 3}));  // shifts the big ones off page boundaries
+  m.init_raw("big", APX_DT_F32, {(int64_t)n}, f32_bytes(big));
+  m.init_raw("odd", APX_DT_F32, {(int64_t)odd.size()}, f32_bytes(odd));
+  m.node("Identity", {"big"}, {"y"});
+  m.node("Identity", {"odd"}, {"z"});
+  m.node("Identity", {"s"}, {"u"});
+  m.output("y");
+  m.output("z");
+  m.output("u");
+  std::string dir = temp_dir(), path = dir + "/big.onnx", bytes = m.bytes();
+  write_file(path, bytes);
+  {
+    auto L = load_file(path);
+    EXPECT_LOADS(L);
+    float *b = static_cast<float *>(L->val("big")->data);
+    const float *o = static_cast<const float *>(L->val("odd")->data);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ((uintptr_t)b % 16, 0u);
+    EXPECT_EQ((uintptr_t)L->val("odd")->data % 16, 0u);
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(b[i], big[i]) << i;
+    for (size_t i = 0; i < odd.size(); i++) ASSERT_EQ(o[i], odd[i]) << i;
+    for (size_t i = 0; i < n; i++) b[i] = 7.0f;  // the graph's memory: the file keeps its bytes
+    EXPECT_EQ(b[n / 2], 7.0f);
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_TRUE(ss.str() == bytes);
+  remove(path.c_str());
+  rmdir(dir.c_str());
+}
+
 // Load speed is measured by scripts/bench_compile.sh (issue 12), not here: no timed unit tests.
 
 TEST(OnnxLoad, HundredThousandNodesLoadInOrder) {

@@ -45,7 +45,11 @@ static int try_cast(FzCtx *c, int cast) {
   if (g->nodes[cast].section != g->nodes[p].section)
     return fz_reject(c, &f, g->nodes[p].op, APX_FUSE_NOT_LEGALITY, "Cast in another section than '%s'",
                      g->nodes[p].name);
-  /* trial: the producer writes the Cast's output */
+  /* trial: the producer writes the Cast's output (the fusion log's traffic: both nodes out
+   * now, the producer back in once it writes y; see FzCtx.traffic_delta) */
+  ApxTraffic out = {0};
+  apx_traffic_count_node(g, p, &out, -1);
+  apx_traffic_count_node(g, cast, &out, -1);
   ApxNode *pn = &g->nodes[p];
   pn->out[0] = y;
   g->vals[y].producer = p;
@@ -61,6 +65,8 @@ static int try_cast(FzCtx *c, int cast) {
   }
   g->vals[v].producer = -1;
   g->nodes[cast].flags |= APX_NODEF_DEAD;
+  apx_traffic_count_node(g, p, &out, 1);
+  fz_traffic_add(c, &out);
   char fused[512];
   snprintf(fused, sizeof fused, "%s writes '%s' (%s)", g->nodes[p].name, g->vals[y].name,
            apx_dtype_short(g->vals[y].dtype));

@@ -95,8 +95,10 @@ static int root_of(FzCtx *c, int n) {
 int fz_begin(FzCtx *c, ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char *pass) {
   memset(c, 0, sizeof *c);
   c->g = g, c->o = o, c->d = d, c->pass = pass;
+  for (int i = 0; i < 2 * FZ_MAX_IO; i++) c->trial_val[i] = -1;
   ApxFusionLog *l = apx_fusion_log(g);
   if (!l) return oom(c);
+  c->traffic_ok = apx_fusion_log_current(g);
   if (o->no_fuse) {
     l->disabled = 1;
     return 0;
@@ -147,7 +149,10 @@ int fz_begin(FzCtx *c, ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char 
 }
 
 int fz_end(FzCtx *c) {
-  if (c->g) apx_fusion_log_after(c->g, c->changed);
+  if (c->g && c->changed && c->traffic_ok)
+    apx_fusion_log_after_delta(c->g, &c->traffic_delta);
+  else if (c->g)
+    apx_fusion_log_after(c->g, c->changed);
   apx_uses_free(&c->uses);
   free(c->root);
   free(c->bw_start);
@@ -165,6 +170,8 @@ int fz_end(FzCtx *c) {
   free(c->w_vmark);
   return c->changed ? APX_PASS_CHANGED : APX_PASS_UNCHANGED;
 }
+
+void fz_traffic_add(FzCtx *c, const ApxTraffic *t) { apx_traffic_add(&c->traffic_delta, t); }
 
 int fz_run(ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char *pass, FzWant want,
            FzTry try_node) {
@@ -494,25 +501,73 @@ static int decide(FzCtx *c, const FzFusion *f, ApxDType *comp, int *rejected) {
   return best;
 }
 
-/* New activation value named after hint (dtype/shape filled by inference). */
-static int fresh_value(FzCtx *c, const char *hint) {
-  const char *name = apx_graph_unique_name(c->g, hint);
-  return name ? apx_graph_add_value(c->g, c->d, name, APX_VAL_ACTIVATION, APX_DT_UNDEFINED, -1, NULL) : -1;
+/* ---- trial nodes -------------------------------------------------------------------- */
+
+static void take_over(ApxGraph *g, int node, int slot, int v);
+
+/* A trial node writes into trial values: values of this pass reused from candidate to
+ * candidate (named "<pass>/trial<slot>", not in any live node once the candidate is decided),
+ * so that a candidate that is not fused, or an output that takes over a graph value, mints
+ * no name and adds no value. Each present output still advances the graph's name counter by
+ * the one step apx_graph_unique_name takes (ir/ir.c), and an output kept as a new value at
+ * the commit is named "<hint>_apx<that step>": every generated name in the graph, here and in
+ * later passes, is the one a fresh value per trial output had given. */
+static int trial_value(FzCtx *c, int slot) {
+  ApxGraph *g = c->g;
+  int v = c->trial_val[slot];
+  if (v >= 0) {
+    ApxValue *tv = &g->vals[v];
+    const char *nm = tv->name;
+    memset(tv, 0, sizeof *tv); /* as apx_graph_add_value leaves a value */
+    tv->name = nm;
+    tv->kind = APX_VAL_ACTIVATION;
+    tv->dtype = APX_DT_UNDEFINED;
+    tv->rank = -1;
+    tv->producer = tv->onnx_index = tv->grad = tv->origin = tv->mem_alias = -1;
+    tv->mem_region = APX_MEM_NONE;
+    tv->mem_offset = -1;
+    return v;
+  }
+  char name[160];
+  snprintf(name, sizeof name, "%s/trial%d", c->pass, slot);
+  for (int i = 1; apx_graph_find_value(g, name) >= 0; i++)
+    snprintf(name, sizeof name, "%s/trial%d.%d", c->pass, slot, i);
+  v = apx_graph_add_value(g, c->d, name, APX_VAL_ACTIVATION, APX_DT_UNDEFINED, -1, NULL);
+  c->trial_val[slot] = v;
+  return v;
 }
 
-/* Creates a trial node with fresh outputs for the present slots and infers it.
+/* Output k of committed node `node` (a trial value) becomes a graph value of its own, named
+ * `name`, or "<hint>_apx<reserved step>" when name is NULL (see trial_value). */
+static int keep_trial_output(FzCtx *c, int node, int k, int slot, const char *hint, const char *name) {
+  ApxGraph *g = c->g;
+  if (!name) {
+    name = apx_arena_printf(&g->arena, "%s_apx%u", hint, c->trial_gen[slot]);
+    if (name && apx_graph_find_value(g, name) >= 0) name = apx_graph_unique_name(g, hint);
+    if (!name) return oom(c);
+  }
+  int v = apx_graph_add_value(g, c->d, name, APX_VAL_ACTIVATION, APX_DT_UNDEFINED, -1, NULL);
+  if (v < 0) return -1;
+  ApxValue *nv = &g->vals[v];
+  const char *nm = nv->name;
+  *nv = g->vals[g->nodes[node].out[k]]; /* what inference wrote */
+  nv->name = nm;
+  take_over(g, node, k, v);
+  return 0;
+}
+
+/* Creates a trial node writing trial values for the present slots and infers it.
  * Returns the node id, -1 on error (d), -2 when inference rejected it (msg in why). */
 static int trial_node(FzCtx *c, ApxOp op, const char *name, const void *attrs, int n_in, const int *in,
                       int n_out, const int *present, const ApxDType *preset, ApxSection sec, char *why,
                       size_t why_cap) {
   ApxGraph *g = c->g;
-  int outs[FZ_MAX_IO];
+  int outs[FZ_MAX_IO], base = sec == APX_SEC_FORWARD ? 0 : FZ_MAX_IO;
   for (int k = 0; k < n_out; k++) {
     outs[k] = -1;
     if (!present[k]) continue;
-    char hint[256];
-    snprintf(hint, sizeof hint, "%s/out%d", name, k);
-    if ((outs[k] = fresh_value(c, hint)) < 0) return -1;
+    if ((outs[k] = trial_value(c, base + k)) < 0) return -1;
+    c->trial_gen[base + k] = (unsigned)g->name_gen++;
     if (preset) g->vals[outs[k]].dtype = preset[k];
   }
   int id = apx_graph_add_node(g, c->d, op, name, n_in, in, n_out, outs);
@@ -574,6 +629,7 @@ static int drop_dead_cast(FzCtx *c, int node, int *n_fwd, int *n_bwd) {
   for (int hops = 0; hops < 8 && fz_live(g, node) && g->nodes[node].op == APX_OP_Cast; hops++) {
     int v = g->nodes[node].out[0];
     if (v < 0 || is_output(g, v) || fz_users(c, v, NULL, 0) > 0) return 0;
+    apx_traffic_count_node(g, node, &c->traffic_delta, -1);
     g->nodes[node].flags |= APX_NODEF_DEAD;
     *(g->nodes[node].section == APX_SEC_FORWARD ? n_fwd : n_bwd) += 1;
     int in = g->nodes[node].in[0];
@@ -831,8 +887,24 @@ static int apply(FzCtx *c, const FzFusion *f, Work *w) {
 
   /* ---- commit ---- */
   int n_fwd = f->n_fwd, n_bwd = w->nB;
-  for (int k = 0; k < f->n_out; k++)
-    if (f->out[k] >= 0) take_over(g, F, k, f->out[k]);
+  /* traffic: R and B go, F and G (and the sums rewired, counted out before and in after) come */
+  ApxTraffic *td = &c->traffic_delta;
+  for (int i = 0; i < f->n_fwd; i++) apx_traffic_count_node(g, f->fwd[i], td, -1);
+  for (int i = 0; i < w->nB; i++) apx_traffic_count_node(g, w->B[i], td, -1);
+  for (int s = 0; s < f->grad_n_out; s++) {
+    int seen = 0;
+    for (int t = 0; t < s; t++) seen |= gpresent[t] && gsum[t] == gsum[s];
+    if (G >= 0 && gpresent[s] && gsum[s] >= 0 && !seen) apx_traffic_count_node(g, gsum[s], td, -1);
+  }
+  for (int k = 0; k < f->n_out; k++) {
+    if (f->out[k] >= 0) {
+      take_over(g, F, k, f->out[k]);
+    } else if (present[k]) {
+      char hint[256];
+      snprintf(hint, sizeof hint, "%s/out%d", fname, k);
+      if (keep_trial_output(c, F, k, k, hint, NULL)) return -1;
+    }
+  }
   if (G >= 0) {
     ApxNode *gn = &g->nodes[G];
     for (int k = 0; k < f->grad_n_in; k++)
@@ -849,6 +921,10 @@ static int apply(FzCtx *c, const FzFusion *f, Work *w) {
           take_over(g, G, s, gout[s]);
           continue;
         }
+        const char *vn = apx_arena_printf(&g->arena, "grad/%s/%s", g->vals[f->in[j]].name, apx_op_name(f->grad_op));
+        const char *un = vn ? apx_graph_unique_name(g, vn) : NULL;
+        if (!un) return oom(c);
+        if (keep_trial_output(c, G, s, FZ_MAX_IO + s, NULL, un)) return -1;
         int *nin = apx_arena_alloc(&g->arena, (size_t)(sn->n_in + 1) * sizeof(int));
         if (!nin) return oom(c);
         for (int k = 0; k < sn->n_in; k++) {
@@ -861,9 +937,6 @@ static int apply(FzCtx *c, const FzFusion *f, Work *w) {
         sn->in = nin;
         sn->n_in = nk;
         if (nk == 2 && sn->op == APX_OP_Sum) sn->op = APX_OP_Add;
-        const char *vn = apx_arena_printf(&g->arena, "grad/%s/%s", g->vals[f->in[j]].name, apx_op_name(f->grad_op));
-        const char *un = vn ? apx_graph_unique_name(g, vn) : NULL;
-        if (un) g->vals[g->nodes[G].out[s]].name = un;
         if (add_extra(c, sum)) return -1;
       } else {
         take_over(g, G, s, gout[s]);
@@ -899,6 +972,13 @@ static int apply(FzCtx *c, const FzFusion *f, Work *w) {
     gn->compute = comp;
     gn->reason = APX_REASON_INHERITED;
     gn->reason_detail = apx_arena_printf(&g->arena, "inherited from fused node '%s'", fname);
+  }
+  apx_traffic_count_node(g, F, td, 1);
+  if (G >= 0) apx_traffic_count_node(g, G, td, 1);
+  for (int s = 0; s < f->grad_n_out; s++) {
+    int seen = 0;
+    for (int t = 0; t < s; t++) seen |= gpresent[t] && gsum[t] == gsum[s];
+    if (G >= 0 && gpresent[s] && gsum[s] >= 0 && !seen) apx_traffic_count_node(g, gsum[s], td, 1);
   }
   if (add_extra(c, F) || (G >= 0 && add_extra(c, G))) return -1;
   /* inserted Casts that fed only R or B */

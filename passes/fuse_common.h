@@ -107,7 +107,21 @@ typedef struct FzCtx {
   int mark_cap, stamp;
   int *w_nodes, *w_vals, *w_slot, *w_vmark; /* B; exits and their slots; value stamps */
   int w_nodes_cap, w_vals_cap, w_vmark_cap, w_vstamp;
+  /* outputs of trial nodes (fz_apply): values reused from trial to trial, so that a
+   * candidate that is not fused leaves no named value behind; [0..FZ_MAX_IO) forward,
+   * [FZ_MAX_IO..) backward; -1 until first used */
+  int trial_val[2 * FZ_MAX_IO];
+  unsigned trial_gen[2 * FZ_MAX_IO]; /* name counter step reserved for each (see fuse_common.c) */
+  /* the fusion log's traffic kept up to date by the commits (apx_fusion_log_after_delta)
+   * when it was current at fz_begin (traffic_ok), instead of a walk over the whole graph */
+  int traffic_ok;
+  ApxTraffic traffic_delta;
 } FzCtx;
+
+/* A pass that changes the graph itself, not through fz_apply, counts the nodes it changed
+ * into the traffic (apx_traffic_count_node: -1 before the change, +1 after) and adds that
+ * here, so that the log's traffic after fusion stays exact. */
+void fz_traffic_add(FzCtx *c, const ApxTraffic *t);
 
 /* Starts a pass: returns 1 when the pass should run, 0 with --no-fuse (the log records
  * that), -1 on error. */

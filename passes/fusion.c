@@ -17,20 +17,30 @@ const char *apx_fusion_why_name(ApxFusionWhy w) {
   return (int)w >= 0 && w < APX_FUSE_WHY_COUNT ? why_names[w] : "?";
 }
 
+void apx_traffic_count_node(const ApxGraph *g, int id, ApxTraffic *t, int sign) {
+  const ApxNode *n = &g->nodes[id];
+  if ((n->flags & APX_NODEF_DEAD) || (apx_op_info(n->op)->flags & APX_OPF_SHAPEONLY)) return;
+  int s = n->section >= APX_SEC_FORWARD && n->section <= APX_SEC_OPTIMIZER ? (int)n->section : 0;
+  t->kernels[s] += sign;
+  int64_t r = apx_node_bytes_read(g, id), w = apx_node_bytes_written(g, id);
+  if (r < 0 || w < 0)
+    t->unknown += sign;
+  else
+    t->bytes[s] += sign * (r + w);
+}
+
+void apx_traffic_add(ApxTraffic *t, const ApxTraffic *d) {
+  for (int s = 0; s < 3; s++) {
+    t->kernels[s] += d->kernels[s];
+    t->bytes[s] += d->bytes[s];
+  }
+  t->unknown += d->unknown;
+}
+
 void apx_graph_traffic(const ApxGraph *g, ApxTraffic *t) {
   memset(t, 0, sizeof *t);
   /* every live node (a pass may have changed the graph without re-sorting g->order yet) */
-  for (int id = 0; id < g->n_nodes; id++) {
-    const ApxNode *n = &g->nodes[id];
-    if ((n->flags & APX_NODEF_DEAD) || (apx_op_info(n->op)->flags & APX_OPF_SHAPEONLY)) continue;
-    int s = n->section >= APX_SEC_FORWARD && n->section <= APX_SEC_OPTIMIZER ? (int)n->section : 0;
-    t->kernels[s]++;
-    int64_t r = apx_node_bytes_read(g, id), w = apx_node_bytes_written(g, id);
-    if (r < 0 || w < 0)
-      t->unknown++;
-    else
-      t->bytes[s] += r + w;
-  }
+  for (int id = 0; id < g->n_nodes; id++) apx_traffic_count_node(g, id, t, 1);
 }
 
 ApxFusionLog *apx_fusion_log(ApxGraph *g) {
@@ -38,8 +48,17 @@ ApxFusionLog *apx_fusion_log(ApxGraph *g) {
   ApxFusionLog *l = apx_arena_alloc(&g->arena, sizeof *l);
   if (!l) return NULL;
   apx_graph_traffic(g, &l->before);
+  l->before_nodes = g->n_nodes;
+  l->before_vals = g->n_vals;
   g->fusion = l;
   return l;
+}
+
+static void set_after(ApxGraph *g, ApxFusionLog *l, const ApxTraffic *t) {
+  l->after = *t;
+  l->have_after = 1;
+  l->after_nodes = g->n_nodes;
+  l->after_vals = g->n_vals;
 }
 
 void apx_fusion_log_after(ApxGraph *g, int changed) {
@@ -47,10 +66,28 @@ void apx_fusion_log_after(ApxGraph *g, int changed) {
   if (!l) return;
   if (!changed && l->have_after && l->after_nodes == g->n_nodes && l->after_vals == g->n_vals)
     return;
-  apx_graph_traffic(g, &l->after);
-  l->have_after = 1;
-  l->after_nodes = g->n_nodes;
-  l->after_vals = g->n_vals;
+  if (!changed && !l->have_after && l->before_nodes == g->n_nodes && l->before_vals == g->n_vals) {
+    set_after(g, l, &l->before); /* the first fusion pass, and it changed nothing */
+    return;
+  }
+  ApxTraffic t;
+  apx_graph_traffic(g, &t);
+  set_after(g, l, &t);
+}
+
+int apx_fusion_log_current(const ApxGraph *g) {
+  const ApxFusionLog *l = g->fusion;
+  if (!l) return 0;
+  return l->have_after ? l->after_nodes == g->n_nodes && l->after_vals == g->n_vals
+                       : l->before_nodes == g->n_nodes && l->before_vals == g->n_vals;
+}
+
+void apx_fusion_log_after_delta(ApxGraph *g, const ApxTraffic *delta) {
+  ApxFusionLog *l = g->fusion;
+  if (!l) return;
+  ApxTraffic t = l->have_after ? l->after : l->before;
+  apx_traffic_add(&t, delta);
+  set_after(g, l, &t);
 }
 
 static const char *dup(ApxGraph *g, const char *s) { return s ? apx_arena_strdup(&g->arena, s) : NULL; }

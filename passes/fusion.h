@@ -67,6 +67,7 @@ typedef struct ApxFusionLog {
                          bucketing's Allreduce nodes, are not part of the comparison) */
   int32_t have_after;
   int32_t after_nodes, after_vals; /* the graph's size when `after` was taken */
+  int32_t before_nodes, before_vals; /* and when `before` was */
 } ApxFusionLog;
 
 /* The graph's log, created (and the traffic before fusion recorded) on first use; NULL
@@ -81,6 +82,19 @@ void apx_fusion_log_after(ApxGraph *g, int changed);
 int apx_fusion_record(ApxGraph *g, const ApxFusionRecord *r);
 
 void apx_graph_traffic(const ApxGraph *g, ApxTraffic *t);
+/* Node id's share of apx_graph_traffic (nothing for a dead or shape-only node), added to t
+ * times sign (+1, or -1 to take it out). */
+void apx_traffic_count_node(const ApxGraph *g, int id, ApxTraffic *t, int sign);
+/* t += d, field by field. */
+void apx_traffic_add(ApxTraffic *t, const ApxTraffic *d);
+/* For a fusion pass that keeps the traffic up to date itself (passes/fuse_common.c): 1 when
+ * the log's latest traffic (`after`, or `before` while no pass has ended) is that of the
+ * graph as it is now (same rule as apx_fusion_log_after: fusion passes run one after
+ * another); apx_fusion_log_after_delta then records that traffic plus delta (the nodes the
+ * pass killed or rewired counted out, the ones it added or rewired counted in) as `after`,
+ * exactly what apx_fusion_log_after would compute by walking the whole graph. */
+int apx_fusion_log_current(const ApxGraph *g);
+void apx_fusion_log_after_delta(ApxGraph *g, const ApxTraffic *delta);
 static inline int32_t apx_traffic_kernels(const ApxTraffic *t) {
   return t->kernels[0] + t->kernels[1] + t->kernels[2];
 }

@@ -13,8 +13,9 @@ WORK=$(mktemp -d /tmp/apexc-fuzz-loader.XXXXXX)
 CC=${CC:-clang}
 
 protoc-c --proto_path=/usr/include/onnx --c_out="$WORK" /usr/include/onnx/onnx.proto
-SRCS=(tests/fuzz/fuzz_onnx_load.c compiler/onnx_load.c compiler/export_hazards.c compiler/json.c
-      ir/ir.c ir/arena.c ir/diag.c ir/fileio.c ir/options.c kernels/op.c kernels/dtype.c)
+SRCS=(tests/fuzz/fuzz_onnx_load.c compiler/onnx_load.c compiler/onnx_wire.c compiler/export_hazards.c compiler/json.c
+      ir/ir.c ir/arena.c ir/diag.c ir/fileio.c ir/options.c ir/loss_list.c kernels/op.c kernels/dtype.c
+      kernels/float_scan.c)
 (cd "$ROOT" && "$CC" -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$ROOT" -I"$WORK" "${SRCS[@]}" "$WORK/onnx.pb-c.c" -lprotobuf-c -o "$WORK/fuzz_onnx_load")

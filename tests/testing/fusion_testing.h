@@ -152,6 +152,17 @@ inline Compiled Compile(const BuildFn &build, const Options &opt, const std::vec
     if (!RunChecked(b, p.first, p.second)) return c;
   for (PassFn f : fusions)
     if (!RunChecked(b, f, "fusion pass")) return c;
+  // the traffic after fusion the passes kept up to date (passes/fusion.h) is the whole graph's
+  if (b.g.fusion && b.g.fusion->have_after) {
+    ApxTraffic t;
+    apx_graph_traffic(&b.g, &t);
+    const ApxTraffic &a = b.g.fusion->after;
+    for (int s = 0; s < 3; s++) {
+      EXPECT_EQ(a.kernels[s], t.kernels[s]) << "section " << s;
+      EXPECT_EQ(a.bytes[s], t.bytes[s]) << "section " << s;
+    }
+    EXPECT_EQ(a.unknown, t.unknown);
+  }
   c.ok = true;
   return c;
 }
