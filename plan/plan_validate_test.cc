@@ -196,6 +196,46 @@ TEST(PlanValidate, OptimizerStepUpdatesItsInputsAlone) {
   EXPECT_EQ(t.Check(), "");
 }
 
+// More than 64 ascending runs among a kernel's arguments take the radix sort: parameters
+// placed in a shuffled memory order are accepted, and two of them over one range, or one
+// reaching into the next, are refused by name as with few arguments.
+TEST(PlanValidate, ManyArgumentsInNoMemoryOrderAreCheckedAlike) {
+  const int n = 300;
+  std::vector<std::string> names;
+  for (int i = 0; i < 2 * n; i++) names.push_back((i < n ? "p" : "g") + std::to_string(i % n));
+  std::vector<int64_t> slot(n);
+  for (int i = 0; i < n; i++) slot[i] = (int64_t)((i * 7919) % n);  // a permutation of 0..n-1
+  P t(4 + 2 * n, 1);
+  ApxAttrOptimizer a;
+  memset(&a, 0, sizeof a);
+  a.kind = APX_OPTIM_SGD;
+  a.n_params = n;
+  std::vector<int32_t> in = {t.buf("found_inf", APX_VAL_STATE, {1}, 0),
+                             t.buf("norm_sq", APX_VAL_STATE, {1}, 64),
+                             t.buf("lr", APX_VAL_STATE, {1}, 128),
+                             t.buf("step", APX_VAL_STATE, {1}, 192, APX_DT_I64)};
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; i++) in.push_back(p[i] = t.buf(names[i].c_str(), APX_VAL_PARAM, {4}, 256 + 64 * slot[i]));
+  for (int i = 0; i < n; i++)
+    in.push_back(t.buf(names[n + i].c_str(), APX_VAL_STATE, {4}, 256 + 64 * n + 64 * slot[n - 1 - i]));
+  t.p.mem.persistent_bytes = 256 + 128 * n;
+  t.kernel(0, APX_OP_OptimizerStep, in, {}, &a);
+  EXPECT_EQ(t.Check(), "");
+  int i = 17, j = 233;  // j over i's bytes
+  t.b[p[j]].offset = t.b[p[i]].offset;
+  EXPECT_NE(t.Check().find("input " + std::to_string(4 + i) + " ('p17') shares bytes with input " +
+                           std::to_string(4 + j) + " ('p233')"),
+            std::string::npos)
+      << t.Check();
+  t.b[p[j]].offset = t.b[p[i]].offset + 8;  // halfway into i's 16 bytes
+  EXPECT_NE(t.Check().find("input " + std::to_string(4 + j) + " ('p233') shares bytes with input " +
+                           std::to_string(4 + i) + " ('p17')"),
+            std::string::npos)
+      << t.Check();
+  t.b[p[j]].offset = 256 + 64 * slot[j];
+  EXPECT_EQ(t.Check(), "");
+}
+
 TEST(PlanValidate, TheContractIsTheKernelsOwn) {
   P t(3, 1);
   int x = t.buf("x", APX_VAL_INPUT, {8}, 0);
