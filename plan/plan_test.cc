@@ -476,6 +476,41 @@ TEST(Plan, InvalidPlanIsNotWritten) {
   EXPECT_NE(access(path.c_str(), F_OK), 0);
 }
 
+// The kernel checks run on a thread beside the write (plan.c): a plan that fails them (here
+// a kernel reading what only a later kernel writes, which the format check cannot see)
+// leaves an existing file at the path as it was and no temporary file, through both entry
+// points.
+TEST(Plan, PlanFailingTheKernelChecksReplacesNothing) {
+  std::string dir = tmpdir() + "/kernel_check_write";
+  mkdir(dir.c_str(), 0755);
+  std::string path = dir + "/plan.apx";
+  {
+    Sample ok;
+    ApxDiag d;
+    apx_diag_init(&d);
+    ASSERT_EQ(apx_plan_write(&ok.p, path.c_str(), &d), 0) << d.msg;
+  }
+  std::ifstream f0(path, std::ios::binary);
+  std::string before((std::istreambuf_iterator<char>(f0)), std::istreambuf_iterator<char>());
+  for (int validated = 0; validated < 2; validated++) {
+    Sample s;
+    s.p.kernels[2].in[0] = 5;  // W_grad: written by a later kernel
+    ApxDiag d;
+    apx_diag_init(&d);
+    int rc = validated ? apx_plan_write_validated(&s.p, path.c_str(), &d)
+                       : apx_plan_write(&s.p, path.c_str(), &d);
+    EXPECT_EQ(rc, -1);
+    EXPECT_EQ(d.code, APX_EXIT_BAD_INPUT) << d.msg;
+    EXPECT_NE(std::string(d.msg).find(path + ": invalid plan: kernel 2 ('mean'"), std::string::npos)
+        << d.msg;
+    std::ifstream f(path, std::ios::binary);
+    std::string after((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(after, before);
+    std::string ls = dir + "/plan.apx.tmp." + std::to_string((long)getpid());
+    EXPECT_NE(access(ls.c_str(), F_OK), 0) << ls;
+  }
+}
+
 TEST(Plan, BlobsRoundTripAfterTheBuffers) {
   Sample s;
   const char text[] = "an embedded model: any bytes \x00\x01\x02";

@@ -458,6 +458,11 @@ static Range *data_ranges(const ApxPlan *p, int32_t *n_out) {
 }
 
 int apx_plan_write_file(const ApxPlan *p, const char *path, ApxDiag *d) {
+  return apx_plan_write_file_gated(p, path, NULL, NULL, d);
+}
+
+int apx_plan_write_file_gated(const ApxPlan *p, const char *path, int (*gate)(void *ctx, ApxDiag *d),
+                              void *gate_ctx, ApxDiag *d) {
   char *tmp_path = NULL;
   if (asprintf(&tmp_path, "%s.tmp.%ld", path, (long)getpid()) < 0)
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", path);
@@ -525,6 +530,7 @@ int apx_plan_write_file(const ApxPlan *p, const char *path, ApxDiag *d) {
     what = "close failed";
     goto io_error;
   }
+  if (gate && gate(gate_ctx, d)) goto out; /* rc -1: the temporary file is removed */
   if (rename(tmp_path, path)) {
     what = "cannot rename the temporary plan file into place";
     goto io_error;

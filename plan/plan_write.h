@@ -22,6 +22,13 @@ extern "C" {
  * left as holes. Returns 0 or -1 (exit code 1: I/O or memory). */
 int apx_plan_write_file(const ApxPlan *p, const char *path, ApxDiag *d);
 
+/* As apx_plan_write_file, with gate(gate_ctx) called once the temporary file is complete and
+ * before it is renamed into place: nonzero (the gate has recorded the error in d) removes the
+ * temporary file and returns -1, so a plan that fails a check running beside the write never
+ * replaces path. The gate is not called when the write fails first. */
+int apx_plan_write_file_gated(const ApxPlan *p, const char *path, int (*gate)(void *ctx, ApxDiag *d),
+                              void *gate_ctx, ApxDiag *d);
+
 /* The 64-byte header (plan.h) of a file with meta_len bytes of metadata and data_len of data
  * (defined in plan.c beside the reader's decoding). */
 void apx_plan_header_encode(uint8_t b[APX_PLAN_HEADER_BYTES], uint32_t version, uint64_t meta_len,
