@@ -51,14 +51,14 @@ done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|li
 done
 cp -r examples "$out/data/examples"
 find "$out/data/examples" -name '*.py' -delete
-python3 runtime/testdata/make_dropout_model.py "$out/data/dropout" >/dev/null # run.sh's graph stage
+scripts/py runtime/testdata/make_dropout_model.py "$out/data/dropout" >/dev/null # run.sh's graph stage
 tar -C /usr/share/libonnx-testdata/data -czf "$out/data/onnx_node.tar.gz" node
 cp scripts/gpu/run.sh scripts/gpu/torch_gpt2.py "$out/"
 mkdir -p "$out/data/gpt2_tiny"
-python3 scripts/gpu/make_gpt2.py "$out/data/gpt2_tiny" --layers 2 --d 64 --heads 4 --vocab 256 --seq 32 --batch 4 \
+scripts/py scripts/gpu/make_gpt2.py "$out/data/gpt2_tiny" --layers 2 --d 64 --heads 4 --vocab 256 --seq 32 --batch 4 \
   > "$out/data/gpt2_tiny/shape.json"
 g=$(mktemp -d)
-python3 scripts/gpu/make_gpt2.py "$g" > "$g/shape.json"
+scripts/py scripts/gpu/make_gpt2.py "$g" > "$g/shape.json"
 mkdir -p "$out/data/gpt2"
 gzip -9 -c "$g/model.onnx" > "$out/data/gpt2/model.onnx.gz"
 cp -r "$g/data" "$g/shape.json" "$out/data/gpt2/"

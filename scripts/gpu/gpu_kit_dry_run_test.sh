@@ -15,10 +15,10 @@ msg=$("$b/bin/apexkit" no_such_tool 2>&1); rc=$?
 ln -s "$PWD/scripts/gpu/apexkit" "$TEST_TMPDIR/apexc"
 "$TEST_TMPDIR/apexc" --version | grep -q '^apexc ' || { echo "apexkit named apexc did not run apexc"; exit 1; }
 for m in mlp cnn transformer; do cp -r "examples/$m" "$b/data/examples/"; done
-python3 runtime/testdata/make_dropout_model.py "$b/data/dropout" >/dev/null || exit 1
+scripts/py runtime/testdata/make_dropout_model.py "$b/data/dropout" >/dev/null || exit 1
 tar -C /usr/share/libonnx-testdata/data -czf "$b/data/onnx_node.tar.gz" node
 cp scripts/gpu/run.sh scripts/gpu/torch_gpt2.py "$b/"
-python3 scripts/gpu/make_gpt2.py "$b/data/gpt2_tiny" --layers 2 --d 64 --heads 4 --vocab 256 --seq 32 --batch 4 \
+scripts/py scripts/gpu/make_gpt2.py "$b/data/gpt2_tiny" --layers 2 --d 64 --heads 4 --vocab 256 --seq 32 --batch 4 \
   > "$b/data/gpt2_tiny/shape.json" || exit 1
 OUT="$TEST_TMPDIR/out" bash scripts/gpu/run.sh --dry-run --bundle "$b"
 rc=$?

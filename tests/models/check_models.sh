@@ -3,4 +3,4 @@
 # through apexc ($1) and apexrun ($2), results checked against tests/models/expectations.tsv.
 set -euo pipefail
 export PYTHONDONTWRITEBYTECODE=1
-exec python3 tests/models/check_models.py --apexc "$1" --apexrun "$2" --jobs 2
+exec scripts/py tests/models/check_models.py --apexc "$1" --apexrun "$2" --jobs 2
