@@ -712,6 +712,8 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
       return -1;
     warn_unused_scaler_flags(o, a, scaler_seen);
     clamp_initial_scale(o, a);
+    /* the fusion log's kernel and byte counts are read only by these two reports */
+    o->fusion_traffic = o->fusion_report || o->explain == 1;
   }
   return 0;
 }

@@ -51,6 +51,15 @@ TEST(Cli, O0IsFp32WithUnitLossScale) {
   EXPECT_EQ(p.o.loss_scale, 1.0f);
 }
 
+// The fusion log counts kernels and bytes per step (a walk over the graph) only for the two
+// reports that print them.
+TEST(Cli, FusionTrafficIsCountedOnlyForTheReports) {
+  EXPECT_EQ(parse({"m.onnx", "-O2"}).o.fusion_traffic, 0);
+  EXPECT_EQ(parse({"m.onnx", "-O2", "--fusion-report"}).o.fusion_traffic, 1);
+  EXPECT_EQ(parse({"m.onnx", "-O2", "--explain"}).o.fusion_traffic, 1);
+  EXPECT_EQ(parse({"m.onnx", "-O2", "--explain=json"}).o.fusion_traffic, 0);
+}
+
 TEST(Cli, O1PatchesListsWithDynamicScale) {
   Parsed p = parse({"m.onnx"});  // O1 is the default
   ASSERT_EQ(p.rc, 0) << p.err;

@@ -34,6 +34,7 @@ void apx_options_init(ApxOptions *o) {
   o->bucket_mb = 25.0;
   o->first_bucket_mb = 1.0;
   o->grad_predivide = 1.0f;
+  o->fusion_traffic = 1;
 }
 
 int apx_name_list_has(const ApxNameList *l, const char *name) {

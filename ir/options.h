@@ -108,6 +108,10 @@ typedef struct ApxOptions {
   /* fusion and bucketing (DESIGN.md 10, 11) */
   int32_t no_fuse;
   int32_t fusion_report;
+  /* 1 (the default): the fusion log counts kernels and bytes per step before and after fusion
+   * (--fusion-report's and --explain's figures); apexc sets it only when one of those is asked
+   * for, since the count walks the graph (passes/fusion.h) */
+  int32_t fusion_traffic;
   double bucket_mb, first_bucket_mb;
   int32_t allreduce_fp32;
   float grad_predivide;

@@ -48,8 +48,8 @@ static int try_cast(FzCtx *c, int cast) {
   /* trial: the producer writes the Cast's output (the fusion log's traffic: both nodes out
    * now, the producer back in once it writes y; see FzCtx.traffic_delta) */
   ApxTraffic out = {0};
-  apx_traffic_count_node(g, p, &out, -1);
-  apx_traffic_count_node(g, cast, &out, -1);
+  fz_traffic_node(c, p, &out, -1);
+  fz_traffic_node(c, cast, &out, -1);
   ApxNode *pn = &g->nodes[p];
   pn->out[0] = y;
   g->vals[y].producer = p;
@@ -65,7 +65,7 @@ static int try_cast(FzCtx *c, int cast) {
   }
   g->vals[v].producer = -1;
   g->nodes[cast].flags |= APX_NODEF_DEAD;
-  apx_traffic_count_node(g, p, &out, 1);
+  fz_traffic_node(c, p, &out, 1);
   fz_traffic_add(c, &out);
   char fused[512];
   snprintf(fused, sizeof fused, "%s writes '%s' (%s)", g->nodes[p].name, g->vals[y].name,

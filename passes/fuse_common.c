@@ -96,9 +96,9 @@ int fz_begin(FzCtx *c, ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char 
   memset(c, 0, sizeof *c);
   c->g = g, c->o = o, c->d = d, c->pass = pass;
   for (int i = 0; i < 2 * FZ_MAX_IO; i++) c->trial_val[i] = -1;
-  ApxFusionLog *l = apx_fusion_log(g);
+  ApxFusionLog *l = apx_fusion_log_start(g, o->fusion_traffic);
   if (!l) return oom(c);
-  c->traffic_ok = apx_fusion_log_current(g);
+  c->traffic_ok = apx_fusion_log_current(g); /* 0 when not counted: no deltas either */
   if (o->no_fuse) {
     l->disabled = 1;
     return 0;
@@ -173,12 +173,17 @@ int fz_end(FzCtx *c) {
 
 void fz_traffic_add(FzCtx *c, const ApxTraffic *t) { apx_traffic_add(&c->traffic_delta, t); }
 
+void fz_traffic_node(FzCtx *c, int node, ApxTraffic *t, int sign) {
+  if (c->traffic_ok) apx_traffic_count_node(c->g, node, t, sign);
+}
+
 int fz_run(ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char *pass, FzWant want,
            FzTry try_node) {
   int any = 0; /* no node the pass looks at: nothing to index (the log still starts here) */
   for (int k = 0; k < g->n_order && !any; k++) any = want(g, g->order[k]);
   if (!any && !o->no_fuse) {
-    if (!apx_fusion_log(g)) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);
+    if (!apx_fusion_log_start(g, o->fusion_traffic))
+      return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);
     apx_fusion_log_after(g, 0);
     return APX_PASS_UNCHANGED;
   }
@@ -629,7 +634,7 @@ static int drop_dead_cast(FzCtx *c, int node, int *n_fwd, int *n_bwd) {
   for (int hops = 0; hops < 8 && fz_live(g, node) && g->nodes[node].op == APX_OP_Cast; hops++) {
     int v = g->nodes[node].out[0];
     if (v < 0 || is_output(g, v) || fz_users(c, v, NULL, 0) > 0) return 0;
-    apx_traffic_count_node(g, node, &c->traffic_delta, -1);
+    fz_traffic_node(c, node, &c->traffic_delta, -1);
     g->nodes[node].flags |= APX_NODEF_DEAD;
     *(g->nodes[node].section == APX_SEC_FORWARD ? n_fwd : n_bwd) += 1;
     int in = g->nodes[node].in[0];
@@ -889,12 +894,12 @@ static int apply(FzCtx *c, const FzFusion *f, Work *w) {
   int n_fwd = f->n_fwd, n_bwd = w->nB;
   /* traffic: R and B go, F and G (and the sums rewired, counted out before and in after) come */
   ApxTraffic *td = &c->traffic_delta;
-  for (int i = 0; i < f->n_fwd; i++) apx_traffic_count_node(g, f->fwd[i], td, -1);
-  for (int i = 0; i < w->nB; i++) apx_traffic_count_node(g, w->B[i], td, -1);
+  for (int i = 0; i < f->n_fwd; i++) fz_traffic_node(c, f->fwd[i], td, -1);
+  for (int i = 0; i < w->nB; i++) fz_traffic_node(c, w->B[i], td, -1);
   for (int s = 0; s < f->grad_n_out; s++) {
     int seen = 0;
     for (int t = 0; t < s; t++) seen |= gpresent[t] && gsum[t] == gsum[s];
-    if (G >= 0 && gpresent[s] && gsum[s] >= 0 && !seen) apx_traffic_count_node(g, gsum[s], td, -1);
+    if (G >= 0 && gpresent[s] && gsum[s] >= 0 && !seen) fz_traffic_node(c, gsum[s], td, -1);
   }
   for (int k = 0; k < f->n_out; k++) {
     if (f->out[k] >= 0) {
@@ -973,12 +978,12 @@ static int apply(FzCtx *c, const FzFusion *f, Work *w) {
     gn->reason = APX_REASON_INHERITED;
     gn->reason_detail = apx_arena_printf(&g->arena, "inherited from fused node '%s'", fname);
   }
-  apx_traffic_count_node(g, F, td, 1);
-  if (G >= 0) apx_traffic_count_node(g, G, td, 1);
+  fz_traffic_node(c, F, td, 1);
+  if (G >= 0) fz_traffic_node(c, G, td, 1);
   for (int s = 0; s < f->grad_n_out; s++) {
     int seen = 0;
     for (int t = 0; t < s; t++) seen |= gpresent[t] && gsum[t] == gsum[s];
-    if (G >= 0 && gpresent[s] && gsum[s] >= 0 && !seen) apx_traffic_count_node(g, gsum[s], td, 1);
+    if (G >= 0 && gpresent[s] && gsum[s] >= 0 && !seen) fz_traffic_node(c, gsum[s], td, 1);
   }
   if (add_extra(c, F) || (G >= 0 && add_extra(c, G))) return -1;
   /* inserted Casts that fed only R or B */

@@ -122,6 +122,9 @@ typedef struct FzCtx {
  * into the traffic (apx_traffic_count_node: -1 before the change, +1 after) and adds that
  * here, so that the log's traffic after fusion stays exact. */
 void fz_traffic_add(FzCtx *c, const ApxTraffic *t);
+/* apx_traffic_count_node(g, node, t, sign) when the pass keeps the log's traffic
+ * (c->traffic_ok); nothing otherwise. */
+void fz_traffic_node(FzCtx *c, int node, ApxTraffic *t, int sign);
 
 /* Starts a pass: returns 1 when the pass should run, 0 with --no-fuse (the log records
  * that), -1 on error. */

@@ -43,11 +43,14 @@ void apx_graph_traffic(const ApxGraph *g, ApxTraffic *t) {
   for (int id = 0; id < g->n_nodes; id++) apx_traffic_count_node(g, id, t, 1);
 }
 
-ApxFusionLog *apx_fusion_log(ApxGraph *g) {
+ApxFusionLog *apx_fusion_log(ApxGraph *g) { return apx_fusion_log_start(g, 1); }
+
+ApxFusionLog *apx_fusion_log_start(ApxGraph *g, int count_traffic) {
   if (g->fusion) return g->fusion;
   ApxFusionLog *l = apx_arena_alloc(&g->arena, sizeof *l);
   if (!l) return NULL;
-  apx_graph_traffic(g, &l->before);
+  l->no_traffic = !count_traffic;
+  if (count_traffic) apx_graph_traffic(g, &l->before);
   l->before_nodes = g->n_nodes;
   l->before_vals = g->n_vals;
   g->fusion = l;
@@ -63,7 +66,7 @@ static void set_after(ApxGraph *g, ApxFusionLog *l, const ApxTraffic *t) {
 
 void apx_fusion_log_after(ApxGraph *g, int changed) {
   ApxFusionLog *l = apx_fusion_log(g);
-  if (!l) return;
+  if (!l || l->no_traffic) return;
   if (!changed && l->have_after && l->after_nodes == g->n_nodes && l->after_vals == g->n_vals)
     return;
   if (!changed && !l->have_after && l->before_nodes == g->n_nodes && l->before_vals == g->n_vals) {
@@ -77,7 +80,7 @@ void apx_fusion_log_after(ApxGraph *g, int changed) {
 
 int apx_fusion_log_current(const ApxGraph *g) {
   const ApxFusionLog *l = g->fusion;
-  if (!l) return 0;
+  if (!l || l->no_traffic) return 0;
   return l->have_after ? l->after_nodes == g->n_nodes && l->after_vals == g->n_vals
                        : l->before_nodes == g->n_nodes && l->before_vals == g->n_vals;
 }
@@ -214,6 +217,10 @@ void apx_fusion_report_write(const ApxGraph *g, FILE *f) {
                 apx_fusion_why_name(r->why), r->detail ? r->detail : "");
   }
   multi_tensor_lines(g, f);
+  if (l->no_traffic) { /* a compile that asked for no report (ApxOptions.fusion_traffic) */
+    fprintf(f, "  per training step: not counted\n");
+    return;
+  }
   ApxTraffic now;
   if (l->have_after)
     now = l->after;

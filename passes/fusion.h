@@ -68,11 +68,16 @@ typedef struct ApxFusionLog {
   int32_t have_after;
   int32_t after_nodes, after_vals; /* the graph's size when `after` was taken */
   int32_t before_nodes, before_vals; /* and when `before` was */
+  int32_t no_traffic; /* 1: before and after are not counted (ApxOptions.fusion_traffic 0) */
 } ApxFusionLog;
 
 /* The graph's log, created (and the traffic before fusion recorded) on first use; NULL
  * when out of memory. Every fusion pass calls it first, --no-fuse or not. */
 ApxFusionLog *apx_fusion_log(ApxGraph *g);
+/* As apx_fusion_log; a log it creates counts traffic only when count_traffic is 1 (passes
+ * give ApxOptions.fusion_traffic): without, apx_fusion_log_after does nothing and
+ * apx_fusion_log_current is 0, so no pass walks the graph for figures no one reads. */
+ApxFusionLog *apx_fusion_log_start(ApxGraph *g, int count_traffic);
 /* Records the traffic after fusion (every fusion pass calls it when it ends). changed = 0:
  * the pass left the graph as it was, so a traffic already recorded for a graph of the same
  * size stands (fusion passes run one after another: the last one to change the graph set

@@ -147,4 +147,48 @@ TEST(FusionReport, ExplainTextEndsWithTheFusionSection) {
   apx_graph_free(&g);
 }
 
+// A compile that asked for no report (ApxOptions.fusion_traffic 0, what apexc sets without
+// --fusion-report or --explain) fuses exactly the same nodes and records the same candidates;
+// only the per-step counts, which walk the graph, are left out, and the report says so.
+TEST(FusionReport, TrafficIsCountedOnlyWhenAsked) {
+  std::string reports[2];
+  int32_t n_nodes[2], n_recs[2];
+  for (int count = 0; count < 2; count++) {
+    ApxGraph g;
+    ApxDiag d;
+    ApxOptions o;
+    apx_diag_init(&d);
+    d.quiet = 1;
+    apx_options_init(&o);
+    EXPECT_EQ(o.fusion_traffic, 1);  // the default: counted
+    o.model_path = "examples/transformer/model.onnx";
+    o.opt_level = APX_O2;
+    o.fusion_traffic = count;
+    char err[256];
+    ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
+    ASSERT_EQ(apx_compile_file(&g, &o, &d), 0) << d.msg;
+    ASSERT_NE(g.fusion, nullptr);
+    EXPECT_EQ(g.fusion->no_traffic, !count);
+    if (!count) {  // never current: nothing to keep
+      EXPECT_EQ(apx_fusion_log_current(&g), 0);
+    }
+    reports[count] = Report(&g);
+    n_nodes[count] = g.n_order;
+    n_recs[count] = g.fusion->n;
+    if (count) {  // fusion took kernels out of the kept counts
+      ASSERT_TRUE(g.fusion->have_after);
+      EXPECT_GT(apx_traffic_kernels(&g.fusion->before), apx_traffic_kernels(&g.fusion->after));
+    }
+    apx_graph_free(&g);
+  }
+  EXPECT_EQ(n_nodes[0], n_nodes[1]);
+  EXPECT_EQ(n_recs[0], n_recs[1]);
+  EXPECT_NE(reports[0].find("per training step: not counted"), std::string::npos) << reports[0];
+  EXPECT_EQ(reports[0].find("summary: kernels"), std::string::npos) << reports[0];
+  EXPECT_NE(reports[1].find("summary: kernels"), std::string::npos) << reports[1];
+  // everything above the counts is the same
+  size_t cut0 = reports[0].find("  per training step"), cut1 = reports[1].find("  per training step");
+  EXPECT_EQ(reports[0].substr(0, cut0), reports[1].substr(0, cut1));
+}
+
 }  // namespace
