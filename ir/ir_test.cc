@@ -332,3 +332,34 @@ TEST(Ir, GeneratedNamesEnterTheTableWhenOneIsLookedUp) {
   EXPECT_LT(t.val("g_apx7"), 0);  // given explicitly: found, a duplicate
   for (int i = 0; i < t.g.n_vals; i++) ASSERT_EQ(apx_graph_find_value(&t.g, t.g.vals[i].name), i);
 }
+
+// The value and node arrays grow in mappings of their own (ir.c grow_mapped): after many
+// doublings every record is as written, the arrays stay writable, and a graph freed and
+// made again works (the mappings are released by apx_graph_free).
+TEST(Ir, ValueAndNodeArraysKeepTheirRecordsAcrossGrowth) {
+  for (int round = 0; round < 2; round++) {
+    Graph t;
+    const int n = 20000;  // 64 -> 32768 records: nine doublings
+    int prev = t.val("in", APX_VAL_INPUT);
+    for (int i = 0; i < n; i++) {
+      std::string name = "v" + std::to_string(i);
+      int v = t.val(name.c_str());
+      ASSERT_EQ(v, i + 1);
+      ASSERT_EQ(t.node(APX_OP_Relu, ("r" + std::to_string(i)).c_str(), {prev}, {v}), i);
+      prev = v;
+    }
+    ASSERT_GE(t.g.cap_vals, n + 1);
+    for (int i = 0; i < n; i++) {
+      const ApxValue &v = t.g.vals[i + 1];
+      ASSERT_EQ(std::string(v.name), "v" + std::to_string(i));
+      ASSERT_EQ(v.producer, i);
+      ASSERT_EQ(v.rank, 2);
+      ASSERT_EQ(v.dims[1], 3);
+      ASSERT_EQ(t.g.nodes[i].in[0], i);
+      ASSERT_EQ(t.g.nodes[i].out[0], i + 1);
+    }
+    ASSERT_EQ(apx_graph_toposort(&t.g, &t.d), 0) << t.d.msg;
+    EXPECT_EQ(t.g.n_order, n);
+    EXPECT_EQ(apx_graph_find_value(&t.g, "v19999"), n);
+  }
+}
