@@ -94,6 +94,7 @@ void apx_graph_free(ApxGraph *g) {
   free(g->name_slots);
   free(g->name_bits);
   free(g->name_pending);
+  free(g->name_deferred);
   free(g->range_ok);
   apx_arena_free(&g->arena);
   memset(g, 0, sizeof *g);
@@ -120,40 +121,93 @@ static uint32_t filter_bit(uint32_t hv, int32_t cap) {
   return (uint32_t)(((uint64_t)(hv * 0x9E3779B1u) << b) >> 32);
 }
 
-static int name_insert(ApxGraph *g, int id) {
-  if ((g->n_vals + 1) * 2 > g->name_cap) {
-    int32_t nc = g->name_cap ? g->name_cap * 2 : 256;
-    while ((g->n_vals + 1) * 2 > nc) nc *= 2;
-    int *slots = malloc((size_t)nc * 2 * sizeof *slots);
-    uint64_t *bits = calloc((size_t)nc / 16 + 1, sizeof *bits);
-    if (!slots || !bits) {
-      free(slots);
-      free(bits);
-      return -1;
-    }
-    for (int32_t i = 0; i < nc; i++) slots[2 * i] = -1;
-    for (int32_t i = 0; i < g->name_cap; i++) {
-      int v = g->name_slots[2 * i];
-      if (v < 0) continue;
-      uint32_t hv = (uint32_t)g->name_slots[2 * i + 1], h = hv & (uint32_t)(nc - 1);
-      while (slots[2 * h] >= 0) h = (h + 1) & (uint32_t)(nc - 1);
-      slots[2 * h] = v;
-      slots[2 * h + 1] = (int)hv;
-      uint32_t fb = filter_bit(hv, nc);
-      bits[fb >> 6] |= 1ull << (fb & 63);
-    }
-    free(g->name_slots);
-    free(g->name_bits);
-    g->name_slots = slots;
-    g->name_bits = bits;
-    g->name_cap = nc;
+static void filter_set(ApxGraph *g, uint32_t hv) {
+  uint32_t fb = filter_bit(hv, g->name_cap);
+  g->name_bits[fb >> 6] |= 1ull << (fb & 63);
+}
+
+/* Grows the table (rehash) so that every value fits at a load of 1/2 at most; the deferred
+ * names' filter bits are set again for the new size. Returns 0, -1 when out of memory. */
+static int table_fit(ApxGraph *g) {
+  if ((g->n_vals + 1) * 2 <= g->name_cap) return 0;
+  int32_t nc = g->name_cap ? g->name_cap * 2 : 256;
+  while ((g->n_vals + 1) * 2 > nc) nc *= 2;
+  int *slots = malloc((size_t)nc * 2 * sizeof *slots);
+  uint64_t *bits = calloc((size_t)nc / 16 + 1, sizeof *bits);
+  if (!slots || !bits) {
+    free(slots);
+    free(bits);
+    return -1;
   }
-  uint32_t hv = hash_str(g->vals[id].name), h = hv & (uint32_t)(g->name_cap - 1);
+  for (int32_t i = 0; i < nc; i++) slots[2 * i] = -1;
+  for (int32_t i = 0; i < g->name_cap; i++) {
+    int v = g->name_slots[2 * i];
+    if (v < 0) continue;
+    uint32_t hv = (uint32_t)g->name_slots[2 * i + 1], h = hv & (uint32_t)(nc - 1);
+    while (slots[2 * h] >= 0) h = (h + 1) & (uint32_t)(nc - 1);
+    slots[2 * h] = v;
+    slots[2 * h + 1] = (int)hv;
+    uint32_t fb = filter_bit(hv, nc);
+    bits[fb >> 6] |= 1ull << (fb & 63);
+  }
+  free(g->name_slots);
+  free(g->name_bits);
+  g->name_slots = slots;
+  g->name_bits = bits;
+  g->name_cap = nc;
+  for (int32_t i = 0; i < g->n_name_deferred; i++) filter_set(g, g->name_deferred[2 * i + 1]);
+  return 0;
+}
+
+/* Puts value id (name hash hv) in a slot; the table has room (table_fit). */
+static void slot_put(ApxGraph *g, int id, uint32_t hv) {
+  uint32_t h = hv & (uint32_t)(g->name_cap - 1);
   while (g->name_slots[2 * h] >= 0) h = (h + 1) & (uint32_t)(g->name_cap - 1);
   g->name_slots[2 * h] = id;
   g->name_slots[2 * h + 1] = (int)hv;
-  uint32_t fb = filter_bit(hv, g->name_cap);
-  g->name_bits[fb >> 6] |= 1ull << (fb & 63);
+  filter_set(g, hv);
+}
+
+static int name_insert(ApxGraph *g, int id) {
+  if (table_fit(g)) return -1;
+  slot_put(g, id, hash_str(g->vals[id].name));
+  return 0;
+}
+
+/* The deferred names into their slots. A slot is a cache miss in a table of millions: the
+ * slots of a batch are prefetched together so that the misses overlap instead of following
+ * one another (one per insert was ~5% of a 100k-node compile). */
+static void flush_deferred(ApxGraph *g) {
+  enum { BATCH = 16 };
+  const uint32_t mask = (uint32_t)(g->name_cap - 1);
+  for (int32_t i0 = 0; i0 < g->n_name_deferred; i0 += BATCH) {
+    int32_t i1 = i0 + BATCH < g->n_name_deferred ? i0 + BATCH : g->n_name_deferred;
+    for (int32_t i = i0; i < i1; i++)
+      __builtin_prefetch(&g->name_slots[2 * (g->name_deferred[2 * i + 1] & mask)], 1);
+    for (int32_t i = i0; i < i1; i++)
+      slot_put(g, (int)g->name_deferred[2 * i], g->name_deferred[2 * i + 1]);
+  }
+  g->n_name_deferred = 0;
+}
+
+/* A new value's name: in the filter now, in its slot with the next batch (flush_deferred). */
+static int name_defer(ApxGraph *g, int id) {
+  if (table_fit(g)) return -1;
+  uint32_t hv = hash_str(g->vals[id].name);
+  if (g->n_name_deferred == g->cap_name_deferred) {
+    int32_t nc = g->cap_name_deferred ? g->cap_name_deferred * 2 : 256;
+    uint32_t *p = realloc(g->name_deferred, (size_t)nc * 2 * sizeof *p);
+    if (!p) { /* no room to defer: inserted now */
+      slot_put(g, id, hv);
+      return 0;
+    }
+    g->name_deferred = p;
+    g->cap_name_deferred = nc;
+  }
+  g->name_deferred[2 * g->n_name_deferred] = (uint32_t)id;
+  g->name_deferred[2 * g->n_name_deferred + 1] = hv;
+  g->n_name_deferred++;
+  filter_set(g, hv);
   return 0;
 }
 
@@ -189,6 +243,9 @@ int apx_graph_find_value(const ApxGraph *g, const char *name) {
   uint32_t hv = hash_str(name), h = hv & (uint32_t)(g->name_cap - 1);
   uint32_t fb = filter_bit(hv, g->name_cap);
   if (!(g->name_bits[fb >> 6] >> (fb & 63) & 1)) return -1;
+  /* the bit is set: the name may be a deferred one (the table is logically part of the
+   * lookup, as above) */
+  if (g->n_name_deferred > 0) flush_deferred((ApxGraph *)g);
   while (g->name_slots[2 * h] >= 0) {
     int v = g->name_slots[2 * h];
     if ((uint32_t)g->name_slots[2 * h + 1] == hv && strcmp(g->vals[v].name, name) == 0) return v;
@@ -304,7 +361,7 @@ int apx_graph_add_value(ApxGraph *g, ApxDiag *d, const char *name, ApxValueKind 
     g->name_pending[g->n_name_pending++] = id;
     return id;
   }
-  if (name_insert(g, id)) {
+  if (name_defer(g, id)) {
     g->n_vals--;
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory adding a value", g->file);
   }

@@ -164,6 +164,11 @@ typedef struct ApxGraph {
    * (only a name of its form can equal it), so it goes in when such a name is looked up */
   int32_t *name_pending;
   int32_t n_name_pending, cap_name_pending;
+  /* other new names: in the filter at once, into the slots in batches (each batch's slots
+   * prefetched together) when a lookup finds its filter bit set or the table grows; pairs
+   * of value id and hash */
+  uint32_t *name_deferred;
+  int32_t n_name_deferred, cap_name_deferred;
   int32_t name_gen;   /* counter for generated names */
   /* generated names ("<hint>_apx<n>", n from name_gen) never equal one another; a name
    * given explicitly in that form (a model's, a pass's) moves name_gen past its n, so they
