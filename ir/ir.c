@@ -11,13 +11,20 @@
 
 /* ---- growable arrays ---------------------------------------------------------------- */
 
-static int grow(void **arr, int32_t *cap, int32_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  int32_t nc = *cap ? *cap : 64;
+/* The capacity a growable array doubles to (from 64) to hold need; -1 past INT32_MAX. */
+static int32_t doubled_cap(int32_t cap, int32_t need) {
+  int32_t nc = cap ? cap : 64;
   while (nc < need) {
     if (nc > INT32_MAX / 2) return -1;
     nc *= 2;
   }
+  return nc;
+}
+
+static int grow(void **arr, int32_t *cap, int32_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  int32_t nc = doubled_cap(*cap, need);
+  if (nc < 0) return -1;
   void *p = realloc(*arr, (size_t)nc * elem);
   if (!p) return -1;
   *arr = p;
@@ -54,11 +61,8 @@ static int grow_mapped(void **arr, int32_t *cap, int32_t need, size_t elem) {
   return grow(arr, cap, need, elem);
 #else
   if (need <= *cap) return 0;
-  int32_t nc = *cap ? *cap : 64;
-  while (nc < need) {
-    if (nc > INT32_MAX / 2) return -1;
-    nc *= 2;
-  }
+  int32_t nc = doubled_cap(*cap, need);
+  if (nc < 0) return -1;
   size_t nb = mapped_bytes(nc, elem);
   void *p = *arr ? mremap(*arr, mapped_bytes(*cap, elem), nb, MREMAP_MAYMOVE)
                  : mmap(NULL, nb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -126,6 +130,15 @@ static void filter_set(ApxGraph *g, uint32_t hv) {
   g->name_bits[fb >> 6] |= 1ull << (fb & 63);
 }
 
+/* Puts value id (name hash hv) in a slot; the table has room (table_fit). */
+static void slot_put(ApxGraph *g, int id, uint32_t hv) {
+  uint32_t h = hv & (uint32_t)(g->name_cap - 1);
+  while (g->name_slots[2 * h] >= 0) h = (h + 1) & (uint32_t)(g->name_cap - 1);
+  g->name_slots[2 * h] = id;
+  g->name_slots[2 * h + 1] = (int)hv;
+  filter_set(g, hv);
+}
+
 /* Grows the table (rehash) so that every value fits at a load of 1/2 at most; the deferred
  * names' filter bits are set again for the new size. Returns 0, -1 when out of memory. */
 static int table_fit(ApxGraph *g) {
@@ -140,32 +153,17 @@ static int table_fit(ApxGraph *g) {
     return -1;
   }
   for (int32_t i = 0; i < nc; i++) slots[2 * i] = -1;
-  for (int32_t i = 0; i < g->name_cap; i++) {
-    int v = g->name_slots[2 * i];
-    if (v < 0) continue;
-    uint32_t hv = (uint32_t)g->name_slots[2 * i + 1], h = hv & (uint32_t)(nc - 1);
-    while (slots[2 * h] >= 0) h = (h + 1) & (uint32_t)(nc - 1);
-    slots[2 * h] = v;
-    slots[2 * h + 1] = (int)hv;
-    uint32_t fb = filter_bit(hv, nc);
-    bits[fb >> 6] |= 1ull << (fb & 63);
-  }
-  free(g->name_slots);
+  int *old = g->name_slots;
+  int32_t old_cap = g->name_cap;
   free(g->name_bits);
   g->name_slots = slots;
   g->name_bits = bits;
   g->name_cap = nc;
+  for (int32_t i = 0; i < old_cap; i++)
+    if (old[2 * i] >= 0) slot_put(g, old[2 * i], (uint32_t)old[2 * i + 1]);
+  free(old);
   for (int32_t i = 0; i < g->n_name_deferred; i++) filter_set(g, g->name_deferred[2 * i + 1]);
   return 0;
-}
-
-/* Puts value id (name hash hv) in a slot; the table has room (table_fit). */
-static void slot_put(ApxGraph *g, int id, uint32_t hv) {
-  uint32_t h = hv & (uint32_t)(g->name_cap - 1);
-  while (g->name_slots[2 * h] >= 0) h = (h + 1) & (uint32_t)(g->name_cap - 1);
-  g->name_slots[2 * h] = id;
-  g->name_slots[2 * h + 1] = (int)hv;
-  filter_set(g, hv);
 }
 
 static int name_insert(ApxGraph *g, int id) {

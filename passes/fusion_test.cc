@@ -10,6 +10,8 @@
 
 #include <unistd.h>
 
+#include "tests/testing/compile_plan.h"
+
 extern "C" {
 #include "ir/cost.h"
 #include "compiler/explain.h"
@@ -157,16 +159,13 @@ TEST(FusionReport, TrafficIsCountedOnlyWhenAsked) {
     ApxGraph g;
     ApxDiag d;
     ApxOptions o;
-    apx_diag_init(&d);
-    d.quiet = 1;
     apx_options_init(&o);
     EXPECT_EQ(o.fusion_traffic, 1);  // the default: counted
     o.model_path = "examples/transformer/model.onnx";
     o.opt_level = APX_O2;
     o.fusion_traffic = count;
-    char err[256];
-    ASSERT_EQ(apx_options_apply_preset(&o, err, sizeof err), 0) << err;
-    ASSERT_EQ(apx_compile_file(&g, &o, &d), 0) << d.msg;
+    std::string err;
+    ASSERT_TRUE(apx_testing::CompileGraph(o, &g, &d, &err)) << err;
     ASSERT_NE(g.fusion, nullptr);
     EXPECT_EQ(g.fusion->no_traffic, !count);
     if (!count) {  // never current: nothing to keep

@@ -632,16 +632,15 @@ static void *kernel_check_main(void *arg) {
   return NULL;
 }
 
-/* Waits for the checks; their error, if any, goes to d. 0 or -1. */
+/* Waits for the checks; their error, if any, goes to d, in place of an I/O error recorded
+ * meanwhile (an invalid plan says more). 0 or -1. */
 static int kernel_check_join(void *ctx, ApxDiag *d) {
   KernelCheck *c = ctx;
   if (c->started && !c->joined) pthread_join(c->thread, NULL);
   c->joined = 1;
   if (c->rc == 0) return 0;
-  if (d->code == 0) {
-    d->code = c->d.code;
-    memcpy(d->msg, c->d.msg, sizeof d->msg);
-  }
+  d->code = c->d.code;
+  memcpy(d->msg, c->d.msg, sizeof d->msg);
   return -1;
 }
 
@@ -662,12 +661,8 @@ static int write_checked(ApxPlan *p, const char *path, int validate, ApxDiag *d)
     goto out;
   }
   rc = apx_plan_write_file_gated(p, path, kernel_check_join, &c, d);
-  /* a write that failed before the gate: the checks still read the plan, and their error
-   * (an invalid plan) says more than the I/O one */
-  if (!c.joined && kernel_check_join(&c, d) != 0 && rc != 0) {
-    d->code = c.d.code;
-    memcpy(d->msg, c.d.msg, sizeof d->msg);
-  }
+  /* a write that failed before the gate (rc -1): the checks still read the plan */
+  if (!c.joined) kernel_check_join(&c, d);
 out:
   p->path = saved_path;
   return rc;

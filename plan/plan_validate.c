@@ -88,20 +88,13 @@ typedef struct RangeKey {
 } RangeKey;
 
 static int radix_sort_ranges(Range *rg, Range *tmp, int32_t n) {
-  RangeKey *a = malloc((size_t)n * 2 * sizeof *a);
+  RangeKey *keys = malloc((size_t)n * 2 * sizeof *keys), *a = keys, *b = keys + n;
   uint32_t(*count)[RADIX_BUCKETS] = calloc(KEY_BITS / RADIX_BITS, sizeof *count);
-  if (!a || !count) {
-    free(a);
-    free(count);
-    return -1;
-  }
-  RangeKey *b = a + n;
+  int rc = -1;
+  if (!keys || !count) goto out;
   for (int32_t i = 0; i < n; i++) {
-    if (rg[i].start < 0 || rg[i].start >= (int64_t)1 << 46 || rg[i].region < 0 || rg[i].region > 3) {
-      free(a);
-      free(count);
-      return -1;
-    }
+    if (rg[i].start < 0 || rg[i].start >= (int64_t)1 << 46 || rg[i].region < 0 || rg[i].region > 3)
+      goto out;
     a[i] = (RangeKey){(uint64_t)rg[i].region << 46 | (uint64_t)rg[i].start, i};
     for (int d = 0; d < KEY_BITS / RADIX_BITS; d++)
       count[d][(a[i].key >> (d * RADIX_BITS)) & (RADIX_BUCKETS - 1)]++;
@@ -130,9 +123,11 @@ static int radix_sort_ranges(Range *rg, Range *tmp, int32_t n) {
     }
   }
   memcpy(rg, tmp, (size_t)n * sizeof *rg);
-  free(a < b ? a : b); /* the one block, whichever half a points at now */
+  rc = 0;
+out:
+  free(keys);
   free(count);
-  return 0;
+  return rc;
 }
 
 /* Sorts rg[0, n) by range_cmp (tmp: room for n). A kernel lists its arguments in a few
