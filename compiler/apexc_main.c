@@ -150,11 +150,15 @@ static int run(const ApxOptions *opts, const ApxCliArgs *args) {
   if (rc == 0 && o.explain == 1) rc = apx_explain_buckets_emit(&g, &o, &d);
   if (rc == 0 && o.fusion_report) apx_fusion_report_write(&g, stdout);
   if (rc == 0 && a.bucket_report) apx_buckets_report_write(&g, &o, a.bucket_report == 2, stdout);
-  if (rc == 0 && a.summary) print_summary(&g, &o);
+  /* the summary names the arena's size: when a plan is written, the packing runs beside
+   * building it (o.memplan_background), so the summary comes after */
+  if (rc == 0 && a.summary && !a.write_plan) print_summary(&g, &o);
   fflush(stdout); /* the summary and reports before anything later on stderr, when piped */
   if (rc == 0 && a.write_plan) {
     /* the CLI sets output_path (-o, or MODEL.apx next to the model) whenever it writes */
     rc = apx_emit_plan_file(&g, &o, o.output_path, &d);
+    if (rc == 0 && a.summary) print_summary(&g, &o);
+    fflush(stdout);
     if (rc == 0 && !o.quiet) fprintf(stderr, "wrote %s\n", o.output_path);
   }
   if (rc == 0) apx_stage_total(); /* --time-passes */

@@ -104,7 +104,9 @@ static const char usage_text[] =
     "Debugging:\n"
     "  --disable-pass=NAME  --dump-after=NAME  --verify-each-pass\n"
     "  --time-passes               wall time and peak memory of load, each pass and the plan\n"
-    "                              writing, one line each on stderr (also with -q)\n"
+    "                              writing, one line each on stderr (also with -q); the arena\n"
+    "                              packing, run on a thread beside plan building, has its own\n"
+    "                              line (memplan_pack)\n"
     "  -q, --quiet                 print errors only (no summary, no warnings)\n"
     "\n"
     "Apex's and PyTorch's spellings are accepted: underscores for dashes (--loss_scale 128,\n"
@@ -714,6 +716,8 @@ int apx_cli_parse(int argc, char **argv, ApxOptions *o, ApxCliArgs *a, char *err
     clamp_initial_scale(o, a);
     /* the fusion log's kernel and byte counts are read only by these two reports */
     o->fusion_traffic = o->fusion_report || o->explain == 1;
+    /* the arena packing runs beside plan building (memplan.h) when a plan is written */
+    o->memplan_background = a->write_plan;
   }
   return 0;
 }

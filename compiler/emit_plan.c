@@ -156,13 +156,13 @@ static const char *base_name(const char *p) {
   return s ? s + 1 : (p ? p : "");
 }
 
-int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag *d) {
+int apx_plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag *d) {
   ApxOptions defaults;
   if (!o) {
     apx_options_init(&defaults);
     o = &defaults;
   }
-  if (g->arena_bytes < 0)
+  if (g->arena_bytes < 0 && !g->settle_fn)
     return apx_diag_error(d, APX_EXIT_RUNTIME,
                           "%s: internal error: no memory plan (pass memplan did not run)", g->file);
   ApxArena *A = &plan->arena;
@@ -173,7 +173,6 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
   model_map(model, &mf);
   plan->model_bytes = mf.len;
   int rc = -1;
-  plan->mem.arena_bytes = g->arena_bytes;
   plan->mem.peak_live_bytes = g->peak_live_bytes;
   plan->mem.no_reuse_bytes = g->no_reuse_bytes;
   plan->mem.persistent_bytes = g->persistent_bytes;
@@ -195,9 +194,9 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
     b->rank = val->rank;
     for (int k = 0; k < val->rank && k < APX_MAX_RANK; k++) b->dims[k] = val->dims[k];
     b->region = (ApxMemRegion)val->mem_region;
-    b->offset = val->mem_offset;
+    b->offset = val->mem_offset; /* an arena value's once the packing settled (below) */
     b->bytes = apx_value_bytes(val);
-    if (b->offset < 0 || b->bytes < 0) {
+    if ((b->offset < 0 && !(b->region == APX_MEM_ARENA && g->settle_fn)) || b->bytes < 0) {
       rc = apx_value_error(d, g, v, "internal error: runtime tensor without a memory place");
       goto out;
     }
@@ -339,6 +338,18 @@ int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, A
   plan->model_crc32c = mf.map ? model_crc(&mf) : 0; /* after the walk over it (embed_model) */
   model_unmap(&mf);
   apx_plan_layout_data(plan);
+  /* the arena offsets: the packing ran beside everything above (passes/memplan.h) */
+  if (g->settle_fn) {
+    if (apx_graph_settle(g, d)) goto out;
+    for (int v = 0; v < g->n_vals; v++) {
+      if (buf_of[v] < 0 || g->vals[v].mem_region != APX_MEM_ARENA) continue;
+      if ((plan->bufs[buf_of[v]].offset = g->vals[v].mem_offset) < 0) {
+        rc = apx_value_error(d, g, v, "internal error: runtime tensor without a memory place");
+        goto out;
+      }
+    }
+  }
+  plan->mem.arena_bytes = g->arena_bytes;
   const char *saved = plan->path;
   plan->path = g->file;
   rc = apx_plan_validate(plan, d);
@@ -356,13 +367,16 @@ out:
   return rc;
 }
 
-int apx_emit_plan_file(const ApxGraph *g, const ApxOptions *o, const char *path, ApxDiag *d) {
+int apx_emit_plan_file(ApxGraph *g, const ApxOptions *o, const char *path, ApxDiag *d) {
   ApxPlan plan;
   apx_plan_init(&plan);
   ApxStageClock clock; /* --time-passes: building the plan, then writing the file */
   apx_stage_begin(&clock, o);
+  int pending = g->settle_fn != NULL;
   int rc = apx_plan_from_graph(g, o, &plan, d);
   if (!rc) apx_stage_end(&clock, "emit_plan");
+  if (!rc && pending)
+    apx_stage_aside(o, "memplan_pack", "emit_plan", g->background_s, g->background_cpu_s);
   apx_stage_begin(&clock, o);
   if (!rc) rc = apx_plan_write_validated(&plan, path, d); /* validated by apx_plan_from_graph */
   if (!rc) apx_stage_end(&clock, "write_plan");

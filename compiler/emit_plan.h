@@ -30,11 +30,13 @@ extern "C" {
 #endif
 
 /* plan must be freshly apx_plan_init()ed; o may be NULL (defaults). Returns 0 or -1 with the
- * error in d (a node or value named). The plan is validated. */
-int apx_plan_from_graph(const ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag *d);
+ * error in d (a node or value named). The plan is validated. The graph is read only, except
+ * that a memory packing still running for it (ApxOptions.memplan_background) is settled
+ * (apx_graph_settle) once the parts of the plan that need no arena offset are built. */
+int apx_plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag *d);
 
 /* apx_plan_from_graph + apx_plan_write (atomic) to path. */
-int apx_emit_plan_file(const ApxGraph *g, const ApxOptions *o, const char *path, ApxDiag *d);
+int apx_emit_plan_file(ApxGraph *g, const ApxOptions *o, const char *path, ApxDiag *d);
 
 #ifdef __cplusplus
 }

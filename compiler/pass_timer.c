@@ -79,6 +79,13 @@ void apx_stage_end(ApxStageClock *c, const char *name) {
   c->on = 0;
 }
 
+void apx_stage_aside(const ApxOptions *o, const char *name, const char *beside, double wall_s,
+                     double cpu_s) {
+  if (!o || !o->time_passes) return;
+  fprintf(stderr, "time-passes  %-18s %8.3f s  cpu %8.3f s  (a thread beside %s)\n", name, wall_s,
+          cpu_s, beside);
+}
+
 void apx_stage_total(void) {
   if (g_first < 0) return;
   int64_t peak = process_peak();

@@ -40,6 +40,11 @@ typedef struct ApxStageClock {
 void apx_stage_begin(ApxStageClock *c, const ApxOptions *o);
 /* Ends it and prints its line (nothing when the clock was not started). */
 void apx_stage_end(ApxStageClock *c, const char *name);
+/* A line for work that ran on a thread of its own beside the stage `beside` (when any stage
+ * was timed): its own wall and CPU seconds, not added to the total (the stage's CPU time
+ * already counts it). */
+void apx_stage_aside(const ApxOptions *o, const char *name, const char *beside, double wall_s,
+                     double cpu_s);
 /* Prints the total line when any stage was timed. */
 void apx_stage_total(void);
 

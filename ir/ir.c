@@ -91,7 +91,23 @@ void apx_graph_init(ApxGraph *g, const char *file) {
   g->arena_bytes = g->peak_live_bytes = g->no_reuse_bytes = g->persistent_bytes = -1;
 }
 
+int apx_graph_settle(ApxGraph *g, ApxDiag *d) {
+  if (!g->settle_fn) return 0;
+  int (*fn)(ApxGraph *, void *, ApxDiag *) = g->settle_fn;
+  void *arg = g->settle_arg;
+  g->settle_fn = NULL;
+  g->settle_arg = NULL;
+  ApxDiag scratch;
+  if (!d) {
+    apx_diag_init(&scratch);
+    scratch.quiet = 1;
+    d = &scratch;
+  }
+  return fn(g, arg, d) ? -1 : 0;
+}
+
 void apx_graph_free(ApxGraph *g) {
+  apx_graph_settle(g, NULL);
   free_mapped(g->vals, g->cap_vals, sizeof(ApxValue));
   free_mapped(g->nodes, g->cap_nodes, sizeof(ApxNode));
   free(g->order);

@@ -141,6 +141,12 @@ typedef struct ApxGraph {
   int64_t peak_live_bytes;  /* lower bound: max over schedule steps of bytes live then */
   int64_t no_reuse_bytes;   /* arena size if no buffer were reused */
   int64_t persistent_bytes; /* params, constants, states */
+  /* work a pass left running on another thread for this graph (passes/memplan.c: the arena
+   * packing, beside plan building, with ApxOptions.memplan_background): arena_bytes and the
+   * arena values' mem_offset are known only after apx_graph_settle. NULL when none. */
+  int (*settle_fn)(struct ApxGraph *g, void *arg, ApxDiag *d);
+  void *settle_arg;
+  double background_s, background_cpu_s; /* that work's own wall and CPU seconds, once settled */
 
   /* cast counts for --explain (passes/cast_insert.c, passes/cast_cleanup.c); 0 until run */
   struct {
@@ -187,7 +193,11 @@ typedef struct ApxGraph {
 } ApxGraph;
 
 void apx_graph_init(ApxGraph *g, const char *file);
+/* Settles first (any error is dropped: call apx_graph_settle to see it). */
 void apx_graph_free(ApxGraph *g);
+/* Waits for the work a pass left running for g (settle_fn) and applies it: 0, or -1 with an
+ * error in d (d may be NULL). Does nothing when none is pending. */
+int apx_graph_settle(ApxGraph *g, ApxDiag *d);
 
 /* Adds a value; name NULL generates a unique one from `hint` ("<hint>_apx<N>").
  * Returns the id, or -1 with an error in d when the name is taken or memory is out. */

@@ -112,6 +112,11 @@ typedef struct ApxOptions {
    * (--fusion-report's and --explain's figures); apexc sets it only when one of those is asked
    * for, since the count walks the graph (passes/fusion.h) */
   int32_t fusion_traffic;
+  /* 1: pass_memplan may leave the arena packing running on a thread and return (apexc sets
+   * it when it writes a plan: apx_plan_from_graph builds the rest of the plan meanwhile);
+   * whoever reads g->arena_bytes or an arena value's mem_offset calls apx_graph_settle
+   * first. 0 (the default): the pass finishes the plan itself */
+  int32_t memplan_background;
   double bucket_mb, first_bucket_mb;
   int32_t allreduce_fp32;
   float grad_predivide;

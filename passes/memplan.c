@@ -5,8 +5,10 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NOT_RUNTIME INT32_MIN
 
@@ -265,28 +267,109 @@ static int64_t pack_arena(Plan *pl, int32_t n_steps, const int64_t *live, int64_
   return best;
 }
 
+/* One planning run's arrays. pass_memplan fills them through the classes (steps 1-3), the
+ * packing may then run on a thread of its own (ApxOptions.memplan_background) and
+ * memplan_finish gives the arena values their offsets. */
+typedef struct Run {
+  Plan pl;
+  int32_t n_steps;
+  int64_t peak;
+  int32_t *def, *last, *idx, *steps, *work, *root;
+  int64_t *live, *best_off, *bytes;
+  Key *key;
+  int64_t best; /* the packed arena's size */
+  /* background packing */
+  pthread_t thread;
+  int started;
+  double wall_s, cpu_s; /* the packing's own time (--time-passes) */
+} Run;
+
+static void run_free(Run *r) {
+  free(r->def);
+  free(r->last);
+  free(r->pl.cls);
+  free(r->live);
+  free(r->idx);
+  free(r->steps);
+  free(r->work);
+  free(r->root);
+  apx_place_index_free(&r->pl.ix);
+  free(r->best_off);
+  free(r->key);
+  free(r->bytes);
+}
+
+static double clock_s(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Step 3b: the packing. Reads and writes the run only, never the graph. */
+static void run_pack(Run *r) {
+  double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+  r->best = r->pl.n ? pack_arena(&r->pl, r->n_steps, r->live, r->peak, r->idx, r->steps, r->work,
+                                 r->key, r->best_off)
+                    : 0;
+  r->wall_s = clock_s(CLOCK_MONOTONIC) - t0;
+  r->cpu_s = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
+}
+
+static void *pack_main(void *arg) {
+  run_pack(arg);
+  return NULL;
+}
+
+/* Step 4: the arena classes' offsets, then their aliases'. */
+static int memplan_finish(ApxGraph *g, Run *r, ApxDiag *d) {
+  if (r->pl.oom) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
+  for (int32_t i = 0; i < r->pl.n; i++) g->vals[r->pl.cls[i].root].mem_offset = r->best_off[i];
+  for (int v = 0; v < g->n_vals; v++) {
+    ApxValue *val = &g->vals[v];
+    if (r->def[v] == NOT_RUNTIME || val->mem_alias < 0 || val->mem_region != APX_MEM_ARENA) continue;
+    val->mem_offset = g->vals[root_of(r->root, v)].mem_offset;
+  }
+  g->arena_bytes = r->best > 0 ? r->best : 0;
+  return 0;
+}
+
+/* apx_graph_settle for a packing left running: joins it and finishes the plan. */
+static int memplan_settle(ApxGraph *g, void *arg, ApxDiag *d) {
+  Run *r = arg;
+  if (r->started) pthread_join(r->thread, NULL);
+  g->background_s = r->wall_s;
+  g->background_cpu_s = r->cpu_s;
+  int rc = memplan_finish(g, r, d);
+  run_free(r);
+  free(r);
+  return rc;
+}
+
 int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
-  (void)o;
+  /* a plan of this graph still being packed (the pass run again) is finished first */
+  if (apx_graph_settle(g, d)) return -1;
   int nv = g->n_vals;
-  int32_t n_steps = g->n_order + 1; /* step n_order: after the run (outputs are read) */
-  int32_t *def = malloc(((size_t)nv + 1) * sizeof *def);
-  int32_t *last = malloc(((size_t)nv + 1) * sizeof *last);
-  Plan pl = {calloc((size_t)nv + 1, sizeof(Class)), 0, {0}, 0, -1, 0, 0, -1};
-  int64_t *live = calloc((size_t)n_steps + 1, sizeof *live);
-  int32_t *idx = malloc(((size_t)nv + (size_t)n_steps + 1) * sizeof *idx);
-  int32_t *steps = malloc(((size_t)n_steps + 1) * sizeof *steps);
-  int32_t *work = malloc((2 * (size_t)n_steps + (size_t)nv + 1) * sizeof *work);
-  int32_t *root = malloc(((size_t)nv + 1) * sizeof *root);
-  int64_t *best_off = malloc(((size_t)nv + 1) * sizeof *best_off);
-  Key *key = malloc(((size_t)nv + 1) * sizeof *key);
-  int64_t *bytes = malloc(((size_t)nv + 1) * sizeof *bytes); /* [v] of runtime values */
+  Run *r = calloc(1, sizeof *r);
+  if (!r) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
+  int32_t n_steps = r->n_steps = g->n_order + 1; /* step n_order: after the run (outputs are read) */
+  int32_t *def = r->def = malloc(((size_t)nv + 1) * sizeof *def);
+  int32_t *last = r->last = malloc(((size_t)nv + 1) * sizeof *last);
+  r->pl = (Plan){calloc((size_t)nv + 1, sizeof(Class)), 0, {0}, 0, -1, 0, 0, -1};
+  Plan *pl = &r->pl;
+  int64_t *live = r->live = calloc((size_t)n_steps + 1, sizeof *live);
+  int32_t *idx = r->idx = malloc(((size_t)nv + (size_t)n_steps + 1) * sizeof *idx);
+  int32_t *steps = r->steps = malloc(((size_t)n_steps + 1) * sizeof *steps);
+  int32_t *work = r->work = malloc((2 * (size_t)n_steps + (size_t)nv + 1) * sizeof *work);
+  int32_t *root = r->root = malloc(((size_t)nv + 1) * sizeof *root);
+  int64_t *best_off = r->best_off = malloc(((size_t)nv + 1) * sizeof *best_off);
+  Key *key = r->key = malloc(((size_t)nv + 1) * sizeof *key);
+  int64_t *bytes = r->bytes = malloc(((size_t)nv + 1) * sizeof *bytes); /* [v] of runtime values */
   int rc = 0;
-  if (!def || !last || !pl.cls || !live || !idx || !steps || !work || !root || !best_off || !key ||
+  if (!def || !last || !pl->cls || !live || !idx || !steps || !work || !root || !best_off || !key ||
       !bytes) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
     goto out;
   }
-
   /* 1. which values are runtime tensors, where they are defined and last used */
   for (int v = 0; v < nv; v++) {
     ApxValue *val = &g->vals[v];
@@ -396,63 +479,59 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
     }
     no_reuse += sz;
     val->mem_region = APX_MEM_ARENA;
-    Class *c = &pl.cls[pl.n];
+    Class *c = &pl->cls[pl->n];
     c->root = v;
     c->start = def[v];
     c->end = cls_end[v];
     if (c->end < c->start) c->end = c->start;
     c->size = sz;
     c->offset = -1;
-    pl.n++;
+    pl->n++;
   }
   free(bytes); /* before the index takes its memory */
-  bytes = NULL;
+  bytes = r->bytes = NULL;
   int64_t peak = 0;
-  for (int32_t i = 0; i < pl.n; i++) { /* difference array over steps */
-    live[pl.cls[i].start] += pl.cls[i].size;
-    live[pl.cls[i].end + 1] -= pl.cls[i].size;
+  for (int32_t i = 0; i < pl->n; i++) { /* difference array over steps */
+    live[pl->cls[i].start] += pl->cls[i].size;
+    live[pl->cls[i].end + 1] -= pl->cls[i].size;
   }
   for (int32_t t = 0; t < n_steps; t++) {
     if (t) live[t] += live[t - 1];
     if (live[t] > peak) peak = live[t];
   }
+  r->peak = peak;
   /* the index holds the arena classes only (a tenth of the values on training chains) */
-  if (pl.n && apx_place_index_init(&pl.ix, n_steps, pl.n)) {
+  if (pl->n && apx_place_index_init(&pl->ix, n_steps, pl->n)) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
     goto out;
   }
-  int64_t best = pl.n ? pack_arena(&pl, n_steps, live, peak, idx, steps, work, key, best_off) : 0;
-  if (pl.oom) {
-    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
-    goto out;
-  }
-  for (int32_t i = 0; i < pl.n; i++) g->vals[pl.cls[i].root].mem_offset = best_off[i];
-
-  /* 4. aliases take their root's place */
+  /* 4a. aliases take their root's region now, and a persistent root's offset; arena
+   * offsets come with the packing (memplan_finish) */
   for (int v = 0; v < nv; v++) {
     ApxValue *val = &g->vals[v];
     if (def[v] == NOT_RUNTIME || val->mem_alias < 0) continue;
-    const ApxValue *r = &g->vals[root_of(root, v)];
-    val->mem_region = r->mem_region;
-    val->mem_offset = r->mem_offset;
+    const ApxValue *rv = &g->vals[root_of(root, v)];
+    val->mem_region = rv->mem_region;
+    val->mem_offset = rv->mem_region == APX_MEM_ARENA ? -1 : rv->mem_offset;
   }
-  g->arena_bytes = best > 0 ? best : 0;
+  g->arena_bytes = -1;
   g->peak_live_bytes = peak;
   g->no_reuse_bytes = no_reuse;
   g->persistent_bytes = pers;
-  rc = APX_PASS_UNCHANGED;
+  if (o && o->memplan_background && pl->n > 0) {
+    /* the packing reads and writes only the run: the caller goes on (building the plan)
+     * until apx_graph_settle */
+    r->started = pthread_create(&r->thread, NULL, pack_main, r) == 0;
+    if (r->started) {
+      g->settle_fn = memplan_settle;
+      g->settle_arg = r;
+      return APX_PASS_UNCHANGED;
+    }
+  }
+  run_pack(r);
+  rc = memplan_finish(g, r, d) ? -1 : APX_PASS_UNCHANGED;
 out:
-  free(def);
-  free(last);
-  free(pl.cls);
-  free(live);
-  free(idx);
-  free(steps);
-  free(work);
-  free(root);
-  apx_place_index_free(&pl.ix);
-  free(best_off);
-  free(key);
-  free(bytes);
+  run_free(r);
+  free(r);
   return rc;
 }

@@ -420,6 +420,51 @@ TEST(Memplan, LargeRandomDagPlans) {
   printf("  %d values planned in %.2f s\n", t.g.n_vals, s);
 }
 
+// ApxOptions.memplan_background: the pass returns with the packing on a thread; the graph
+// has every region, persistent offset and alias at once, the arena offsets and size after
+// apx_graph_settle, and they equal the plan made without a thread. A graph freed with its
+// packing still running is settled by apx_graph_free (the sanitizer builds see a leak or a
+// race otherwise).
+TEST(Memplan, BackgroundPackingSettlesToTheSamePlan) {
+  for (int seed : {3, 11, 29}) {
+    std::mt19937 r1(seed), r2(seed), r3(seed);
+    G a, b, c;
+    build_random_dag(a, r1, 400);
+    build_random_dag(b, r2, 400);
+    build_random_dag(c, r3, 400);
+    ASSERT_EQ(a.plan(), APX_PASS_UNCHANGED) << a.d.msg;
+    ApxOptions o;
+    apx_options_init(&o);
+    o.memplan_background = 1;
+    ASSERT_EQ(pass_memplan(&b.g, &o, &b.d), APX_PASS_UNCHANGED) << b.d.msg;
+    ASSERT_TRUE(b.g.settle_fn != nullptr) << "seed " << seed;
+    EXPECT_EQ(b.g.arena_bytes, -1);
+    EXPECT_EQ(b.g.peak_live_bytes, a.g.peak_live_bytes);
+    EXPECT_EQ(b.g.persistent_bytes, a.g.persistent_bytes);
+    int arena_values = 0;
+    for (int v = 0; v < a.g.n_vals; v++) {
+      EXPECT_EQ(b.g.vals[v].mem_region, a.g.vals[v].mem_region) << "value " << v;
+      EXPECT_EQ(b.g.vals[v].mem_alias, a.g.vals[v].mem_alias) << "value " << v;
+      if (a.g.vals[v].mem_region == APX_MEM_ARENA) {
+        arena_values++;
+        EXPECT_EQ(b.g.vals[v].mem_offset, -1) << "value " << v;
+      } else {
+        EXPECT_EQ(b.g.vals[v].mem_offset, a.g.vals[v].mem_offset) << "value " << v;
+      }
+    }
+    EXPECT_GT(arena_values, 0);
+    ASSERT_EQ(apx_graph_settle(&b.g, &b.d), 0) << b.d.msg;
+    EXPECT_TRUE(b.g.settle_fn == nullptr);
+    EXPECT_EQ(apx_graph_settle(&b.g, &b.d), 0);  // nothing left: a no-op
+    EXPECT_EQ(b.g.arena_bytes, a.g.arena_bytes);
+    for (int v = 0; v < a.g.n_vals; v++)
+      EXPECT_EQ(b.g.vals[v].mem_offset, a.g.vals[v].mem_offset) << "value " << v;
+    EXPECT_GE(b.g.background_s, 0.0);
+    ASSERT_EQ(pass_memplan(&c.g, &o, &c.d), APX_PASS_UNCHANGED) << c.d.msg;
+    EXPECT_TRUE(c.g.settle_fn != nullptr);  // ~G frees it unsettled
+  }
+}
+
 void build_random_dag(G &t, std::mt19937 &rng, int n_nodes) {
   {
     std::vector<int> pool;  // values usable as inputs
