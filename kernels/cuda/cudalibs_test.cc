@@ -34,6 +34,8 @@ extern "C" {
 #include "kernels/cuda/cudalibs.h"
 }
 
+#include "kernels/cuda/tensor_at_testing.h"
+
 namespace {
 
 // ---- fake cuDNN: descriptors are small structs, the calls are recorded ----------------------
@@ -295,13 +297,7 @@ class CudaLibs : public ::testing::Test {
 };
 
 ApxTensor T(uintptr_t addr, ApxDType dt, std::vector<int64_t> dims) {
-  ApxTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = reinterpret_cast<void *>(addr);
-  t.dtype = dt;
-  t.rank = static_cast<int32_t>(dims.size());
-  for (size_t i = 0; i < dims.size(); i++) t.dims[i] = dims[i];
-  return t;
+  return apx_testing::TensorAt(addr, dt, dims);
 }
 
 ApxAttrConv Conv3x3() {

@@ -13,18 +13,14 @@
 
 #include "kernels/attrs.h"
 
+#include "kernels/cuda/tensor_at_testing.h"
+
 namespace {
 
 constexpr uintptr_t kBase = 0x7f0000000000ull;
 
 ApxTensor T(uintptr_t addr, ApxDType dt, std::vector<int64_t> dims) {
-  ApxTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = reinterpret_cast<void *>(addr);
-  t.dtype = dt;
-  t.rank = static_cast<int32_t>(dims.size());
-  for (size_t i = 0; i < dims.size(); i++) t.dims[i] = dims[i];
-  return t;
+  return apx_testing::TensorAt(addr, dt, dims);
 }
 
 struct Call {
