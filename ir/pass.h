@@ -2,9 +2,11 @@
  *
  * A pass is a function over the IR in its own file under passes/:
  *     int pass_<name>(ApxGraph *g, const ApxOptions *o, ApxDiag *d);
- * returning <0 error (message in d), 0 unchanged, 1 changed, 2 changed without adding,
- * killing or rewiring a node (decisions, attributes, value types only). A pass that adds or
- * kills nodes leaves g->order stale; the pipeline re-sorts after a pass that returned 1. */
+ * returning <0 error (message in d), 0 unchanged, 1 changed, 2 changed without changing the
+ * live nodes or the edges between them (decisions, attributes, value types; inputs that no
+ * node produces swapped for others that no node produces), so that g->order is still the
+ * one apx_graph_toposort would give. A pass that adds or kills nodes or rewires an edge
+ * leaves g->order stale; the pipeline re-sorts after a pass that returned 1. */
 #ifndef APX_PASS_H
 #define APX_PASS_H
 

@@ -83,10 +83,16 @@ static int rewrite(ApxGraph *g, const ApxOptions *o, ApxDiag *d, int node, const
     apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);
     goto out;
   }
+  /* the order stays the one a re-sort would give when no edge changed: every input taken
+   * out (p) and put in (M_i, H_i) is produced by no node (initializers, masters) */
+  int edges_same = 1;
+  for (int i = 0; i < n && edges_same; i++)
+    edges_same = g->vals[old[first + i]].producer < 0 && g->vals[master[i]].producer < 0 &&
+                 (copy[i] < 0 || g->vals[copy[i]].producer < 0);
   g->nodes[node].in = arr;
   g->nodes[node].n_in = n_in;
   APX_NODE_ATTRS(g, node, ApxAttrOptimizer)->master_weights = 1;
-  rc = apx_node_infer(g, node, d) ? -1 : 1;
+  rc = apx_node_infer(g, node, d) ? -1 : edges_same ? APX_PASS_CHANGED_KEEPS_ORDER : APX_PASS_CHANGED;
 out:
   free(master);
   free(copy);
@@ -108,8 +114,8 @@ int pass_master_weights(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
       free(master_of);
       return APX_PASS_ERROR;
     }
-    changed |= rc;
+    if (rc == APX_PASS_CHANGED || (rc == APX_PASS_CHANGED_KEEPS_ORDER && changed == 0)) changed = rc;
   }
   free(master_of);
-  return changed ? APX_PASS_CHANGED : APX_PASS_UNCHANGED;
+  return changed; /* CHANGED when any edge changed (the pipeline re-sorts) */
 }

@@ -12,7 +12,9 @@
  * (UnscaleCheck outputs) and optimizer state are fp32 already. With o->master_weights on,
  * a half parameter without a master is an internal error (exit code 1); without it (O3) a
  * half parameter is updated in place (fp32 math, rounded on store).
- * Returns unchanged when there is nothing to rewrite. */
+ * Returns unchanged when there is nothing to rewrite, APX_PASS_CHANGED_KEEPS_ORDER when the
+ * inputs it takes out and puts in are produced by no node (no edge of the graph changes, so
+ * the order is what a re-sort would give), else APX_PASS_CHANGED. */
 #ifndef APX_MASTER_WEIGHTS_H
 #define APX_MASTER_WEIGHTS_H
 

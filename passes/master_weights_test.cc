@@ -56,7 +56,11 @@ TEST(MasterWeights, OptimizerStepUpdatesMastersAndRefreshesHalfCopies) {
   int mw = n.StoreInHalf(n.w); // b stays fp32 (like a BatchNorm parameter at O2)
   int os = n.NodeByOp(APX_OP_OptimizerStep);
   std::vector<int> old(n.g.nodes[os].in, n.g.nodes[os].in + n.g.nodes[os].n_in);
-  ASSERT_EQ(n.RunPass(pass_master_weights), APX_PASS_CHANGED) << n.d.msg;
+  // w, its master and b are produced by no node: no edge changes, the order stands as it is
+  std::vector<int> order(n.g.order, n.g.order + n.g.n_order);
+  ASSERT_EQ(pass_master_weights(&n.g, &n.o, &n.d), APX_PASS_CHANGED_KEEPS_ORDER) << n.d.msg;
+  ASSERT_TRUE(n.SortAndVerify());
+  EXPECT_EQ(std::vector<int>(n.g.order, n.g.order + n.g.n_order), order);
   const ApxNode &node = n.g.nodes[os];
   const ApxAttrOptimizer *a = (const ApxAttrOptimizer *)node.typed;
   EXPECT_EQ(a->master_weights, 1);
@@ -74,6 +78,22 @@ TEST(MasterWeights, OptimizerStepUpdatesMastersAndRefreshesHalfCopies) {
   EXPECT_EQ(n.g.vals[node.in[f + np]].dtype, APX_DT_F32); // gradients fp32 for the masters
 }
 
+// A master that a node makes (not the case after cast_insert, built here) adds an edge into
+// OptimizerStep: the pass says the order must be made again.
+TEST(MasterWeights, ANewEdgeAsksForTheOrderAgain) {
+  Net n;
+  int mw = n.StoreInHalf(n.w);
+  int made = n.Op("Identity", {mw});
+  n.g.vals[made].kind = APX_VAL_STATE;
+  n.g.vals[made].flags |= APX_VALF_MASTER;
+  n.g.vals[made].origin = n.w;
+  n.g.vals[mw].flags &= ~(uint32_t)APX_VALF_MASTER;
+  ASSERT_TRUE(n.SortAndVerify());
+  EXPECT_EQ(n.RunPass(pass_master_weights), APX_PASS_CHANGED) << n.d.msg;
+  int os = n.NodeByOp(APX_OP_OptimizerStep);
+  EXPECT_EQ(n.g.nodes[os].in[APX_OPTIM_IN_FIRST_GROUP], made);
+}
+
 TEST(MasterWeights, NothingToDoWithoutHalfParameters) {
   Net n;
   EXPECT_EQ(n.RunPass(pass_master_weights), APX_PASS_UNCHANGED);
@@ -83,7 +103,7 @@ TEST(MasterWeights, NothingToDoWithoutHalfParameters) {
 TEST(MasterWeights, RunsOnce) {
   Net n;
   n.StoreInHalf(n.w);
-  ASSERT_EQ(n.RunPass(pass_master_weights), APX_PASS_CHANGED) << n.d.msg;
+  ASSERT_EQ(n.RunPass(pass_master_weights), APX_PASS_CHANGED_KEEPS_ORDER) << n.d.msg;
   int nin = n.g.nodes[n.NodeByOp(APX_OP_OptimizerStep)].n_in;
   EXPECT_EQ(n.RunPass(pass_master_weights), APX_PASS_UNCHANGED);
   EXPECT_EQ(n.g.nodes[n.NodeByOp(APX_OP_OptimizerStep)].n_in, nin);
