@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/float_scan.h"
 #include "kernels/half.h"
+#include "passes/precision_rules.h"
 
 /* Element i of a float value, as double. */
 static double float_at(const ApxValue *v, int64_t i) {
@@ -135,7 +135,7 @@ static void const_like(const ApxGraph *g, ApxDiag *d, Lines *c, int v, const cha
  * their first consumer gives them (exponent, scalar scale, epsilon, additive mask; the node
  * and how many more nodes use it so), then values outside fp16 range when the opt level casts
  * the model to fp16 (-O2/-O3). */
-static void warn_constant_like(const ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
+static void warn_constant_like(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   RoleOf *r = calloc((size_t)g->n_vals + 1, sizeof *r);
   double *mask_min = malloc(((size_t)g->n_vals + 1) * sizeof *mask_min);
   int *first = malloc(((size_t)g->n_vals + 1) * sizeof *first); /* values in report order */
@@ -177,9 +177,13 @@ static void warn_constant_like(const ApxGraph *g, const ApxOptions *o, ApxDiag *
       if (r[v].role != ROLE_NONE || !is_float_param(&g->vals[v])) continue;
       int64_t numel = apx_value_numel(&g->vals[v]);
       /* fp32 (nearly every weight): one vector pass says whether any element is out of
-       * range; the loop below then finds the first one */
-      if (g->vals[v].dtype == APX_DT_F32 && !apx_f32_scan(g->vals[v].data, numel, 65504.0f).over)
-        continue;
+       * range (remembered in g: pass_overflow_check asks the same of every weight); the loop
+       * below then finds the first one */
+      if (g->vals[v].dtype == APX_DT_F32) {
+        ApxConstRange cr;
+        apx_const_range_check_memo(g, v, APX_DT_F16, &cr);
+        if (cr.issue != APX_RANGE_OVERFLOW && cr.issue != APX_RANGE_INF) continue;
+      }
       for (int64_t i = 0; i < numel; i++) {
         double x = float_at(&g->vals[v], i);
         if (x == x && !(x >= -65504.0 && x <= 65504.0)) {
@@ -311,7 +315,7 @@ static void warn_batchnorm(const ApxGraph *g, ApxDiag *d) {
                 g->file, count, count == 1 ? "" : "s", names, count == 1 ? "it" : "them");
 }
 
-void apx_warn_export_hazards(const ApxGraph *g, const ApxOptions *o, ApxTrainableSource src,
+void apx_warn_export_hazards(ApxGraph *g, const ApxOptions *o, ApxTrainableSource src,
                              ApxDiag *d) {
   warn_constant_like(g, o, d);
   if (src == APX_TRAINABLE_ALL_FLOATS) {

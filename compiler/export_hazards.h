@@ -31,8 +31,9 @@ typedef enum ApxTrainableSource {
 /* At most this many lines per kind of warning, then one line counting the rest. */
 #define APX_HAZARD_MAX_LINES 5
 
-/* Loaded, toposorted g. Prints warnings to d; never fails. */
-void apx_warn_export_hazards(const ApxGraph *g, const ApxOptions *o, ApxTrainableSource src,
+/* Loaded, toposorted g. Prints warnings to d; never fails. Changes nothing in g but the
+ * memo of weights found inside fp16 range (apx_const_range_check_memo). */
+void apx_warn_export_hazards(ApxGraph *g, const ApxOptions *o, ApxTrainableSource src,
                              ApxDiag *d);
 
 #ifdef __cplusplus
