@@ -31,6 +31,13 @@
  * at one schedule step, sizes rounded to the alignment), no_reuse_bytes (every arena value
  * that is not a SHAPEONLY view in its own slot), persistent_bytes.
  *
+ * With o->memplan_background (apexc, when it writes a plan) the packing runs on a thread of its
+ * own and the pass returns at once: regions, aliases, persistent offsets, peak_live_bytes,
+ * no_reuse_bytes and persistent_bytes are set, while arena_bytes and every arena value's
+ * mem_offset stay -1 until apx_graph_settle (ir.h) joins the packing and fills them in; the
+ * packing reads and writes only its own arrays, so the graph may be read meanwhile (not
+ * changed). Without it the pass finishes the plan itself. Either way the plan is the same.
+ *
  * Errors: a runtime value without known shape or dtype (exit code 2). The pass changes
  * annotations only and returns APX_PASS_UNCHANGED (g->order must not be re-sorted after
  * it, or the plan no longer matches the schedule). */
