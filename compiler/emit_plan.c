@@ -151,6 +151,12 @@ static int derive_half_params(const ApxGraph *g, ApxPlan *plan, const int32_t *b
   return rc;
 }
 
+/* A runtime value the memory plan gave no place (checked when the buffers are made, and for
+ * the arena values again once a background packing settled). */
+static int no_memory_place(ApxDiag *d, const ApxGraph *g, int v) {
+  return apx_value_error(d, g, v, "internal error: runtime tensor without a memory place");
+}
+
 static const char *base_name(const char *p) {
   const char *s = p ? strrchr(p, '/') : NULL;
   return s ? s + 1 : (p ? p : "");
@@ -197,7 +203,7 @@ int apx_plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag
     b->offset = val->mem_offset; /* an arena value's once the packing settled (below) */
     b->bytes = apx_value_bytes(val);
     if ((b->offset < 0 && !(b->region == APX_MEM_ARENA && g->settle_fn)) || b->bytes < 0) {
-      rc = apx_value_error(d, g, v, "internal error: runtime tensor without a memory place");
+      rc = no_memory_place(d, g, v);
       goto out;
     }
     b->alias_of = val->mem_alias >= 0 ? buf_of[val->mem_alias] : -1;
@@ -344,7 +350,7 @@ int apx_plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag
     for (int v = 0; v < g->n_vals; v++) {
       if (buf_of[v] < 0 || g->vals[v].mem_region != APX_MEM_ARENA) continue;
       if ((plan->bufs[buf_of[v]].offset = g->vals[v].mem_offset) < 0) {
-        rc = apx_value_error(d, g, v, "internal error: runtime tensor without a memory place");
+        rc = no_memory_place(d, g, v);
         goto out;
       }
     }
