@@ -608,6 +608,54 @@ out:
   return rc;
 }
 
+int apx_graph_order_append(ApxGraph *g, int n_before, ApxDiag *d) {
+  int n = g->n_nodes;
+  if (n_before < 0 || n_before > n) return 1;
+  /* the old order's largest key; a node killed since the sort (not an append-only pass)
+   * asks for a sort */
+  uint64_t old_max = 0;
+  int have_old = 0;
+  for (int k = 0; k < g->n_order; k++) {
+    int a = g->order[k];
+    if (a < 0 || a >= n_before || (g->nodes[a].flags & APX_NODEF_DEAD)) return 1;
+    uint64_t ka = topo_key(&g->nodes[a], a);
+    if (!have_old || ka > old_max) old_max = ka;
+    have_old = 1;
+  }
+  /* every edge into an appended node from a live node with a smaller key */
+  int live_new = 0;
+  int count[2 * (APX_SEC_OPTIMIZER + 1) + 1] = {0};
+  for (int i = n_before; i < n; i++) {
+    const ApxNode *nd = &g->nodes[i];
+    if (nd->flags & APX_NODEF_DEAD) continue;
+    if ((uint32_t)nd->section > APX_SEC_OPTIMIZER) return 1;
+    uint64_t ki = topo_key(nd, i);
+    if (have_old && ki <= old_max) return 1;
+    for (int k = 0; k < nd->n_in; k++) {
+      int v = nd->in[k];
+      if (v < 0) continue;
+      int p = g->vals[v].producer;
+      if (p < 0) continue;
+      if (g->nodes[p].flags & APX_NODEF_DEAD) continue; /* as the sort: no edge */
+      if (p >= n_before && topo_key(&g->nodes[p], p) >= ki) return 1; /* old ones sort before */
+    }
+    count[(ki >> 32) + 1]++;
+    live_new++;
+  }
+  int base = g->n_order;
+  if (grow((void **)&g->order, &g->cap_order, base + live_new > 0 ? base + live_new : 1, sizeof(int)))
+    return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory sorting the graph", g->file);
+  int ncls = 2 * (APX_SEC_OPTIMIZER + 1);
+  for (int c = 0; c < ncls; c++) count[c + 1] += count[c];
+  for (int i = n_before; i < n; i++) {
+    const ApxNode *nd = &g->nodes[i];
+    if (nd->flags & APX_NODEF_DEAD) continue;
+    g->order[base + count[topo_key(nd, i) >> 32]++] = i;
+  }
+  g->n_order = base + live_new;
+  return 2;
+}
+
 /* ---- use lists ---------------------------------------------------------------------- */
 
 int apx_uses_build(const ApxGraph *g, ApxUses *u) {

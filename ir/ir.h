@@ -244,6 +244,16 @@ char *apx_value_shape_str(const ApxValue *v, char *buf, size_t cap);
  * before the other ready nodes of their section). A cycle is an error naming one node on
  * it. Returns 0 or -1. */
 int apx_graph_toposort(ApxGraph *g, ApxDiag *d);
+/* For a pass that only appended nodes: nodes [0, n_before) and the edges between them are as
+ * the last apx_graph_toposort left them (none killed, none rewired), and g->order is still
+ * that sort's. When every appended live node sorts after every old one (a later section, or
+ * the same section and no old node there) and reads only values made by old nodes or by
+ * appended nodes that sort before it, a fresh sort would give the old order followed by the
+ * appended nodes by (section, eager, id): g->order is extended so and 2
+ * (APX_PASS_CHANGED_KEEPS_ORDER) returned. Otherwise g->order is left as it was and 1
+ * (APX_PASS_CHANGED: sort again) returned; -1 when out of memory (d). A pass ends with
+ * `return apx_graph_order_append(g, n_before, d);`. */
+int apx_graph_order_append(ApxGraph *g, int n_before, ApxDiag *d);
 
 /* Structural invariants (run after every pass in tests): value ids in range, each value has
  * at most one producer and it matches value.producer, g->order is topological and holds

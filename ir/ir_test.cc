@@ -293,6 +293,70 @@ TEST(Ir, ToposortMatchesTheSmallestReadyNodeRule) {
   EXPECT_LT(fast_shaped, 280);
 }
 
+// apx_graph_order_append against a fresh sort: random graphs sorted, then random nodes
+// appended (random sections, eager flags and inputs, now and then an old node killed). When it
+// says the order extends (2), the order is exactly the one apx_graph_toposort gives; when it
+// says sort (1), the order is left as it was.
+TEST(Ir, OrderAppendGivesTheFreshSortsOrderOrAsksForOne) {
+  uint64_t rng = 777;
+  auto next = [&rng]() {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+  };
+  int extended = 0, refused = 0;
+  for (int trial = 0; trial < 400; trial++) {
+    Graph t;
+    int nn = 1 + (int)(next() % 30), na = 1 + (int)(next() % 12);
+    t.val("in", APX_VAL_INPUT);
+    for (int i = 0; i < nn + na; i++) t.val(("v" + std::to_string(i)).c_str());
+    int old_top = (int)(next() % 3);  // the old nodes' sections: 0 .. old_top
+    for (int id = 0; id < nn; id++) {
+      std::vector<int> in;
+      for (int j = 0, k = 1 + (int)(next() % 3); j < k; j++) in.push_back(id ? 1 + (int)(next() % id) : 0);
+      int out = id + 1;
+      ASSERT_EQ(apx_graph_add_node(&t.g, &t.d, APX_OP_Relu, nullptr, (int)in.size(), in.data(), 1, &out), id);
+      t.g.nodes[id].section = (ApxSection)(id * (old_top + 1) / nn);
+      if (next() % 8 == 0) t.g.nodes[id].flags |= APX_NODEF_DEAD;
+    }
+    ASSERT_EQ(apx_graph_toposort(&t.g, &t.d), 0) << t.d.msg;
+    for (int a = 0; a < na; a++) {
+      int id = nn + a;
+      std::vector<int> in;
+      for (int j = 0, k = 1 + (int)(next() % 3); j < k; j++) {
+        // mostly earlier values; now and then one a later appended node makes
+        int hi = next() % 6 == 0 ? nn + na : id;
+        in.push_back((int)(next() % (hi + 1)));
+      }
+      int out = id + 1;
+      ASSERT_EQ(apx_graph_add_node(&t.g, &t.d, APX_OP_Relu, nullptr, (int)in.size(), in.data(), 1, &out), id);
+      int sec = next() % 4 == 0 ? (int)(next() % 3) : old_top + (int)(next() % (3 - old_top));
+      t.g.nodes[id].section = (ApxSection)(sec > 2 ? 2 : sec);
+      if (next() % 5 == 0) t.g.nodes[id].flags |= APX_NODEF_EAGER;
+      if (next() % 10 == 0) t.g.nodes[id].flags |= APX_NODEF_DEAD;
+    }
+    if (next() % 10 == 0) t.g.nodes[next() % nn].flags |= APX_NODEF_DEAD;  // not append-only
+    std::vector<int> before(t.g.order, t.g.order + t.g.n_order);
+    int rc = apx_graph_order_append(&t.g, nn, &t.d);
+    ASSERT_GE(rc, 1) << t.d.msg;
+    std::vector<int> got(t.g.order, t.g.order + t.g.n_order);
+    if (rc == 1) {
+      refused++;
+      EXPECT_EQ(got, before) << "trial " << trial;
+      continue;
+    }
+    ASSERT_EQ(rc, 2);
+    extended++;
+    // a cycle among the appended nodes can only be refused, never extended
+    ASSERT_EQ(apx_graph_toposort(&t.g, &t.d), 0) << "trial " << trial << ": " << t.d.msg;
+    std::vector<int> fresh(t.g.order, t.g.order + t.g.n_order);
+    EXPECT_EQ(got, fresh) << "trial " << trial;
+  }
+  EXPECT_GT(extended, 60);  // both answers were exercised
+  EXPECT_GT(refused, 60);
+}
+
 // apx_arena_printf formats text, %s, %d and %% by hand and everything else through
 // vsnprintf: both give what snprintf gives.
 TEST(Ir, ArenaPrintfAgreesWithSnprintf) {

@@ -6,7 +6,9 @@
  * live nodes or the edges between them (decisions, attributes, value types; inputs that no
  * node produces swapped for others that no node produces), so that g->order is still the
  * one apx_graph_toposort would give. A pass that adds or kills nodes or rewires an edge
- * leaves g->order stale; the pipeline re-sorts after a pass that returned 1. */
+ * leaves g->order stale; the pipeline re-sorts after a pass that returned 1. A pass that only
+ * appended nodes returns apx_graph_order_append (ir.h): 2 when the new nodes could simply be
+ * put after the old order (autodiff, optimizer), else 1. */
 #ifndef APX_PASS_H
 #define APX_PASS_H
 

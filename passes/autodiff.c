@@ -21,6 +21,7 @@ typedef struct AD {
   const ApxOptions *o;
   ApxDiag *d;
   int nv0;       /* values that existed before the pass: the ones that can get gradients */
+  int n0;        /* nodes that existed before the pass (never changed by it) */
   int *reach;    /* [nv0] a trainable parameter reaching the value, -1 */
   int *head;     /* [nv0] first Contrib, -1 */
   int *tail;     /* [nv0] last Contrib (valid when head >= 0) */
@@ -586,6 +587,7 @@ int pass_autodiff(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   int rc = APX_PASS_ERROR;
   if (classify_state(&a)) return APX_PASS_ERROR;
   a.nv0 = g->n_vals;
+  a.n0 = g->n_nodes;
   a.reach = malloc(((size_t)a.nv0 + 1) * sizeof(int));
   a.head = malloc(((size_t)a.nv0 + 1) * sizeof(int));
   a.tail = malloc(((size_t)a.nv0 + 1) * sizeof(int));
@@ -610,7 +612,8 @@ int pass_autodiff(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   }
   if (o->accumulate > 1 && make_accumulators(&a)) goto out;
   if (bind_batchnorm_state(&a, order, n_order)) goto out;
-  rc = APX_PASS_CHANGED;
+  /* only nodes appended, old ones untouched: the order extends when the new ones allow */
+  rc = apx_graph_order_append(g, a.n0, d);
 out:
   free(a.reach);
   free(a.head);

@@ -676,7 +676,7 @@ TEST_P(GradCheck, AnalyticMatchesCentralDifferences) {
   ASSERT_FALSE(apx_diag_failed(&b.d)) << b.d.msg;
   ASSERT_TRUE(b.SortAndVerify());
   b.o.loss_scale = kLossScale;
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
 
   ApxEval ev;
   ASSERT_EQ(apx_eval_init(&ev, &b.g), 0) << ev.err;

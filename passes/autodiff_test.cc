@@ -36,10 +36,21 @@ struct Mlp : GraphBuilder {
 
 bool IsForwardNode(const ApxGraph &g, int id) { return g.nodes[id].onnx_index >= 0; }
 
+// Both passes only append nodes: the backward and optimizer sections sort after the forward
+// one, so each extends the order instead of asking for a sort (RunPass checks that the order
+// is the one a fresh sort gives).
+TEST(Autodiff, AutodiffAndOptimizerExtendTheOrder) {
+  Mlp m;
+  int n_forward = m.g.n_order;
+  EXPECT_EQ(m.RunPass(pass_autodiff), APX_PASS_CHANGED_KEEPS_ORDER) << m.d.msg;
+  EXPECT_EQ(m.RunPass(pass_optimizer), APX_PASS_CHANGED_KEEPS_ORDER) << m.d.msg;
+  EXPECT_GT(m.g.n_order, n_forward);
+}
+
 TEST(Autodiff, SeedIsLossScale) {
   Mlp m;
   m.o.loss_scale = 512.0f;
-  ASSERT_EQ(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
+  ASSERT_GE(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
   ASSERT_EQ(m.CountOp(APX_OP_LossScaleSeed), 1);
   const ApxNode &seed = m.g.nodes[m.NodeByOp(APX_OP_LossScaleSeed)];
   EXPECT_EQ(seed.section, APX_SEC_BACKWARD);
@@ -76,7 +87,7 @@ TEST(Autodiff, SeedIsLossScale) {
 
 TEST(Autodiff, EveryParameterGetsANamedGradient) {
   Mlp m;
-  ASSERT_EQ(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
+  ASSERT_GE(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
   for (int p : {m.w1, m.b1, m.w2}) {
     const ApxValue &pv = m.g.vals[p];
     ASSERT_GE(pv.grad, 0) << pv.name;
@@ -97,7 +108,7 @@ TEST(Autodiff, EveryParameterGetsANamedGradient) {
 TEST(Autodiff, FrozenParamHasNoGradient) {
   Mlp m;
   m.o.frozen.items[m.o.frozen.n++] = "w1";
-  ASSERT_EQ(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
+  ASSERT_GE(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
   EXPECT_EQ(m.g.vals[m.w1].grad, -1);
   EXPECT_GE(m.g.vals[m.b1].grad, 0);
   EXPECT_GE(m.g.vals[m.w2].grad, 0);
@@ -116,7 +127,7 @@ TEST(Autodiff, FrozenInitializerFromTheLoaderHasNoGradient) {
   b.g.vals[f].flags |= APX_VALF_FROZEN;
   b.WeightedSumLoss(b.Op("Mul", {w, f}));
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
   EXPECT_GE(b.g.vals[w].grad, 0);
   EXPECT_EQ(b.g.vals[f].grad, -1);
 }
@@ -128,7 +139,7 @@ TEST(Autodiff, SharedValueGradientsAccumulate) {
   int two = b.Op("Add", {b.Op("Exp", {t}), b.Op("Neg", {t})}); // t has 2 consumers
   b.WeightedSumLoss(two);
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
   // d(t) = Add(contribution from Exp, contribution from Neg), named grad/<t>
   int gt = b.Value(std::string("grad/") + b.g.vals[t].name);
   ASSERT_GE(gt, 0);
@@ -147,7 +158,7 @@ TEST(Autodiff, ThreeContributionsUseOneSum) {
   int y = b.Op("Add", {b.Op("Mul", {x, x}), b.Op("Exp", {x})}); // x used 3 times
   b.WeightedSumLoss(y);
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
   int gx = b.g.vals[x].grad;
   ASSERT_GE(gx, 0);
   const ApxNode &sum = b.g.nodes[b.g.vals[gx].producer];
@@ -161,7 +172,7 @@ TEST(Autodiff, BroadcastGradientReducedToShape) {
   int a = b.Param("a", {2, 3}), bias = b.Param("bias", {3});
   b.WeightedSumLoss(b.Op("Add", {a, bias}));
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
   int gb = b.g.vals[bias].grad;
   ASSERT_GE(gb, 0);
   const ApxNode &r = b.g.nodes[b.g.vals[gb].producer];
@@ -178,7 +189,7 @@ TEST(Autodiff, IntegerInputsNeverGetGradients) {
   int idx = b.Data("idx", APX_VAL_PARAM, APX_DT_I64, {4}, {0, 1, 1, 4}); // an int "initializer"
   b.WeightedSumLoss(b.Op("Gather", {emb, idx}));
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
   EXPECT_GE(b.g.vals[emb].grad, 0);
   EXPECT_EQ(b.g.vals[idx].grad, -1);
   const ApxNode &gg = b.g.nodes[b.NodeByOp(APX_OP_GatherGrad)];
@@ -192,7 +203,7 @@ TEST(Autodiff, BatchNormStatsBoundBack) {
   auto y = b.Node("BatchNormalization", {x, s, bias, mean, var}, 1, {Attr::Int("training_mode", 1)}, "bn");
   b.WeightedSumLoss(y[0]);
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
   // running statistics are state, not parameters
   EXPECT_EQ(b.g.vals[mean].kind, APX_VAL_STATE);
   EXPECT_EQ(b.g.vals[var].kind, APX_VAL_STATE);
@@ -225,7 +236,7 @@ TEST(Autodiff, BatchNormInferenceModeStatsAreStateWithoutBinding) {
   int mean = b.Param("mean", {3}), var = b.Param("var", {3}, 0.5, 1.5);
   b.WeightedSumLoss(b.Op("BatchNormalization", {x, s, bias, mean, var}));
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
   EXPECT_EQ(b.g.vals[mean].kind, APX_VAL_STATE);
   EXPECT_EQ(b.CountOp(APX_OP_AssignState), 0);
   EXPECT_EQ(b.CountOp(APX_OP_BatchNormGrad), 0);
@@ -251,14 +262,14 @@ TEST(Autodiff, OpOffThePathNeedsNoRule) {
   int m = b.RawNode("Reciprocal", APX_OP_Reciprocal, "Reciprocal_0", {x}, APX_DT_F64, {3});
   b.WeightedSumLoss(b.Op("Mul", {m, w}));
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
   EXPECT_GE(b.g.vals[w].grad, 0);
 }
 
 TEST(Autodiff, BackwardNodesCarryOrigin) {
   Mlp m;
   int n_fwd = m.g.n_nodes;
-  ASSERT_EQ(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
+  ASSERT_GE(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
   int n_bwd = 0;
   for (int i = n_fwd; i < m.g.n_nodes; i++) {
     const ApxNode &n = m.g.nodes[i];
@@ -283,8 +294,8 @@ TEST(Autodiff, SectionsStayContiguousInOrder) {
   auto y = b.Node("BatchNormalization", {x, s, bias, mean, var}, 3, {Attr::Int("training_mode", 1)});
   b.WeightedSumLoss(b.Op("Relu", {y[0]}));
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
-  ASSERT_EQ(b.RunPass(pass_optimizer), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_optimizer), APX_PASS_CHANGED) << b.d.msg;
   int last = APX_SEC_FORWARD;
   for (int k = 0; k < b.g.n_order; k++) {
     int s2 = b.g.nodes[b.g.order[k]].section;
@@ -303,7 +314,7 @@ TEST(Autodiff, SectionsStayContiguousWithConstantOnlyBackwardNodesAndLateForward
   int w = b.Param("w", {2, 3, 2, 2});
   b.WeightedSumLoss(b.Op("BatchNormalization", {b.Op("Mul", {x, w}), s, bias, mean, var}));
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
   int mul = b.NodeByOp(APX_OP_Mul);
   int xc = apx_graph_add_value(&b.g, &b.d, "x_copy", APX_VAL_ACTIVATION, APX_DT_F64, 4, b.g.vals[x].dims);
   int id = apx_graph_add_node(&b.g, &b.d, APX_OP_Identity, "late_forward", 1, &x, 1, &xc);
@@ -343,7 +354,7 @@ TEST(Autodiff, LossMustBeAFloatScalar) {
     int w = b.Param("w", {1});
     b.SetLoss(b.Op("Relu", {w}));
     b.SortAndVerify();
-    EXPECT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+    EXPECT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
   }
 }
 
@@ -361,7 +372,7 @@ TEST(Autodiff, SavedOutputsAddedWhereTheModelLeftThemOut) {
   int sce_node = b.last_node;
   b.SetLoss(l);
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
   EXPECT_EQ(b.g.nodes[ln_node].n_out, 3); // Mean, InvStdDev
   EXPECT_EQ(b.g.nodes[dr_node].n_out, 2); // mask
   EXPECT_EQ(b.g.vals[b.g.nodes[dr_node].out[1]].dtype, APX_DT_BOOL);
@@ -388,7 +399,7 @@ TEST(Autodiff, DropoutNodesGetDistinctStreams) {
   int n2 = b.last_node;
   b.WeightedSumLoss(d2);
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
   int64_t s1 = APX_NODE_ATTRS(&b.g, n1, ApxAttrDropout)->rng_stream;
   int64_t s2 = APX_NODE_ATTRS(&b.g, n2, ApxAttrDropout)->rng_stream;
   EXPECT_NE(s1, s2);
@@ -407,7 +418,7 @@ TEST(Autodiff, ParamNotReachingTheLossIsWarnedAboutAndSkipped) {
   b.Op("Relu", {unused}); // a dead branch
   b.WeightedSumLoss(b.Op("Tanh", {w}));
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
   EXPECT_GE(b.g.vals[w].grad, 0);
   EXPECT_EQ(b.g.vals[unused].grad, -1);
   EXPECT_EQ(b.d.n_warnings, 1);
@@ -420,7 +431,7 @@ TEST(Autodiff, ClassWeightsAreConstantsNotParameters) {
   int cw = b.Param("class_weights", {4}, 0.5, 1.5);
   b.SetLoss(b.Op("SoftmaxCrossEntropyLoss", {s, labels, cw}));
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
   EXPECT_EQ(b.g.vals[cw].kind, APX_VAL_CONST);
   EXPECT_EQ(b.g.vals[cw].grad, -1);
   EXPECT_GE(b.g.vals[s].grad, 0);
@@ -429,7 +440,7 @@ TEST(Autodiff, ClassWeightsAreConstantsNotParameters) {
 TEST(Autodiff, AccumulationDividesTheSeedAndAddsAccumulators) {
   Mlp m;
   m.o.accumulate = 4;
-  ASSERT_EQ(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
+  ASSERT_GE(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
   const ApxNode &seed = m.g.nodes[m.NodeByOp(APX_OP_LossScaleSeed)];
   EXPECT_EQ(((const ApxAttrLossScaleSeed *)seed.typed)->multiplier, 0.25f);
   for (int p : {m.w1, m.b1, m.w2}) {
@@ -459,7 +470,7 @@ TEST(Autodiff, AccumulationDividesTheSeedAndAddsAccumulators) {
     EXPECT_TRUE(stored) << pn;
   }
   // the optimizer section resets every accumulator
-  ASSERT_EQ(m.RunPass(pass_optimizer), APX_PASS_CHANGED) << m.d.msg;
+  ASSERT_GE(m.RunPass(pass_optimizer), APX_PASS_CHANGED) << m.d.msg;
   int resets = 0;
   for (int i = 0; i < m.g.n_nodes; i++) {
     const ApxNode &n = m.g.nodes[i];
@@ -481,7 +492,7 @@ TEST(Autodiff, NotTrainingOrAlreadyDoneIsUnchanged) {
   }
   {
     Mlp m;
-    ASSERT_EQ(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
+    ASSERT_GE(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
     int n = m.g.n_nodes;
     EXPECT_EQ(m.RunPass(pass_autodiff), APX_PASS_UNCHANGED);
     EXPECT_EQ(m.g.n_nodes, n);
@@ -493,7 +504,7 @@ TEST(Autodiff, MlpGradientsMatchAHandDerivation) {
   // checked numerically against the closed form on the evaluator
   Mlp m;
   m.o.loss_scale = 1.0f;
-  ASSERT_EQ(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
+  ASSERT_GE(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
   ApxEval ev;
   ASSERT_EQ(apx_eval_init(&ev, &m.g), 0) << ev.err;
   for (int i = 0; i < 12; i++) apx_eval_set(&ev, m.x, i, 0.1 * (i % 5) - 0.2);
@@ -530,7 +541,7 @@ TEST(Autodiff, BatchNormRunningMeanIsCommittedByTheOptimizerSection) {
                   {Attr::Int("training_mode", 1), Attr::Float("momentum", 0.75f)});
   b.WeightedSumLoss(y[0]);
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
   ApxEval ev;
   ASSERT_EQ(apx_eval_init(&ev, &b.g), 0) << ev.err;
   ASSERT_EQ(apx_eval_run(&ev, APX_EVAL_ALL), 0) << ev.err;
@@ -555,8 +566,8 @@ TEST(Autodiff, AccumulatedGradientIsTheSumOverMicroBatches) {
   b.SortAndVerify();
   b.o.accumulate = 2;
   b.o.loss_scale = 8.0f;
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
-  ASSERT_EQ(b.RunPass(pass_optimizer), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_optimizer), APX_PASS_CHANGED) << b.d.msg;
   int micro = b.Value("grad/w"), sum = b.g.vals[w].grad, acc = b.Value("gradacc/w");
   ASSERT_GE(micro, 0);
   ApxEval ev;
@@ -602,9 +613,9 @@ struct TwoHeads : GraphBuilder {
 
 TEST(Autodiff, SeveralLossesEachScaledAndUnscaledByItsOwnScale) {
   TwoHeads m(true), one(false);
-  ASSERT_EQ(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
-  ASSERT_EQ(m.RunPass(pass_optimizer), APX_PASS_CHANGED) << m.d.msg;
-  ASSERT_EQ(one.RunPass(pass_autodiff), APX_PASS_CHANGED) << one.d.msg;
+  ASSERT_GE(m.RunPass(pass_autodiff), APX_PASS_CHANGED) << m.d.msg;
+  ASSERT_GE(m.RunPass(pass_optimizer), APX_PASS_CHANGED) << m.d.msg;
+  ASSERT_GE(one.RunPass(pass_autodiff), APX_PASS_CHANGED) << one.d.msg;
   EXPECT_EQ(m.CountOp(APX_OP_LossScaleSeed), 2);
   EXPECT_EQ(m.CountOp(APX_OP_UnscaleCheck), 3);  // one per loss, then the sum's
   EXPECT_EQ(m.CountOp(APX_OP_OptimizerStep), 1);

@@ -46,8 +46,8 @@ struct Mlp : GraphBuilder {
     }
     WeightedSumLoss(h);
     SortAndVerify();
-    EXPECT_EQ(RunPass(pass_autodiff), APX_PASS_CHANGED) << d.msg;
-    EXPECT_EQ(RunPass(pass_optimizer), APX_PASS_CHANGED) << d.msg;
+    EXPECT_GE(RunPass(pass_autodiff), APX_PASS_CHANGED) << d.msg;
+    EXPECT_GE(RunPass(pass_optimizer), APX_PASS_CHANGED) << d.msg;
   }
   int Pos(int node) const {
     for (int t = 0; t < g.n_order; t++)
@@ -150,8 +150,8 @@ TEST(Bucketing, SharedActivationGradientStaysLocalInBackward) {
     b.WeightedSumLoss(b.Op("MatMul", {h, w1}));
     ASSERT_TRUE(b.SortAndVerify());
     b.o.accumulate = accumulate;
-    ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
-    ASSERT_EQ(b.RunPass(pass_optimizer), APX_PASS_CHANGED) << b.d.msg;
+    ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+    ASSERT_GE(b.RunPass(pass_optimizer), APX_PASS_CHANGED) << b.d.msg;
     b.o.bucket_mb = b.o.first_bucket_mb = 1e-6;
     ASSERT_EQ(b.RunPass(pass_bucketing), APX_PASS_CHANGED) << "accumulate " << accumulate << ": " << b.d.msg;
     ASSERT_EQ(apx_graph_verify(&b.g, &b.d), 0) << b.d.msg;
@@ -228,8 +228,8 @@ TEST(Bucketing, AccumulationReducesOncePerOptimizerStep) {
   int w = gb.Param("w", {3, 2}, -1, 1, 0, APX_DT_F32);
   gb.WeightedSumLoss(gb.Op("MatMul", {x, w}));
   gb.SortAndVerify();
-  ASSERT_EQ(gb.RunPass(pass_autodiff), APX_PASS_CHANGED) << gb.d.msg;
-  ASSERT_EQ(gb.RunPass(pass_optimizer), APX_PASS_CHANGED) << gb.d.msg;
+  ASSERT_GE(gb.RunPass(pass_autodiff), APX_PASS_CHANGED) << gb.d.msg;
+  ASSERT_GE(gb.RunPass(pass_optimizer), APX_PASS_CHANGED) << gb.d.msg;
   ASSERT_EQ(gb.RunPass(pass_bucketing), APX_PASS_CHANGED) << gb.d.msg;
   int ar = gb.NodeByOp(APX_OP_Allreduce);
   ASSERT_GE(ar, 0);

@@ -28,8 +28,8 @@ struct Net : GraphBuilder {
     loss = Op("ReduceSum", {Op("Add", {Op("MatMul", {x, w}), b})}, {Attr::Int("keepdims", 0)});
     SetLoss(loss);
     SortAndVerify();
-    EXPECT_EQ(RunPass(pass_autodiff), APX_PASS_CHANGED) << d.msg;
-    EXPECT_EQ(RunPass(pass_optimizer), APX_PASS_CHANGED) << d.msg;
+    EXPECT_GE(RunPass(pass_autodiff), APX_PASS_CHANGED) << d.msg;
+    EXPECT_GE(RunPass(pass_optimizer), APX_PASS_CHANGED) << d.msg;
   }
   // What cast_insert does at O2 for parameter p: data to fp16 in place, the fp32 data kept
   // as STATE "<p>_fp32_master" with APX_VALF_MASTER and origin p.

@@ -96,7 +96,7 @@ int pass_optimizer(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: internal error: pass optimizer needs the "
                           "loss-scale state '%s' (run pass autodiff first)", g->file,
                           APX_LOSS_SCALE_NAME);
-  int nv0 = g->n_vals, n = 0;
+  int nv0 = g->n_vals, n0 = g->n_nodes, n = 0;
   int *params = malloc(((size_t)nv0 + 1) * sizeof(int));
   if (!params) return oom(g, d);
   for (int v = 0; v < nv0; v++)
@@ -109,7 +109,7 @@ int pass_optimizer(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   if (n == 0) {
     free(params);
     apx_diag_warn(d, "%s: no parameter has a gradient: the plan has no optimizer step", g->file);
-    return changed ? APX_PASS_CHANGED : APX_PASS_UNCHANGED;
+    return changed ? apx_graph_order_append(g, n0, d) : APX_PASS_UNCHANGED;
   }
   ApxAttrOptimizer at = optimizer_attrs(o, n);
   int groups = apx_optimizer_state_groups(&at);
@@ -184,7 +184,8 @@ out:
   free(os_in);
   if (rc) goto fail;
   free(params);
-  return APX_PASS_CHANGED;
+  /* nodes appended only (the optimizer section): the order extends when they allow */
+  return apx_graph_order_append(g, n0, d);
 fail:
   free(params);
   return APX_PASS_ERROR;

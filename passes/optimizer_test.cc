@@ -35,8 +35,8 @@ struct Net : GraphBuilder {
     SortAndVerify();
   }
   void Build() {
-    ASSERT_EQ(RunPass(pass_autodiff), APX_PASS_CHANGED) << d.msg;
-    ASSERT_EQ(RunPass(pass_optimizer), APX_PASS_CHANGED) << d.msg;
+    ASSERT_GE(RunPass(pass_autodiff), APX_PASS_CHANGED) << d.msg;
+    ASSERT_GE(RunPass(pass_optimizer), APX_PASS_CHANGED) << d.msg;
   }
 };
 
@@ -177,8 +177,8 @@ TEST(Optimizer, OnlyParametersWithGradientsAreUpdated) {
   b.Op("Relu", {dead});
   b.WeightedSumLoss(b.Op("Tanh", {w}));
   b.SortAndVerify();
-  ASSERT_EQ(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
-  ASSERT_EQ(b.RunPass(pass_optimizer), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_autodiff), APX_PASS_CHANGED) << b.d.msg;
+  ASSERT_GE(b.RunPass(pass_optimizer), APX_PASS_CHANGED) << b.d.msg;
   const ApxNode &os = b.g.nodes[b.NodeByOp(APX_OP_OptimizerStep)];
   EXPECT_EQ(((const ApxAttrOptimizer *)os.typed)->n_params, 1);
   EXPECT_EQ(os.in[APX_OPTIM_IN_FIRST_GROUP], w);

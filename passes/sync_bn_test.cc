@@ -47,8 +47,8 @@ struct Net : GraphBuilder {
     bn = last_node;
     WeightedSumLoss(Op("Relu", {y[0]}));
     SortAndVerify();
-    EXPECT_EQ(RunPass(pass_autodiff), APX_PASS_CHANGED) << d.msg;
-    EXPECT_EQ(RunPass(pass_optimizer), APX_PASS_CHANGED) << d.msg;
+    EXPECT_GE(RunPass(pass_autodiff), APX_PASS_CHANGED) << d.msg;
+    EXPECT_GE(RunPass(pass_optimizer), APX_PASS_CHANGED) << d.msg;
     EXPECT_EQ(RunPass(pass_sync_bn), sync ? APX_PASS_CHANGED : APX_PASS_UNCHANGED) << d.msg;
   }
 };
