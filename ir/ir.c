@@ -502,7 +502,15 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
   uint64_t *heap = NULL;
   int rc = 0, live = 0, sorted = 1;
   size_t edges = 0, n_in_total = 0;
-  if (!key || !indeg || !succ_start) goto oom;
+  /* prod[v]: the producer of value v, read from the value records in one sequential sweep
+   * (the edge loop below then looks producers up in a small array instead of missing the
+   * cache on a value record per edge) */
+  int *prod = malloc(((size_t)g->n_vals + 1) * sizeof *prod);
+  if (!key || !indeg || !succ_start || !prod) {
+    free(prod);
+    goto oom;
+  }
+  for (int v = 0; v < g->n_vals; v++) prod[v] = g->vals[v].producer;
   for (int i = 0; i < n; i++) {
     const ApxNode *nd = &g->nodes[i];
     key[i] = (nd->flags & APX_NODEF_DEAD) ? DEAD_KEY : topo_key(nd, i);
@@ -511,7 +519,10 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
   /* edge_src: the producer of each edge, edges grouped by consumer in id order (indeg[i] of
    * them for node i), so the successor lists are filled without reading the nodes again */
   edge_src = malloc((n_in_total + 1) * sizeof *edge_src);
-  if (!edge_src) goto oom;
+  if (!edge_src) {
+    free(prod);
+    goto oom;
+  }
   for (int i = 0; i < n; i++) {
     if (key[i] == DEAD_KEY) continue;
     const ApxNode *nd = &g->nodes[i];
@@ -519,7 +530,7 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
     for (int k = 0; k < nd->n_in; k++) {
       int v = nd->in[k];
       if (v < 0) continue;
-      int p = g->vals[v].producer;
+      int p = prod[v];
       if (p < 0 || key[p] == DEAD_KEY) continue;
       indeg[i]++;
       succ_start[p + 1]++;
@@ -527,6 +538,7 @@ int apx_graph_toposort(ApxGraph *g, ApxDiag *d) {
       sorted &= key[p] < key[i];
     }
   }
+  free(prod);
   /* never NULL, even for a graph without nodes: passes copy it with memcpy */
   if (grow((void **)&g->order, &g->cap_order, live > 0 ? live : 1, sizeof(int))) goto oom;
   if (sorted) {
