@@ -1203,18 +1203,44 @@ static int load_nodes(Loader *L) {
       out_vals[at - 1] = v;
     }
   }
+  /* every node input resolved in one batched lookup (apx_graph_find_values), in node order */
+  size_t n_ins = 0;
+  for (size_t k = 0; k < gp->n_node; k++) {
+    const Onnx__NodeProto *n = gp->node[k];
+    if (L->node_ops[k] == APX_OP_Constant) continue;
+    if (n->n_input > INT32_MAX / 2 || n->n_output > INT32_MAX / 2 || n->n_attribute > INT32_MAX) {
+      free(out_vals);
+      return node_err(L, k, "too many inputs, outputs or attributes");
+    }
+    n_ins += n->n_input;
+  }
+  const char **in_names = malloc((n_ins + 1) * sizeof *in_names);
+  int *in_vals = malloc((n_ins + 1) * sizeof *in_vals);
+  if (!in_names || !in_vals) {
+    free(in_names);
+    free(in_vals);
+    free(out_vals);
+    return loom(L);
+  }
+  size_t at_in = 0;
+  for (size_t k = 0; k < gp->n_node; k++) {
+    const Onnx__NodeProto *n = gp->node[k];
+    if (L->node_ops[k] == APX_OP_Constant) continue;
+    for (size_t j = 0; j < n->n_input; j++) in_names[at_in++] = n->input[j];
+  }
+  for (size_t i0 = 0; i0 < n_ins; i0 += (size_t)1 << 30) { /* int counts */
+    size_t m = n_ins - i0 < ((size_t)1 << 30) ? n_ins - i0 : ((size_t)1 << 30);
+    apx_graph_find_values(g, in_names + i0, (int)m, in_vals + i0);
+  }
+  free(in_names);
   at = 0;
+  at_in = 0;
   int cap = 0;
   int *ids = NULL;
   int rc = 0;
   for (size_t k = 0; k < gp->n_node && rc == 0; k++) {
     const Onnx__NodeProto *n = gp->node[k];
     if (L->node_ops[k] == APX_OP_Constant) continue;
-    if (n->n_input > INT32_MAX / 2 || n->n_output > INT32_MAX / 2 ||
-        n->n_attribute > INT32_MAX) {
-      rc = node_err(L, k, "too many inputs, outputs or attributes");
-      break;
-    }
     int need = (int)(n->n_input + n->n_output);
     if (need > cap || !ids) {
       int *p = realloc(ids, ((size_t)need + 1) * sizeof(int));
@@ -1228,7 +1254,7 @@ static int load_nodes(Loader *L) {
     int *in = ids, *out = ids + n->n_input;
     for (size_t j = 0; j < n->n_input && rc == 0; j++) {
       const char *nm = n->input[j];
-      in[j] = nm && *nm ? apx_graph_find_value(g, nm) : -1;
+      in[j] = in_vals[at_in++];
       if (nm && *nm && in[j] < 0)
         rc = apx_diag_error(L->d, APX_EXIT_BAD_INPUT, "%s: node '%s' (%s) input %zu: undefined "
                             "value '%s'", g->file, L->node_names[k], n->op_type, j, nm);
@@ -1254,6 +1280,7 @@ static int load_nodes(Loader *L) {
       rc = copy_attr(L, k, n->attribute[a], &g->nodes[id].attrs[a]);
   }
   free(ids);
+  free(in_vals);
   free(out_vals);
   return rc;
 fail:

@@ -268,6 +268,54 @@ int apx_graph_find_value(const ApxGraph *g, const char *name) {
   return -1;
 }
 
+void apx_graph_find_values(const ApxGraph *g, const char *const *names, int n, int *ids) {
+  enum { BATCH = 16 };
+  /* pending generated names go into the table on the first lookup of a name of their form;
+   * deferred ones on the first lookup whose filter bit is set: one plain lookup settles both
+   * (the table is logically part of the lookup, as in apx_graph_find_value) */
+  if (g->n_name_pending > 0 && flush_pending((ApxGraph *)g)) { /* out of memory: one by one */
+    for (int i = 0; i < n; i++) ids[i] = names[i] && *names[i] ? apx_graph_find_value(g, names[i]) : -1;
+    return;
+  }
+  if (g->n_name_deferred > 0) flush_deferred((ApxGraph *)g);
+  if (!g->name_cap) {
+    for (int i = 0; i < n; i++) ids[i] = -1;
+    return;
+  }
+  const uint32_t mask = (uint32_t)(g->name_cap - 1);
+  for (int i0 = 0; i0 < n; i0 += BATCH) {
+    int i1 = i0 + BATCH < n ? i0 + BATCH : n;
+    uint32_t hv[BATCH];
+    int cand[BATCH];
+    for (int i = i0; i < i1; i++) { /* hash, filter, the slot */
+      const char *nm = names[i];
+      cand[i - i0] = -1;
+      ids[i] = -1;
+      if (!nm || !*nm) continue;
+      hv[i - i0] = hash_str(nm);
+      uint32_t fb = filter_bit(hv[i - i0], g->name_cap);
+      if (!(g->name_bits[fb >> 6] >> (fb & 63) & 1)) continue; /* not there */
+      cand[i - i0] = -2;
+      __builtin_prefetch(&g->name_slots[2 * (hv[i - i0] & mask)]);
+    }
+    for (int i = i0; i < i1; i++) { /* the first slot with the name's hash, its value */
+      if (cand[i - i0] != -2) continue;
+      uint32_t h = hv[i - i0] & mask;
+      while (g->name_slots[2 * h] >= 0 && (uint32_t)g->name_slots[2 * h + 1] != hv[i - i0]) h = (h + 1) & mask;
+      int v = g->name_slots[2 * h];
+      cand[i - i0] = v >= 0 ? v : -1;
+      if (v >= 0) __builtin_prefetch(&g->vals[v].name);
+    }
+    for (int i = i0; i < i1; i++)
+      if (cand[i - i0] >= 0) __builtin_prefetch(g->vals[cand[i - i0]].name);
+    for (int i = i0; i < i1; i++) { /* compare; a hash shared by another name: the full probe */
+      int v = cand[i - i0];
+      if (v < 0) continue;
+      ids[i] = strcmp(g->vals[v].name, names[i]) == 0 ? v : apx_graph_find_value(g, names[i]);
+    }
+  }
+}
+
 /* "<hint>_apx<counter>", formatted by hand: passes ask for one name per new value, and
  * vsnprintf was a visible share of a 100k-node compile. */
 const char *apx_graph_unique_name(ApxGraph *g, const char *hint) {

@@ -213,6 +213,11 @@ const char *apx_graph_free_name(ApxGraph *g, const char *name);
 int *apx_value_master_map(const ApxGraph *g);
 /* Value id by name, -1 if none. */
 int apx_graph_find_value(const ApxGraph *g, const char *name);
+/* ids[i] = apx_graph_find_value(g, names[i]) for i < n (a NULL or empty name: -1), the
+ * lookups of a batch overlapped: the table slots, then the values, then their names are
+ * prefetched for several names before any is compared (a loader resolving every node input
+ * of a large model missed the cache three times per name, one name after another). */
+void apx_graph_find_values(const ApxGraph *g, const char *const *names, int n, int *ids);
 
 /* Adds a node (section FORWARD, origin -1, onnx_index -1) with copies of the in/out lists
  * and zeroed typed attributes; sets out values' producer. name NULL: generated from the op.

@@ -457,3 +457,45 @@ TEST(Ir, DeferredNamesAreFoundAndStayUnique) {
     ASSERT_EQ(apx_graph_find_value(&t.g, ("w" + std::to_string(i) + ".exp_avg").c_str()), i);
   EXPECT_EQ(t.g.n_name_deferred, 0);
 }
+
+// apx_graph_find_values answers as apx_graph_find_value does, name by name: present names
+// (deferred ones, generated ones still pending), absent ones, NULL and empty names, batches
+// shorter and longer than its prefetch group.
+TEST(Ir, BatchedLookupsAgreeWithOneByOne) {
+  Graph t;
+  std::vector<std::string> names;
+  for (int i = 0; i < 3000; i++) {
+    names.push_back("x" + std::to_string(i));
+    ASSERT_EQ(t.val(names.back().c_str()), i) << t.d.msg;
+  }
+  const char *gen = apx_graph_unique_name(&t.g, "tmp");  // pending until a lookup of its form
+  ASSERT_NE(gen, nullptr);
+  int gen_id = apx_graph_add_value(&t.g, &t.d, gen, APX_VAL_ACTIVATION, APX_DT_F32, -1, nullptr);
+  ASSERT_GE(gen_id, 0);
+  ASSERT_GT(t.g.n_name_pending + t.g.n_name_deferred, 0);
+  std::vector<std::string> asked;
+  uint64_t rng = 99;
+  for (int i = 0; i < 700; i++) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    int r = (int)(rng >> 33) % 5000;
+    asked.push_back(r < 3000 ? names[r] : "absent" + std::to_string(r));
+  }
+  asked.push_back(gen);
+  std::vector<const char *> ptrs;
+  for (auto &s : asked) ptrs.push_back(s.c_str());
+  ptrs.push_back(nullptr);
+  ptrs.push_back("");
+  for (int n : {0, 1, 15, 16, 17, (int)ptrs.size()}) {
+    std::vector<int> ids(ptrs.size(), -7);
+    apx_graph_find_values(&t.g, ptrs.data(), n, ids.data());
+    for (int i = 0; i < n; i++) {
+      int want = ptrs[i] && *ptrs[i] ? apx_graph_find_value(&t.g, ptrs[i]) : -1;
+      ASSERT_EQ(ids[i], want) << "batch " << n << " name " << (ptrs[i] ? ptrs[i] : "(null)");
+    }
+    for (size_t i = n; i < ids.size(); i++) ASSERT_EQ(ids[i], -7);  // nothing past n written
+  }
+  std::vector<int> one(1);
+  const char *g1[1] = {gen};
+  apx_graph_find_values(&t.g, g1, 1, one.data());
+  EXPECT_EQ(one[0], gen_id);
+}
