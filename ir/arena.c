@@ -33,19 +33,23 @@ void apx_arena_free(ApxArena *a) {
   a->bytes = 0;
 }
 
-void *apx_arena_alloc_raw(ApxArena *a, size_t n) {
+/* zero: the bytes must read zero. A dedicated block is then calloc'd, which for a large block
+ * takes fresh pages from the system, already zero, instead of clearing them (the plan's
+ * buffer table of a 100k-node model is 80 MB). */
+static void *arena_alloc(ApxArena *a, size_t n, int zero) {
   size_t need = (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
   if (need < n) return NULL; /* overflow */
   ApxArenaBlock *b = a->head;
   if (b && b->cap - b->used >= need) {
     void *p = b->data + b->used;
     b->used += need;
+    if (zero) memset(p, 0, n);
     return p;
   }
   if (need > ARENA_BLOCK_BYTES / 4) {
     /* dedicated block, linked behind the current one so the bump block stays in front */
     if (need > SIZE_MAX - sizeof(ApxArenaBlock)) return NULL;
-    ApxArenaBlock *big = malloc(sizeof(ApxArenaBlock) + need);
+    ApxArenaBlock *big = zero ? calloc(1, sizeof(ApxArenaBlock) + need) : malloc(sizeof(ApxArenaBlock) + need);
     if (!big) return NULL;
     big->used = big->cap = need;
     a->bytes += sizeof(ApxArenaBlock) + need;
@@ -65,14 +69,13 @@ void *apx_arena_alloc_raw(ApxArena *a, size_t n) {
   nb->next = a->head;
   a->head = nb;
   a->bytes += sizeof(ApxArenaBlock) + ARENA_BLOCK_BYTES;
+  if (zero) memset(nb->data, 0, n);
   return nb->data;
 }
 
-void *apx_arena_alloc(ApxArena *a, size_t n) {
-  void *p = apx_arena_alloc_raw(a, n);
-  if (p) memset(p, 0, n);
-  return p;
-}
+void *apx_arena_alloc_raw(ApxArena *a, size_t n) { return arena_alloc(a, n, 0); }
+
+void *apx_arena_alloc(ApxArena *a, size_t n) { return arena_alloc(a, n, 1); }
 
 char *apx_arena_strndup(ApxArena *a, const char *s, size_t n) {
   char *p = apx_arena_alloc_raw(a, n + 1);
