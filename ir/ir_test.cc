@@ -25,6 +25,17 @@ struct Graph {
   }
 };
 
+// A small deterministic generator for the random-graph tests: next() gives the next number.
+struct XorShift {
+  uint64_t state;
+  uint64_t operator()() {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  }
+};
+
 }  // namespace
 
 TEST(Ir, ValuesHaveUniqueNames) {
@@ -206,13 +217,7 @@ TEST(Ir, GeneratedNamesMeetNamesGivenInTheirForm) {
 // ready node with the smallest (section, not eager, id). Graphs whose ids already follow that
 // order take the sort's fast path; the others its heap.
 TEST(Ir, ToposortMatchesTheSmallestReadyNodeRule) {
-  uint64_t rng = 12345;
-  auto next = [&rng]() {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-  };
+  XorShift next{12345};
   int fast_shaped = 0;
   for (int trial = 0; trial < 300; trial++) {
     Graph t;
@@ -298,13 +303,7 @@ TEST(Ir, ToposortMatchesTheSmallestReadyNodeRule) {
 // says the order extends (2), the order is exactly the one apx_graph_toposort gives; when it
 // says sort (1), the order is left as it was.
 TEST(Ir, OrderAppendGivesTheFreshSortsOrderOrAsksForOne) {
-  uint64_t rng = 777;
-  auto next = [&rng]() {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-  };
+  XorShift next{777};
   int extended = 0, refused = 0;
   for (int trial = 0; trial < 400; trial++) {
     Graph t;
