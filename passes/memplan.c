@@ -372,12 +372,8 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   }
   /* 1. which values are runtime tensors, where they are defined and last used */
   for (int v = 0; v < nv; v++) {
-    ApxValue *val = &g->vals[v];
     def[v] = NOT_RUNTIME;
     last[v] = NOT_RUNTIME;
-    val->mem_region = APX_MEM_NONE;
-    val->mem_offset = -1;
-    val->mem_alias = -1;
     root[v] = v;
   }
 #define USE(v, t)                                        \
@@ -408,9 +404,13 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   for (int i = 0; i < g->n_outputs; i++) USE(g->outputs[i], n_steps - 1);
   if (g->loss >= 0) USE(g->loss, n_steps - 1);
 #undef USE
+  /* one sweep over the value records: every value's place reset, the runtime ones sized */
   for (int v = 0; v < nv; v++) {
+    ApxValue *val = &g->vals[v];
+    val->mem_region = APX_MEM_NONE;
+    val->mem_offset = -1;
+    val->mem_alias = -1;
     if (def[v] == NOT_RUNTIME) continue;
-    const ApxValue *val = &g->vals[v];
     if (val->kind == APX_VAL_INPUT || is_persistent_kind(val->kind) || def[v] < 0) def[v] = 0;
     if ((bytes[v] = apx_value_bytes(val)) < 0) {
       char shape[128];
