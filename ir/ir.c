@@ -671,16 +671,22 @@ out:
 int apx_graph_order_append(ApxGraph *g, int n_before, ApxDiag *d) {
   int n = g->n_nodes;
   if (n_before < 0 || n_before > n) return 1;
-  /* the old order's largest key; a node killed since the sort (not an append-only pass)
-   * asks for a sort */
+  /* the old nodes' largest key; the order must hold exactly the live old nodes (a node
+   * killed or added since the sort, not an append-only pass: a sort is asked for) */
   uint64_t old_max = 0;
-  int have_old = 0;
+  int have_old = 0, live_old = 0;
+  for (int a = 0; a < n_before; a++) {
+    const ApxNode *nd = &g->nodes[a];
+    if (nd->flags & APX_NODEF_DEAD) continue;
+    uint64_t ka = topo_key(nd, a);
+    if (!have_old || ka > old_max) old_max = ka;
+    have_old = 1;
+    live_old++;
+  }
+  if (live_old != g->n_order) return 1;
   for (int k = 0; k < g->n_order; k++) {
     int a = g->order[k];
     if (a < 0 || a >= n_before || (g->nodes[a].flags & APX_NODEF_DEAD)) return 1;
-    uint64_t ka = topo_key(&g->nodes[a], a);
-    if (!have_old || ka > old_max) old_max = ka;
-    have_old = 1;
   }
   /* every edge into an appended node from a live node with a smaller key */
   int live_new = 0;

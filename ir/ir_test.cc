@@ -356,6 +356,25 @@ TEST(Ir, OrderAppendGivesTheFreshSortsOrderOrAsksForOne) {
   EXPECT_GT(refused, 60);
 }
 
+// An old node the last sort did not see (added since, then counted as old) asks for a sort.
+TEST(Ir, OrderAppendRefusesAnOldNodeMissingFromTheOrder) {
+  Graph t;
+  int x = t.val("x", APX_VAL_INPUT), a = t.val("a"), b = t.val("b"), c = t.val("c");
+  t.node(APX_OP_Relu, "ra", {x}, {a});
+  ASSERT_EQ(apx_graph_toposort(&t.g, &t.d), 0) << t.d.msg;
+  t.node(APX_OP_Relu, "rb", {a}, {b});  // after the sort, yet below n_before
+  int n_before = t.g.n_nodes;
+  t.node(APX_OP_Relu, "rc", {b}, {c});
+  t.g.nodes[2].section = APX_SEC_BACKWARD;
+  std::vector<int> before(t.g.order, t.g.order + t.g.n_order);
+  EXPECT_EQ(apx_graph_order_append(&t.g, n_before, &t.d), 1);
+  EXPECT_EQ(std::vector<int>(t.g.order, t.g.order + t.g.n_order), before);
+  EXPECT_EQ(apx_graph_order_append(&t.g, 1, &t.d), 2);  // counted right, it extends
+  ASSERT_EQ(t.g.n_order, 3);
+  EXPECT_EQ(t.g.order[1], 1);
+  EXPECT_EQ(t.g.order[2], 2);
+}
+
 // apx_arena_printf formats text, %s, %d and %% by hand and everything else through
 // vsnprintf: both give what snprintf gives.
 TEST(Ir, ArenaPrintfAgreesWithSnprintf) {
