@@ -220,9 +220,9 @@ class GraphBuilder {
     }
     return true;
   }
-  // Runs pass fn, then toposort + verify when it changed the graph. Returns the pass result.
-  // Runs a pass as the pipeline does; a pass that says it kept the order
-  // (APX_PASS_CHANGED_KEEPS_ORDER) must have left exactly the order a fresh sort gives.
+  // Runs pass fn, then toposort + verify when it changed the graph; returns the pass result.
+  // A pass that says it kept the order (2, APX_PASS_CHANGED_KEEPS_ORDER) must have left
+  // exactly the order a fresh sort gives.
   int RunPass(int (*fn)(ApxGraph *, const ApxOptions *, ApxDiag *)) {
     int rc = fn(&g, &o, &d);
     if (rc == 2) {
@@ -231,8 +231,9 @@ class GraphBuilder {
         ADD_FAILURE() << "the pass said it kept the order, a fresh sort gives another";
     } else if (rc > 0) {
       SortAndVerify();
+    } else if (rc == 0 && apx_graph_verify(&g, &d) != 0) {
+      ADD_FAILURE() << "verify: " << d.msg;
     }
-    else if (rc == 0 && apx_graph_verify(&g, &d) != 0) ADD_FAILURE() << "verify: " << d.msg;
     return rc;
   }
 
