@@ -24,26 +24,26 @@
 extern "C" {
 #endif
 
-typedef struct ApxValue {
+typedef struct ApxValue { /* fields ordered for size (136 bytes, no padding) */
   const char *name;        /* ONNX name (unique in the graph) */
   ApxValueKind kind;
   ApxDType dtype;          /* APX_DT_UNDEFINED until known */
   int32_t rank;            /* -1 until known */
+  int producer;            /* node id, -1 for inputs and initializers */
   int64_t dims[APX_MAX_RANK];
   const char **dim_params; /* [rank] symbolic names from ONNX (NULL entries = numeric) or NULL */
   void *data;              /* host bytes for CONST/PARAM/STATE initial values, else NULL
                               (a STATE without data starts at zero: optimizer moments,
                               gradient accumulators) */
-  int producer;            /* node id, -1 for inputs and initializers */
   int onnx_index;          /* index in graph.input / graph.initializer / producer outputs */
   uint32_t flags;          /* ApxValueFlags */
   int grad;                /* value id of d(loss)/d(this) once autodiff ran, else -1 */
   int origin;              /* value this one derives from (cast copy, grad, master), -1 */
   /* memory plan (passes/memplan.c); apx_graph_add_value sets -1 / NONE */
   int32_t mem_region;      /* ApxMemRegion */
-  int64_t mem_offset;      /* byte offset in its region, -1 unplanned */
   int mem_alias;           /* value whose bytes this one shares (SHAPEONLY view or in-place
                               output), -1 when it owns its bytes */
+  int64_t mem_offset;      /* byte offset in its region, -1 unplanned */
 } ApxValue;
 
 typedef enum ApxAttrType { /* = ONNX AttributeProto.AttributeType */
@@ -90,25 +90,25 @@ typedef enum ApxNodeFlags {
                                    recomputes the notes it and precision write, keeps it */
 } ApxNodeFlags;
 
-typedef struct ApxNode {
+typedef struct ApxNode { /* fields ordered for size (104 bytes), the ones every pass reads first */
   ApxOp op;
-  const char *name;   /* ONNX node name, or a generated unique one */
-  const char *op_type; /* op_type as written in the model (for messages on unknown ops) */
-  int onnx_index;     /* index in graph.node, -1 when created by a pass */
+  uint32_t flags;     /* ApxNodeFlags */
   int32_t n_in, n_out;
   int *in;            /* value ids; -1 = absent optional input */
   int *out;           /* value ids; -1 = absent optional output */
-  int32_t n_attrs;
-  ApxAttr *attrs;     /* generic attributes as loaded */
-  void *typed;        /* typed attribute struct (attrs.h), apx_op_info(op)->attrs_size bytes */
   ApxSection section;
   int origin;         /* forward node this node derives from (gradient, cast, fusion), -1 */
+  const char *name;   /* ONNX node name, or a generated unique one */
+  const char *op_type; /* op_type as written in the model (for messages on unknown ops) */
+  void *typed;        /* typed attribute struct (attrs.h), apx_op_info(op)->attrs_size bytes */
+  ApxAttr *attrs;     /* generic attributes as loaded */
+  int32_t n_attrs;
+  int onnx_index;     /* index in graph.node, -1 when created by a pass */
   ApxDType compute;   /* precision decision; APX_DT_UNDEFINED until decided */
   int32_t reason;     /* why (precision pass's rule enum) */
   const char *reason_detail;
   const char *note;   /* advisory text for --explain (tensor-core alignment, clamped
                          constants), NULL; never changes a decision */
-  uint32_t flags;     /* ApxNodeFlags */
 } ApxNode;
 
 typedef struct ApxGraph {

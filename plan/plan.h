@@ -97,7 +97,7 @@ typedef struct ApxPlanOptions {
   float growth_factor, backoff_factor; /* dynamic scaler; 0 in plans written before them: 2, 0.5 */
 } ApxPlanOptions;
 
-typedef struct ApxPlanBuffer {
+typedef struct ApxPlanBuffer { /* fields ordered for size (144 bytes, no padding) */
   const char *name;
   ApxValueKind kind;
   uint32_t flags;          /* APX_PLAN_BUF_FLAGS */
@@ -105,13 +105,13 @@ typedef struct ApxPlanBuffer {
   int32_t rank;
   int64_t dims[APX_MAX_RANK];
   ApxMemRegion region;     /* ARENA or PERSISTENT */
+  int32_t alias_of;        /* buffer sharing its bytes, -1 */
   int64_t offset;          /* in its region */
   int64_t bytes;           /* numel * dtype size */
   uint64_t data_offset;    /* initial bytes in the data section ... */
   uint64_t data_len;       /* ... 0: none (set by apx_plan_layout_data) */
-  int32_t alias_of;        /* buffer sharing its bytes, -1 */
-  int32_t origin;          /* buffer it derives from, -1 */
   const void *data;        /* host pointer to the initial bytes (data_len of them), or NULL */
+  int32_t origin;          /* buffer it derives from, -1 */
   int32_t init_from;       /* -1, or the buffer whose initial bytes, converted to this dtype,
                               are this one's initial bytes (made at load, see
                               apx_plan_derivable);
