@@ -163,6 +163,7 @@ static const char *base_name(const char *p) {
 }
 
 int apx_plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag *d) {
+  static const uint64_t no_attrs[1];
   ApxOptions defaults;
   if (!o) {
     apx_options_init(&defaults);
@@ -214,36 +215,38 @@ int apx_plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag
 
   if (derive_half_params(g, plan, buf_of, d)) goto out;
 
-  /* kernels, in schedule order */
+  /* kernels, in schedule order: node names and attribute structs are the graph's (plan.h:
+   * the plan points into the graph it was made from), the in/out lists one array */
   int32_t *kernel_of = apx_arena_alloc(A, ((size_t)g->n_nodes + 1) * sizeof *kernel_of);
   if (!kernel_of || !apx_plan_alloc_kernels(plan, g->n_order)) goto oom;
   for (int i = 0; i < g->n_nodes; i++) kernel_of[i] = -1;
-  int32_t max_args = 0;
+  size_t n_ids = 0;
   for (int32_t t = 0; t < g->n_order; t++) {
     const ApxNode *n = &g->nodes[g->order[t]];
-    if (n->n_in > max_args) max_args = n->n_in;
-    if (n->n_out > max_args) max_args = n->n_out;
+    n_ids += (size_t)n->n_in + (size_t)n->n_out;
   }
-  int32_t *ids = apx_arena_alloc(A, ((size_t)max_args + 1) * 2 * sizeof *ids);
+  int32_t *ids = apx_arena_alloc_raw(A, (n_ids + 1) * sizeof *ids);
   if (!ids) goto oom;
   for (int32_t t = 0; t < g->n_order; t++) {
     int id = g->order[t];
     const ApxNode *n = &g->nodes[id];
-    uint32_t fl = apx_op_info(n->op)->flags;
-    if (fl & APX_OPF_FOLD) {
+    const ApxOpInfo *info = apx_op_info(n->op);
+    if (info->flags & APX_OPF_FOLD) {
       rc = apx_node_error(d, g, id, "not supported yet: compile-time op left unfolded "
                                     "(its inputs are not constants)");
       goto out;
     }
-    if (fl & (APX_OPF_TIER2 | APX_OPF_LISTED)) {
+    if (info->flags & (APX_OPF_TIER2 | APX_OPF_LISTED)) {
       rc = apx_node_error(d, g, id, "not supported yet: op has no kernel");
       goto out;
     }
-    int32_t *in = ids, *out = ids + max_args + 1;
+    int32_t *in = ids, *out = ids + n->n_in;
+    ids += n->n_in + n->n_out;
     for (int k = 0; k < n->n_in; k++) {
       int v = n->in[k];
-      in[k] = v >= 0 && apx_node_input_is_runtime(n, k) ? buf_of[v] : -1;
-      if (v >= 0 && apx_node_input_is_runtime(n, k) && in[k] < 0) {
+      int runtime = v >= 0 && apx_node_input_is_runtime(n, k);
+      in[k] = runtime ? buf_of[v] : -1;
+      if (runtime && in[k] < 0) {
         rc = apx_node_error(d, g, id, "internal error: input %d has no buffer", k);
         goto out;
       }
@@ -255,10 +258,20 @@ int apx_plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag
         goto out;
       }
     }
-    if (apx_plan_set_kernel(plan, t, n->op, n->name, n->section, n->typed, n->n_in, in,
-                            n->n_out, out))
-      goto oom;
-    plan->kernels[t].compute = n->compute;
+    if (info->attrs_size && !n->typed) {
+      rc = apx_node_error(d, g, id, "internal error: no attribute struct");
+      goto out;
+    }
+    ApxPlanKernel *kn = &plan->kernels[t];
+    kn->op = n->op;
+    kn->node = n->name ? n->name : "";
+    kn->section = n->section;
+    kn->compute = n->compute;
+    kn->attrs = n->typed ? n->typed : no_attrs; /* (an op without attributes) */
+    kn->n_in = n->n_in;
+    kn->n_out = n->n_out;
+    kn->in = in;
+    kn->out = out;
     kernel_of[id] = t;
   }
 
