@@ -620,6 +620,7 @@ void apx_plan_header_encode(uint8_t b[APX_PLAN_HEADER_BYTES], uint32_t version, 
  * takes about as long as the other (0.1-0.2 s). */
 typedef struct KernelCheck {
   const ApxPlan *p;
+  ApxPlanCheckScratch *scratch;
   ApxDiag d; /* the thread's own; copied to the caller's when it failed */
   int rc;
   int started, joined;
@@ -628,7 +629,7 @@ typedef struct KernelCheck {
 
 static void *kernel_check_main(void *arg) {
   KernelCheck *c = arg;
-  c->rc = apx_plan_check_kernels(c->p, &c->d);
+  c->rc = apx_plan_check_kernels_in(c->p, c->scratch, &c->d);
   return NULL;
 }
 
@@ -652,8 +653,9 @@ static int write_checked(ApxPlan *p, const char *path, int validate, ApxDiag *d)
   apx_diag_init(&c.d);
   c.d.quiet = 1;
   if (validate && apx_plan_validate(p, d)) goto out;
+  c.scratch = apx_plan_check_scratch_new(p); /* this thread's memory (plan_validate.h) */
   c.started = pthread_create(&c.thread, NULL, kernel_check_main, &c) == 0;
-  if (!c.started) c.rc = apx_plan_check_kernels(p, &c.d); /* no thread: checked here */
+  if (!c.started) c.rc = apx_plan_check_kernels_in(p, c.scratch, &c.d); /* no thread: here */
   /* the rename would replace a device or FIFO (as root, even /dev/null) */
   if (apx_exists_not_regular(path)) {
     if (kernel_check_join(&c, d) == 0)
@@ -664,6 +666,7 @@ static int write_checked(ApxPlan *p, const char *path, int validate, ApxDiag *d)
   /* a write that failed before the gate (rc -1): the checks still read the plan */
   if (!c.joined) kernel_check_join(&c, d);
 out:
+  apx_plan_check_scratch_free(c.scratch);
   p->path = saved_path;
   return rc;
 }

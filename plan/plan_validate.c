@@ -272,20 +272,56 @@ static int check_aliasing(const ApxPlan *p, int32_t k, Range *rg, Range *tmp, Ap
 
 /* ---- kernels -------------------------------------------------------------------------- */
 
-int apx_plan_check_kernels(const ApxPlan *p, ApxDiag *d) {
-  int64_t max_args = 0;
+struct ApxPlanCheckScratch {
+  int64_t max_args; /* the most arguments (inputs and outputs) of one kernel */
+  ApxTensor *t;     /* [max_args + 1] views, every one set before use */
+  Range *rg;        /* [2 * (max_args + 1)] ranges, then merge room */
+  uint8_t *ready, *listed; /* [n_bufs + 1] */
+};
+
+ApxPlanCheckScratch *apx_plan_check_scratch_new(const ApxPlan *p) {
+  ApxPlanCheckScratch *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
   for (int32_t k = 0; k < p->n_kernels; k++)
-    if (p->kernels[k].n_in + p->kernels[k].n_out > max_args)
-      max_args = p->kernels[k].n_in + p->kernels[k].n_out;
-  ApxTensor *t = malloc(((size_t)max_args + 1) * sizeof *t); /* every view set before use */
-  Range *rg = malloc(((size_t)max_args + 1) * 2 * sizeof *rg); /* ranges, then merge room */
-  uint8_t *ready = calloc((size_t)p->n_bufs + 1, 1), *listed = calloc((size_t)p->n_bufs + 1, 1);
+    if (p->kernels[k].n_in + p->kernels[k].n_out > s->max_args)
+      s->max_args = p->kernels[k].n_in + p->kernels[k].n_out;
+  s->t = malloc(((size_t)s->max_args + 1) * sizeof *s->t);
+  s->rg = malloc(((size_t)s->max_args + 1) * 2 * sizeof *s->rg);
+  s->ready = malloc((size_t)p->n_bufs + 1);
+  s->listed = malloc((size_t)p->n_bufs + 1);
+  if (!s->t || !s->rg || !s->ready || !s->listed) {
+    apx_plan_check_scratch_free(s);
+    return NULL;
+  }
+  return s;
+}
+
+void apx_plan_check_scratch_free(ApxPlanCheckScratch *s) {
+  if (!s) return;
+  free(s->t);
+  free(s->rg);
+  free(s->ready);
+  free(s->listed);
+  free(s);
+}
+
+int apx_plan_check_kernels(const ApxPlan *p, ApxDiag *d) {
+  ApxPlanCheckScratch *s = apx_plan_check_scratch_new(p);
+  int rc = apx_plan_check_kernels_in(p, s, d);
+  apx_plan_check_scratch_free(s);
+  return rc;
+}
+
+int apx_plan_check_kernels_in(const ApxPlan *p, ApxPlanCheckScratch *s, ApxDiag *d) {
+  if (!s) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", plan_path(p));
+  int64_t max_args = s->max_args;
+  ApxTensor *t = s->t;
+  Range *rg = s->rg;
+  uint8_t *ready = s->ready, *listed = s->listed;
   int rc = -1;
   char kb[160], err[512];
-  if (!t || !rg || !ready || !listed) {
-    rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", plan_path(p));
-    goto out;
-  }
+  memset(listed, 0, (size_t)p->n_bufs + 1);
+  memset(ready, 0, (size_t)p->n_bufs + 1);
   for (int32_t i = 0; i < p->n_inputs; i++) listed[p->inputs[i]] = 1;
   /* loaded before a step: data inputs (set by the runtime), parameters, constants, state */
   for (int32_t b = 0; b < p->n_bufs; b++)
@@ -327,9 +363,5 @@ int apx_plan_check_kernels(const ApxPlan *p, ApxDiag *d) {
   }
   rc = 0;
 out:
-  free(t);
-  free(rg);
-  free(ready);
-  free(listed);
   return rc;
 }

@@ -32,6 +32,16 @@ extern "C" {
  * "<path>: invalid plan: kernel K ('node' Op): <what is wrong>" in d (exit code 2). */
 int apx_plan_check_kernels(const ApxPlan *p, ApxDiag *d);
 
+/* The same checks in memory made beforehand, by the thread that calls
+ * apx_plan_check_scratch_new (NULL when out of memory: the checks then fail with "out of
+ * memory"): apx_plan_write runs them on a thread of their own, whose first allocations of
+ * megabytes (an OptimizerStep of 266k arguments takes 21 MB of views) would be fresh pages;
+ * made by the writing thread, they come from memory its allocator already holds. */
+typedef struct ApxPlanCheckScratch ApxPlanCheckScratch;
+ApxPlanCheckScratch *apx_plan_check_scratch_new(const ApxPlan *p);
+void apx_plan_check_scratch_free(ApxPlanCheckScratch *s);
+int apx_plan_check_kernels_in(const ApxPlan *p, ApxPlanCheckScratch *s, ApxDiag *d);
+
 #ifdef __cplusplus
 }
 #endif
