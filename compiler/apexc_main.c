@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "compiler/cli.h"
 #include "ir/cost.h"
@@ -21,6 +22,7 @@
 #include "kernels/op.h"
 #include "passes/bucketing.h"
 #include "plan/plan.h"
+#include "plan/plan_write.h"
 
 static int list_ops(void) {
   printf("%-30s %-8s %s\n", "op", "O1 list", "support");
@@ -144,6 +146,12 @@ static int run(const ApxOptions *opts, const ApxCliArgs *args) {
   apx_diag_init(&d);
   d.quiet = o.quiet;
   ApxGraph g;
+  /* the plan file's pages are made while the compile runs (plan/plan_write.h); the model's
+   * size is the hint: a plan holds its weights once and a little more */
+  struct stat st;
+  if (a.write_plan && o.model_path && o.output_path && stat(o.model_path, &st) == 0 &&
+      S_ISREG(st.st_mode))
+    apx_plan_prepare_output(o.output_path, (uint64_t)st.st_size);
   int rc = apx_compile_file_inspected(&g, &o, apx_inspect_write, &d);
   /* fusion happens after --explain's rows are written: its section is appended */
   if (rc == 0 && o.explain == 1) rc = apx_explain_fusion_emit(&g, &o, &d);
@@ -161,6 +169,7 @@ static int run(const ApxOptions *opts, const ApxCliArgs *args) {
     fflush(stdout);
     if (rc == 0 && !o.quiet) fprintf(stderr, "wrote %s\n", o.output_path);
   }
+  apx_plan_cancel_output(); /* (a compile that failed: its prepared file goes) */
   if (rc == 0) apx_stage_total(); /* --time-passes */
   if (rc) fprintf(stderr, "%s\n", d.msg);
   int code = rc ? d.code : 0;

@@ -756,3 +756,102 @@ TEST(PlanIndex, FindsEveryNameAndTheFirstOfARepeat) {
   EXPECT_EQ(apx_plan_master_of(&p, 10), -1);
   apx_plan_free(&p);
 }
+
+// A plan file prepared while the compile runs (apx_plan_prepare_output: created early, its
+// pages filled with zeros on a thread) ends byte for byte the file an unprepared write makes,
+// whether the hint was larger than the plan (truncated) or smaller, with its zero blocks
+// still holes; a preparation no write takes is removed by apx_plan_cancel_output, and one
+// for another path leaves a write alone.
+TEST(PlanWrite, PreparedOutputIsTheSameFile) {
+  ApxPlan p;
+  apx_plan_init(&p);
+  ApxPlanBuffer *b = apx_plan_alloc_buffers(&p, 3);
+  std::vector<float> big(1536 * 1024);
+  std::vector<uint8_t> zeros(1 << 20, 0);
+  for (size_t i = 0; i < big.size(); i++) big[i] = (float)i * 0.25f;
+  const char *names[3] = {"big", "zeros", "x"};
+  for (int i = 0; i < 3; i++) {
+    b[i].name = names[i];
+    b[i].kind = APX_VAL_CONST;
+    b[i].dtype = APX_DT_F32;
+    b[i].region = APX_MEM_PERSISTENT;
+    b[i].rank = 1;
+  }
+  b[0].dims[0] = (int64_t)big.size();
+  b[0].bytes = (int64_t)big.size() * 4;
+  b[0].data = big.data();
+  b[1].dtype = APX_DT_U8;
+  b[1].dims[0] = (int64_t)zeros.size();
+  b[1].bytes = (int64_t)zeros.size();
+  b[1].offset = b[0].bytes;
+  b[1].data = zeros.data();
+  p.mem.persistent_bytes = b[1].offset + b[1].bytes;
+  b[2].kind = APX_VAL_INPUT;
+  b[2].region = APX_MEM_ARENA;
+  b[2].dims[0] = 1;
+  b[2].bytes = 4;
+  p.mem.arena_bytes = 64;
+  int32_t input = 2;
+  p.inputs = &input;
+  p.n_inputs = 1;
+  apx_plan_layout_data(&p);
+  ApxDiag d;
+  apx_diag_init(&d);
+  const std::string dir = tmpdir() + "/prepared";
+  mkdir(dir.c_str(), 0755);
+  const std::string plain = dir + "/plain.apx";
+  ASSERT_EQ(apx_plan_write(&p, plain.c_str(), &d), 0) << d.msg;
+  const std::vector<uint8_t> want = slurp(plain);
+  struct stat st_plain;
+  ASSERT_EQ(stat(plain.c_str(), &st_plain), 0);
+  auto tmp_files = [&dir]() {  // leftovers of a write: "<name>.tmp.<pid>"
+    int n = 0;
+    for (const char *name : {"big_hint.apx", "small_hint.apx", "cancelled.apx", "other.apx"}) {
+      std::string t = dir + "/" + name + ".tmp." + std::to_string((long)getpid());
+      n += access(t.c_str(), F_OK) == 0;
+    }
+    return n;
+  };
+  for (uint64_t hint : {(uint64_t)12 << 20, (uint64_t)1 << 20}) {
+    const std::string path = dir + (hint > want.size() ? "/big_hint.apx" : "/small_hint.apx");
+    apx_plan_prepare_output(path.c_str(), hint);
+    EXPECT_EQ(tmp_files(), 1) << "the prepared file exists before the write";
+    // the write waits for nothing: here the filling is let finish (the temporary file
+    // reaches the hint's size) so that the write goes over zeros everywhere
+    const std::string tmp = path + ".tmp." + std::to_string((long)getpid());
+    struct stat ts = {};
+    for (int i = 0; i < 2000 && (stat(tmp.c_str(), &ts) != 0 || (uint64_t)ts.st_size < hint); i++)
+      usleep(5000);
+    EXPECT_EQ((uint64_t)ts.st_size, hint);
+    ASSERT_EQ(apx_plan_write(&p, path.c_str(), &d), 0) << d.msg;
+    EXPECT_EQ(tmp_files(), 0);
+    EXPECT_EQ(slurp(path), want) << "hint " << hint;
+    struct stat st;
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, st_plain.st_size);
+    if ((int64_t)st_plain.st_blocks * 512 < st_plain.st_size) {  // a file system with holes
+      EXPECT_LE((int64_t)st.st_blocks * 512, (int64_t)st_plain.st_blocks * 512 + (64 << 10))
+          << "the 1 MiB zero block is a hole in the prepared file too";
+    }
+    apx_plan_cancel_output();  // nothing left to cancel
+  }
+  const std::string cancelled = dir + "/cancelled.apx";
+  apx_plan_prepare_output(cancelled.c_str(), 8 << 20);
+  EXPECT_EQ(tmp_files(), 1);
+  apx_plan_cancel_output();
+  EXPECT_EQ(tmp_files(), 0);
+  EXPECT_NE(access(cancelled.c_str(), F_OK), 0);
+  // prepared for one path, written to another: the write makes its own file
+  apx_plan_prepare_output(cancelled.c_str(), 8 << 20);
+  const std::string other = dir + "/other.apx";
+  ASSERT_EQ(apx_plan_write(&p, other.c_str(), &d), 0) << d.msg;
+  EXPECT_EQ(slurp(other), want);
+  EXPECT_EQ(tmp_files(), 1);
+  apx_plan_cancel_output();
+  EXPECT_EQ(tmp_files(), 0);
+  // nothing prepared over a path that is not a regular file
+  apx_plan_prepare_output("/dev/null", 1 << 20);
+  EXPECT_NE(access(("/dev/null.tmp." + std::to_string((long)getpid())).c_str(), F_OK), 0);
+  apx_plan_cancel_output();
+  apx_plan_free(&p);
+}

@@ -12,6 +12,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +59,125 @@ uint32_t apx_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
 
 enum { STAGE_BYTES = 4 << 20, HOLE_BYTES = 64 << 10 };
 
+/* ---- a plan file prepared while the compile runs (plan_write.h) ---------------------- */
+
+static struct Prepared {
+  char *path, *tmp_path;
+  int fd;
+  uint64_t hint, filled; /* bytes to fill with zeros; filled so far (read after the join) */
+  atomic_int stop;
+  int started;
+  pthread_t thread;
+} prepared = {.fd = -1};
+
+/* An interrupted compile (SIGINT, SIGTERM, SIGHUP left at their default) removes the
+ * prepared file before it dies: the handler unlinks the path and re-raises. */
+static char signal_tmp_path[4096];
+static volatile sig_atomic_t signal_tmp_set;
+static const int cleanup_signals[] = {SIGINT, SIGTERM, SIGHUP};
+static struct sigaction saved_actions[3];
+static int saved_installed[3];
+
+static void on_fatal_signal(int sig) {
+  if (signal_tmp_set) unlink(signal_tmp_path);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static void cleanup_on_signals(const char *tmp_path) {
+  if (strlen(tmp_path) >= sizeof signal_tmp_path) return;
+  memcpy(signal_tmp_path, tmp_path, strlen(tmp_path) + 1);
+  signal_tmp_set = 1;
+  for (int i = 0; i < 3; i++) {
+    struct sigaction now;
+    saved_installed[i] = 0;
+    if (sigaction(cleanup_signals[i], NULL, &now) || now.sa_handler != SIG_DFL) continue;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    saved_installed[i] = sigaction(cleanup_signals[i], &sa, &saved_actions[i]) == 0;
+  }
+}
+
+static void no_cleanup_on_signals(void) {
+  for (int i = 0; i < 3; i++)
+    if (saved_installed[i]) sigaction(cleanup_signals[i], &saved_actions[i], NULL);
+  memset(saved_installed, 0, sizeof saved_installed);
+  signal_tmp_set = 0;
+}
+
+static void *fill_main(void *arg) {
+  struct Prepared *o = arg;
+  static const uint8_t zeros[1 << 20];
+  while (o->filled < o->hint && !atomic_load_explicit(&o->stop, memory_order_relaxed)) {
+    size_t k = o->hint - o->filled < sizeof zeros ? (size_t)(o->hint - o->filled) : sizeof zeros;
+    ssize_t w = pwrite(o->fd, zeros, k, (off_t)o->filled);
+    if (w <= 0) break; /* (EINTR or a full disk: the writer finds out for itself) */
+    o->filled += (uint64_t)w;
+  }
+  return NULL;
+}
+
+void apx_plan_prepare_output(const char *path, uint64_t size_hint) {
+  apx_plan_cancel_output();
+  if (!path || !size_hint || apx_exists_not_regular(path)) return;
+  struct Prepared *o = &prepared;
+  o->path = strdup(path);
+  if (!o->path || asprintf(&o->tmp_path, "%s.tmp.%ld", path, (long)getpid()) < 0) {
+    free(o->path);
+    o->path = o->tmp_path = NULL;
+    return;
+  }
+  o->fd = open(o->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (o->fd < 0) { /* the writer says why when it tries */
+    apx_plan_cancel_output();
+    return;
+  }
+  cleanup_on_signals(o->tmp_path);
+  o->hint = size_hint;
+  o->filled = 0;
+  atomic_store(&o->stop, 0);
+  o->started = pthread_create(&o->thread, NULL, fill_main, o) == 0;
+}
+
+/* Stops and joins the filling. */
+static void prepared_stop(struct Prepared *o) {
+  atomic_store(&o->stop, 1);
+  if (o->started) pthread_join(o->thread, NULL);
+  o->started = 0;
+}
+
+void apx_plan_cancel_output(void) {
+  struct Prepared *o = &prepared;
+  no_cleanup_on_signals(); /* (kept through a write that took the file: renamed, or removed) */
+  if (!o->path) return;
+  prepared_stop(o);
+  if (o->fd >= 0) {
+    close(o->fd);
+    unlink(o->tmp_path);
+  }
+  free(o->path);
+  free(o->tmp_path);
+  o->path = o->tmp_path = NULL;
+  o->fd = -1;
+}
+
+/* The prepared file for path, taken over by the writer (its zero-filled length in *filled),
+ * or -1 (none prepared for path: the writer opens its own). */
+static int take_prepared(const char *path, char **tmp_path, uint64_t *filled) {
+  struct Prepared *o = &prepared;
+  if (!o->path || strcmp(o->path, path)) return -1;
+  prepared_stop(o);
+  int fd = o->fd;
+  *tmp_path = o->tmp_path;
+  *filled = o->filled;
+  free(o->path);
+  o->path = o->tmp_path = NULL;
+  o->fd = -1;
+  return fd;
+}
+
 typedef struct Sink {
   int fd;
   uint64_t pos; /* file offset of buf[0] */
@@ -63,6 +185,8 @@ typedef struct Sink {
   size_t n;
   uint32_t crc; /* of everything put, from file offset APX_PLAN_HEADER_BYTES */
   int err;      /* errno of the first failed write, 0 */
+  uint64_t filled; /* the file's first bytes, zeros already (a prepared file): a hole there
+                      is punched, not skipped */
 } Sink;
 
 static int block_is_zero(const uint8_t *p) {
@@ -89,8 +213,17 @@ static void pwrite_all(Sink *s, const uint8_t *p, size_t n, uint64_t off) {
   }
 }
 
+/* n bytes of zeros at file offset off left unwritten: a hole, the final ftruncate sizes the
+ * file; where a prepared file holds zeros already, the hole is punched (best effort: the
+ * bytes read as zeros either way). */
+static void hole(Sink *s, uint64_t off, uint64_t n) {
+  if (off >= s->filled) return;
+  if (n > s->filled - off) n = s->filled - off;
+  fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)n);
+}
+
 /* n bytes at file offset s->pos (then advanced): whole 64 KiB blocks of zeros are skipped
- * (holes; the final ftruncate sizes the file), the rest written in as few calls as runs. */
+ * (holes), the rest written in as few calls as runs. */
 static void write_sparse(Sink *s, const uint8_t *p, size_t n) {
   uint64_t off = s->pos;
   size_t run = 0, i = 0;
@@ -99,6 +232,7 @@ static void write_sparse(Sink *s, const uint8_t *p, size_t n) {
     if (e > n) e = n;
     if (e - i == HOLE_BYTES && block_is_zero(p + i)) {
       if (i > run) pwrite_all(s, p + run, i - run, off + run);
+      hole(s, off + i, HOLE_BYTES);
       run = e;
     }
     i = e;
@@ -137,7 +271,8 @@ static void sink_zeros(Sink *s, uint64_t n) {
     } else {
       sink_flush(s);
       s->crc = apx_crc32c(s->crc, zeros, k);
-      s->pos += k; /* hole */
+      hole(s, s->pos, k);
+      s->pos += k;
     }
     n -= k;
   }
@@ -481,18 +616,21 @@ int apx_plan_write_file(const ApxPlan *p, const char *path, ApxDiag *d) {
 int apx_plan_write_file_gated(const ApxPlan *p, const char *path, int (*gate)(void *ctx, ApxDiag *d),
                               void *gate_ctx, ApxDiag *d) {
   char *tmp_path = NULL;
-  if (asprintf(&tmp_path, "%s.tmp.%ld", path, (long)getpid()) < 0)
+  uint64_t filled = 0;
+  int fd0 = take_prepared(path, &tmp_path, &filled);
+  if (fd0 < 0 && asprintf(&tmp_path, "%s.tmp.%ld", path, (long)getpid()) < 0)
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", path);
   int32_t n = 0;
   Range *ord = data_ranges(p, &n);
-  Sink s = {.fd = -1, .pos = APX_PLAN_HEADER_BYTES, .buf = malloc(STAGE_BYTES), .n = 0, .crc = 0, .err = 0};
+  Sink s = {.fd = fd0, .pos = APX_PLAN_HEADER_BYTES, .buf = malloc(STAGE_BYTES), .n = 0, .crc = 0, .err = 0,
+            .filled = filled};
   int rc = -1;
   const char *what = "write failed";
   if (!ord || !s.buf) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory writing the plan", path);
     goto out;
   }
-  s.fd = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (s.fd < 0) s.fd = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (s.fd < 0) {
     what = "cannot create the plan file";
     goto io_error;
