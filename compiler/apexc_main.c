@@ -147,11 +147,15 @@ static int run(const ApxOptions *opts, const ApxCliArgs *args) {
   d.quiet = o.quiet;
   ApxGraph g;
   /* the plan file's pages are made while the compile runs (plan/plan_write.h); the model's
-   * size is the hint: a plan holds its weights once and a little more */
+   * size is the hint (a plan holds its weights once and a little more), at most 2 GiB (on a
+   * disk, zeros the kernel began writing back before the plan overwrote them would cost more
+   * than they save) */
   struct stat st;
   if (a.write_plan && o.model_path && o.output_path && stat(o.model_path, &st) == 0 &&
-      S_ISREG(st.st_mode))
-    apx_plan_prepare_output(o.output_path, (uint64_t)st.st_size);
+      S_ISREG(st.st_mode)) {
+    uint64_t hint = (uint64_t)st.st_size, most = (uint64_t)2 << 30;
+    apx_plan_prepare_output(o.output_path, hint < most ? hint : most);
+  }
   int rc = apx_compile_file_inspected(&g, &o, apx_inspect_write, &d);
   /* fusion happens after --explain's rows are written: its section is appended */
   if (rc == 0 && o.explain == 1) rc = apx_explain_fusion_emit(&g, &o, &d);
