@@ -258,16 +258,14 @@ int apx_plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag
         goto out;
       }
     }
-    if (info->attrs_size && !n->typed) {
-      rc = apx_node_error(d, g, id, "internal error: no attribute struct");
-      goto out;
-    }
+    const void *attrs = n->typed; /* (none: zeroed, as apx_plan_set_kernel makes it) */
+    if (!attrs && info->attrs_size && !(attrs = apx_arena_alloc(A, info->attrs_size))) goto oom;
     ApxPlanKernel *kn = &plan->kernels[t];
     kn->op = n->op;
     kn->node = n->name ? n->name : "";
     kn->section = n->section;
     kn->compute = n->compute;
-    kn->attrs = n->typed ? n->typed : no_attrs; /* (an op without attributes) */
+    kn->attrs = attrs ? attrs : no_attrs; /* (an op without attributes) */
     kn->n_in = n->n_in;
     kn->n_out = n->n_out;
     kn->in = in;
