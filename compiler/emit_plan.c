@@ -77,11 +77,11 @@ static void model_unmap(ModelFile *mf) {
  * `apexrun --export-onnx` can write it back with the trained weights; initializers the plan
  * holds are stripped from it (plan/model_blob.h). An unreadable file embeds nothing (export
  * then says so). Needs the plan's buffers; the blob is in the plan's arena. */
-static int embed_model(ApxPlan *plan, const ModelFile *mf) {
+static int embed_model(ApxPlan *plan, const ModelFile *mf, const ApxBlobLookup *by) {
   if (!mf->map) return 0;
   const void *blob;
   size_t blob_len;
-  if (apx_model_blob_strip(plan, mf->map, mf->len, &plan->arena, &blob, &blob_len)) return -1;
+  if (apx_model_blob_strip_by(plan, by, mf->map, mf->len, &plan->arena, &blob, &blob_len)) return -1;
   if (blob == mf->map && !(blob = apx_arena_memdup(&plan->arena, mf->map, mf->len))) return -1;
   return apx_plan_add_blob(plan, APX_PLAN_BLOB_MODEL, blob, blob_len);
 }
@@ -151,6 +151,20 @@ static int derive_half_params(const ApxGraph *g, ApxPlan *plan, const int32_t *b
   return rc;
 }
 
+/* The strip's lookups answered from the graph (model_blob.h ApxBlobLookup): a buffer's name is
+ * its value's, unique in the graph, so the graph's name table finds it and the plan's index
+ * is not needed. */
+typedef struct GraphLookup {
+  const ApxGraph *g;
+  const int32_t *buf_of; /* [n_vals] */
+} GraphLookup;
+
+static int32_t graph_find_buffer(void *ctx, const char *name) {
+  const GraphLookup *L = ctx;
+  int v = apx_graph_find_value(L->g, name);
+  return v >= 0 ? L->buf_of[v] : -1;
+}
+
 /* A runtime value the memory plan gave no place (checked when the buffers are made, and for
  * the arena values again once a background packing settled). */
 static int no_memory_place(ApxDiag *d, const ApxGraph *g, int v) {
@@ -162,7 +176,9 @@ static const char *base_name(const char *p) {
   return s ? s + 1 : (p ? p : "");
 }
 
-int apx_plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag *d) {
+/* index: build the plan's lookup index at the end (for a caller that looks buffers up in the
+ * plan; not needed to write it) */
+static int plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, int index, ApxDiag *d) {
   static const uint64_t no_attrs[1];
   ApxOptions defaults;
   if (!o) {
@@ -351,7 +367,9 @@ int apx_plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag
   }
   plan->loss = g->loss >= 0 && g->loss < g->n_vals ? buf_of[g->loss] : -1;
 
-  if (o->training && (apx_plan_index(plan) || embed_model(plan, &mf))) goto oom;
+  GraphLookup lookup = {g, buf_of};
+  ApxBlobLookup by = {graph_find_buffer, &lookup};
+  if (o->training && embed_model(plan, &mf, &by)) goto oom;
   plan->model_crc32c = mf.map ? model_crc(&mf) : 0; /* after the walk over it (embed_model) */
   model_unmap(&mf);
   apx_plan_layout_data(plan);
@@ -376,6 +394,7 @@ int apx_plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag
     d->code = APX_EXIT_RUNTIME;
     return -1;
   }
+  if (index) apx_plan_index(plan); /* (out of memory: lookups scan instead) */
   return 0;
 oom:
   rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory building the plan", g->file);
@@ -384,13 +403,17 @@ out:
   return rc;
 }
 
+int apx_plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag *d) {
+  return plan_from_graph(g, o, plan, 1, d);
+}
+
 int apx_emit_plan_file(ApxGraph *g, const ApxOptions *o, const char *path, ApxDiag *d) {
   ApxPlan plan;
   apx_plan_init(&plan);
   ApxStageClock clock; /* --time-passes: building the plan, then writing the file */
   apx_stage_begin(&clock, o);
   int pending = g->settle_fn != NULL;
-  int rc = apx_plan_from_graph(g, o, &plan, d);
+  int rc = plan_from_graph(g, o, &plan, 0, d); /* written, then freed: no lookups */
   if (!rc) apx_stage_end(&clock, "emit_plan");
   if (!rc && pending)
     apx_stage_aside(o, "memplan_pack", "emit_plan", g->background_s, g->background_cpu_s);

@@ -30,12 +30,14 @@ extern "C" {
 #endif
 
 /* plan must be freshly apx_plan_init()ed; o may be NULL (defaults). Returns 0 or -1 with the
- * error in d (a node or value named). The plan is validated. The graph is read only, except
+ * error in d (a node or value named). The plan is validated and indexed for lookups
+ * (apx_plan_find_buffer). The graph is read only, except
  * that a memory packing still running for it (ApxOptions.memplan_background) is settled
  * (apx_graph_settle) once the parts of the plan that need no arena offset are built. */
 int apx_plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag *d);
 
-/* apx_plan_from_graph + apx_plan_write (atomic) to path. */
+/* apx_plan_from_graph + apx_plan_write (atomic) to path. The plan is not indexed (nothing
+ * looks it up; the embedded model's strip finds its buffers through the graph's names). */
 int apx_emit_plan_file(ApxGraph *g, const ApxOptions *o, const char *path, ApxDiag *d);
 
 #ifdef __cplusplus

@@ -231,30 +231,35 @@ static int fold_node(Folder *F, int node, FoldNeed need) {
  * compile-time op is an operand, not a weight (an exporter's Dropout ratio, Range bounds):
  * it becomes CONST so that it is read as a constant and never trained. */
 static int params_to_consts(ApxGraph *g, ApxDiag *d) {
-  ApxUses u;
-  if (apx_uses_build(g, &u)) {
-    apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory building use lists", g->file);
+  /* one walk over the live nodes' inputs, a mark per value (no use lists): USED, and
+   * AS_WEIGHT for a use that is neither a static slot nor a compile-time op's input */
+  enum { USED = 1, AS_WEIGHT = 2 };
+  uint8_t *mark = calloc((size_t)g->n_vals + 1, 1);
+  if (!mark) {
+    apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory marking the parameters' uses", g->file);
     return -1;
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ApxNode *n = &g->nodes[i];
+    if (n->flags & APX_NODEF_DEAD) continue;
+    const ApxOpInfo *info = apx_op_info(n->op);
+    int fold_input = (info->flags & APX_OPF_FOLD) && n->op != APX_OP_Shape;
+    for (int k = 0; k < n->n_in; k++) {
+      int v = n->in[k];
+      if (v < 0 || v >= g->n_vals) continue;
+      int operand = fold_input || (k < 32 && ((info->static_inputs >> k) & 1));
+      mark[v] |= (uint8_t)(USED | (operand ? 0 : AS_WEIGHT));
+    }
   }
   int changed = 0;
   for (int v = 0; v < g->n_vals; v++) {
     ApxValue *val = &g->vals[v];
-    if (val->kind != APX_VAL_PARAM || (val->flags & APX_VALF_GRAPH_OUTPUT) || !apx_uses_count(&u, v))
+    if (val->kind != APX_VAL_PARAM || (val->flags & APX_VALF_GRAPH_OUTPUT) || mark[v] != USED)
       continue;
-    int operand_only = 1;
-    for (int j = u.use_start[v]; j < u.use_start[v + 1] && operand_only; j++) {
-      const ApxNode *n = &g->nodes[u.use_node[j]];
-      const ApxOpInfo *info = apx_op_info(n->op);
-      int slot = u.use_slot[j];
-      operand_only = ((info->flags & APX_OPF_FOLD) && n->op != APX_OP_Shape) ||
-                     (slot < 32 && ((info->static_inputs >> slot) & 1));
-    }
-    if (operand_only) {
-      val->kind = APX_VAL_CONST;
-      changed = 1;
-    }
+    val->kind = APX_VAL_CONST;
+    changed = 1;
   }
-  apx_uses_free(&u);
+  free(mark);
   return changed;
 }
 

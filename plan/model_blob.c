@@ -8,6 +8,13 @@
 
 #include "onnx.pb-c.h"
 
+/* Where an initializer's buffer is found: the caller's lookup (apx_model_blob_strip_by),
+ * else the plan's own index. */
+typedef struct Lookup {
+  const ApxPlan *p;
+  const ApxBlobLookup *by; /* NULL: apx_plan_find_buffer */
+} Lookup;
+
 /* The source buffer of initializer buffer id (apx_model_blob_source), -1. */
 static int32_t source_of(const ApxPlan *p, int32_t id) {
   if (id < 0) return -1;
@@ -25,26 +32,28 @@ int32_t apx_model_blob_source(const ApxPlan *p, const char *name) {
 }
 
 /* 1 when an initializer (name, data type, element count n, external data or not) can be
- * rebuilt from the plan exactly or is replaced by a trained value. One name lookup. */
-static int restorable_as(const ApxPlan *p, const char *name, int32_t data_type, int64_t n,
+ * rebuilt from the plan exactly or is replaced by a trained value. One name lookup. A PARAM
+ * or STATE of n elements: export writes its trained value (from its fp32 master when it has
+ * one, of the same shape); a CONST: its initial bytes, when they are the initializer's. */
+static int restorable_as(const Lookup *k, const char *name, int32_t data_type, int64_t n,
                          int external) {
   if (!name || external) return 0;
-  int32_t id = apx_plan_find_buffer(p, name);
-  int32_t src = source_of(p, id);
-  if (src < 0) return 0;
-  const ApxPlanBuffer *b = &p->bufs[id];
+  int32_t id = k->by ? k->by->find(k->by->ctx, name) : apx_plan_find_buffer(k->p, name);
+  if (id < 0) return 0;
+  const ApxPlanBuffer *b = &k->p->bufs[id];
   size_t es = apx_dtype_size((ApxDType)data_type);
   if (!es || n <= 0) return 0;
   if (b->kind == APX_VAL_CONST)
-    return (ApxDType)data_type == b->dtype && (uint64_t)b->data_len == (uint64_t)n * es;
-  const ApxPlanBuffer *s = &p->bufs[src];
-  return apx_dtype_is_float((ApxDType)data_type) && s->bytes == n * (int64_t)apx_dtype_size(s->dtype);
+    return b->data && b->data_len && (ApxDType)data_type == b->dtype &&
+           (uint64_t)b->data_len == (uint64_t)n * es;
+  return (b->kind == APX_VAL_PARAM || b->kind == APX_VAL_STATE) &&
+         apx_dtype_is_float((ApxDType)data_type) && b->bytes == n * (int64_t)apx_dtype_size(b->dtype);
 }
 
-static int restorable(const ApxPlan *p, const Onnx__TensorProto *t) {
+static int restorable(const Lookup *k, const Onnx__TensorProto *t) {
   int64_t n = 1;
   for (size_t i = 0; i < t->n_dims; i++) n *= t->dims[i];
-  return restorable_as(p, t->name, t->data_type, n,
+  return restorable_as(k, t->name, t->data_type, n,
                        t->has_data_location &&
                            t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL);
 }
@@ -144,7 +153,7 @@ static int is_data_field(uint64_t num) {
 
 /* A TensorProto (model bytes [b, e)) into o: whole, or without its data fields when the
  * plan restores it (*stripped incremented). -1 when it does not parse. */
-static int strip_tensor(const ApxPlan *p, const uint8_t *m, size_t b, size_t e, Out *o,
+static int strip_tensor(const Lookup *k, const uint8_t *m, size_t b, size_t e, Out *o,
                         size_t *stripped) {
   Wire w = {m, e, b};
   Field f;
@@ -177,7 +186,7 @@ static int strip_tensor(const ApxPlan *p, const uint8_t *m, size_t b, size_t e, 
       if (n < 0) n = -1;
     }
   }
-  if (!has_name || n < 0 || !restorable_as(p, name, data_type, n, external)) {
+  if (!has_name || n < 0 || !restorable_as(k, name, data_type, n, external)) {
     o_bytes(o, m + b, e - b);
     return 0;
   }
@@ -189,13 +198,13 @@ static int strip_tensor(const ApxPlan *p, const uint8_t *m, size_t b, size_t e, 
   return 0;
 }
 
-typedef int (*StripFn)(const ApxPlan *p, const uint8_t *m, size_t b, size_t e, Out *o,
+typedef int (*StripFn)(const Lookup *k, const uint8_t *m, size_t b, size_t e, Out *o,
                        size_t *stripped);
 
 /* A message (model bytes [b, e)): every field copied, except that each field `num` (a
  * submessage) goes through sub, written once after a 10-byte slot for its length, which is
  * then filled and the bytes moved up to it. */
-static int strip_message(const ApxPlan *p, const uint8_t *m, size_t b, size_t e, Out *o,
+static int strip_message(const Lookup *k, const uint8_t *m, size_t b, size_t e, Out *o,
                          size_t *stripped, uint64_t num, StripFn sub) {
   Wire w = {m, e, b};
   Field f;
@@ -208,46 +217,52 @@ static int strip_message(const ApxPlan *p, const uint8_t *m, size_t b, size_t e,
     o_varint(o, (num << 3) | 2);
     size_t at = o->n;
     o->n += 10;
-    if (sub(p, m, f.body, f.end, o, stripped)) return -1;
-    size_t len = o->n - at - 10, k = varint_put(o->p + at, len);
-    memmove(o->p + at + k, o->p + at + 10, len);
-    o->n = at + k + len;
+    if (sub(k, m, f.body, f.end, o, stripped)) return -1;
+    size_t len = o->n - at - 10, kb = varint_put(o->p + at, len);
+    memmove(o->p + at + kb, o->p + at + 10, len);
+    o->n = at + kb + len;
   }
   return 0;
 }
 
 /* GraphProto: initializers (5) through strip_tensor. */
-static int strip_graph(const ApxPlan *p, const uint8_t *m, size_t b, size_t e, Out *o,
+static int strip_graph(const Lookup *k, const uint8_t *m, size_t b, size_t e, Out *o,
                        size_t *stripped) {
-  return strip_message(p, m, b, e, o, stripped, 5, strip_tensor);
+  return strip_message(k, m, b, e, o, stripped, 5, strip_tensor);
 }
 
 /* ModelProto: the graph (7) through strip_graph; -1 when it does not parse. */
-static int strip_model(const ApxPlan *p, const uint8_t *m, size_t len, Out *o, size_t *stripped) {
-  return strip_message(p, m, 0, len, o, stripped, 7, strip_graph);
+static int strip_model(const Lookup *k, const uint8_t *m, size_t len, Out *o, size_t *stripped) {
+  return strip_message(k, m, 0, len, o, stripped, 7, strip_graph);
 }
 
 /* The protobuf-c way (unpack, swap in emptied copies, pack): for a model the wire walk does
  * not parse (unpack then decides what it is). */
-static int strip_unpacked(const ApxPlan *p, const void *model, size_t len, ApxArena *A,
+static int strip_unpacked(const Lookup *k, const void *model, size_t len, ApxArena *A,
                           const void **out, size_t *out_len);
 
 int apx_model_blob_strip(const ApxPlan *p, const void *model, size_t len, ApxArena *A,
                          const void **out, size_t *out_len) {
+  return apx_model_blob_strip_by(p, NULL, model, len, A, out, out_len);
+}
+
+int apx_model_blob_strip_by(const ApxPlan *plan, const ApxBlobLookup *by, const void *model,
+                            size_t len, ApxArena *A, const void **out, size_t *out_len) {
+  Lookup lk = {plan, by}, *k = &lk;
   *out = model;
   *out_len = len;
   /* room: the model, and 9 bytes per open submessage (two levels) for the length slots */
   Out o = {apx_arena_alloc_raw(A, len + 32), 0};
   if (!o.p) return -1;
   size_t stripped = 0;
-  if (strip_model(p, model, len, &o, &stripped)) return strip_unpacked(p, model, len, A, out, out_len);
+  if (strip_model(k, model, len, &o, &stripped)) return strip_unpacked(k, model, len, A, out, out_len);
   if (!stripped) return 0;
   *out = o.p;
   *out_len = o.n;
   return 0;
 }
 
-static int strip_unpacked(const ApxPlan *p, const void *model, size_t len, ApxArena *A,
+static int strip_unpacked(const Lookup *k, const void *model, size_t len, ApxArena *A,
                           const void **out, size_t *out_len) {
   *out = model;
   *out_len = len;
@@ -269,7 +284,7 @@ static int strip_unpacked(const ApxPlan *p, const void *model, size_t len, ApxAr
   for (size_t i = 0; i < g->n_initializer; i++) {
     Onnx__TensorProto *t = g->initializer[i];
     orig[i] = t;
-    if (!restorable(p, t)) continue;
+    if (!restorable(k, t)) continue;
     Onnx__TensorProto *c = &copies[i];
     *c = *t;
     c->has_raw_data = 0;

@@ -25,6 +25,18 @@ extern "C" {
 int apx_model_blob_strip(const ApxPlan *p, const void *model, size_t len, ApxArena *A,
                          const void **out, size_t *out_len);
 
+/* How apx_model_blob_strip_by finds initializer name's plan buffer: find(ctx, name) gives
+ * its id or -1, the answer apx_plan_find_buffer gives; a caller that knows it without the
+ * plan's index (apexc, from its graph's name table) need not build the index. */
+typedef struct ApxBlobLookup {
+  int32_t (*find)(void *ctx, const char *name);
+  void *ctx;
+} ApxBlobLookup;
+
+/* apx_model_blob_strip with the lookups of by (NULL: the plan's index). */
+int apx_model_blob_strip_by(const ApxPlan *p, const ApxBlobLookup *by, const void *model,
+                            size_t len, ApxArena *A, const void **out, size_t *out_len);
+
 /* The plan buffer holding the bytes of stripped-or-trained initializer name: the fp32
  * master of a PARAM when it has one, the PARAM/STATE itself, or a CONST with initial data;
  * -1 when none. */

@@ -460,7 +460,6 @@ int apx_plan_validate(ApxPlan *p, ApxDiag *d) {
     if (bk->dtype != APX_DT_UNDEFINED && !dtype_ok(bk->dtype))
       return bad(d, p, "bucket %d: bad dtype %d", i, (int)bk->dtype);
   }
-  if (!index_valid(p)) apx_plan_index(p); /* out of memory: lookups scan instead */
   return 0;
 }
 
@@ -787,6 +786,7 @@ int apx_plan_read(ApxPlan *p, const char *path, ApxDiag *d) {
     return bad(d, p, "metadata data size %" PRIu64 " differs from header %" PRIu64, p->data_bytes,
                h.data_len);
   if (apx_plan_validate(p, d) || apx_plan_check_kernels(p, d)) return -1;
+  apx_plan_index(p); /* for the runtime's lookups (out of memory: they scan instead) */
   for (int32_t i = 0; i < p->n_bufs; i++)
     if (p->bufs[i].data_len) p->bufs[i].data = mb + h.data_offset + p->bufs[i].data_offset;
   for (int32_t i = 0; i < p->n_blobs; i++) p->blobs[i].data = mb + h.data_offset + p->blobs[i].data_offset;

@@ -187,10 +187,11 @@ typedef struct ApxPlan {
    * order forward, backward, optimizer; set by apx_plan_validate) */
   int32_t sec_begin[3], sec_end[3];
 
-  /* lookup index (apx_plan_index; apx_plan_validate builds it): buffer ids by name in an
-   * open-addressing table of name_cap slots (id, -1 empty, and name hash) and each buffer's
-   * fp32 master, so lookups stay O(1) on plans with 100k buffers. Used only while index_bufs == bufs and
-   * index_n == n_bufs; otherwise the lookups scan. */
+  /* lookup index (apx_plan_index; apx_plan_read and apx_plan_from_graph build it, apexc's
+   * plan writing does not need it): buffer ids by name in an open-addressing table of name_cap
+   * slots (id, -1 empty, and name hash) and each buffer's fp32 master, so lookups stay O(1) on
+   * plans with 100k buffers. Used only while index_bufs == bufs and index_n == n_bufs;
+   * otherwise the lookups scan. */
   int32_t *name_slots;
   uint32_t name_cap;
   int32_t *master_of;      /* [n_bufs] the MASTER buffer whose origin is i, -1 */

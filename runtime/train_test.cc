@@ -43,6 +43,7 @@ extern "C" {
 #include "compiler/emit_plan.h"
 #include "compiler/pipeline.h"
 #include "onnx.pb-c.h"
+#include "plan/model_blob.h"
 #include "runtime/export_onnx.h"
 #include "ir/fileio.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -679,6 +680,49 @@ TEST(Train, ExportedOnnxHoldsTheTrainedFp32Masters) {
   onnx__model_proto__free_unpacked(m, nullptr);
   apx_trainer_free(&t);
   apx_plan_free(&p);
+}
+
+// apexc strips the embedded model with lookups answered from its graph (no plan index is
+// built to write a plan); the blob is byte for byte the one the plan's own index gives, and
+// the weights are out of it.
+TEST(Train, EmbeddedModelIsStrippedAsThePlanIndexWould) {
+  struct Case {
+    const char *model;
+    ApxOptLevel level;
+  } cases[] = {{"mlp", APX_O0}, {"mlp", APX_O2}, {"cnn", APX_O1}, {"transformer", APX_O2},
+               {"transformer", APX_O3}};
+  for (const Case &c : cases) {
+    SCOPED_TRACE(std::string(c.model) + " O" + std::to_string((int)c.level));
+    std::string plan_path = compile(c.model, std::string("strip_") + c.model, c.level);
+    ApxDiag d;
+    apx_diag_init(&d);
+    ApxPlan written;
+    apx_plan_init(&written);
+    ASSERT_EQ(apx_plan_read(&written, plan_path.c_str(), &d), 0) << d.msg;
+    const ApxPlanBlob *blob = apx_plan_find_blob(&written, APX_PLAN_BLOB_MODEL);
+    ASSERT_NE(blob, nullptr);
+
+    std::string src = std::string("examples/") + c.model + "/model.onnx";
+    ApxOptions o;
+    apx_options_init(&o);
+    o.model_path = src.c_str();
+    o.opt_level = c.level;
+    o.quiet = 1;
+    ApxGraph g;
+    ApxPlan indexed;
+    std::string err;
+    ASSERT_TRUE(apx_testing::CompileToPlan(o, &g, &indexed, &d, &err)) << err;
+    std::string model = slurp(src);
+    const void *out = nullptr;
+    size_t out_len = 0;
+    ASSERT_EQ(apx_model_blob_strip(&indexed, model.data(), model.size(), &indexed.arena, &out, &out_len), 0);
+    EXPECT_LT(out_len, model.size() / 2) << "the weights were stripped";
+    ASSERT_EQ(blob->data_len, out_len);
+    EXPECT_EQ(0, memcmp(blob->data, out, out_len));
+    apx_plan_free(&indexed);
+    apx_graph_free(&g);
+    apx_plan_free(&written);
+  }
 }
 
 // Format 2 plans hold each fp16 parameter once (its fp32 master; the half copy is made at
