@@ -505,6 +505,11 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
     goto out;
   }
+  /* the packing reads and writes only the run (never the graph): on a thread it starts as
+   * soon as its classes are made, and the caller goes on (the aliases below, then building
+   * the plan) until apx_graph_settle */
+  if (o && o->memplan_background && pl->n > 0)
+    r->started = pthread_create(&r->thread, NULL, pack_main, r) == 0;
   /* 4a. aliases take their root's region now, and a persistent root's offset; arena
    * offsets come with the packing (memplan_finish) */
   for (int v = 0; v < nv; v++) {
@@ -518,15 +523,10 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   g->peak_live_bytes = peak;
   g->no_reuse_bytes = no_reuse;
   g->persistent_bytes = pers;
-  if (o && o->memplan_background && pl->n > 0) {
-    /* the packing reads and writes only the run: the caller goes on (building the plan)
-     * until apx_graph_settle */
-    r->started = pthread_create(&r->thread, NULL, pack_main, r) == 0;
-    if (r->started) {
-      g->settle_fn = memplan_settle;
-      g->settle_arg = r;
-      return APX_PASS_UNCHANGED;
-    }
+  if (r->started) {
+    g->settle_fn = memplan_settle;
+    g->settle_arg = r;
+    return APX_PASS_UNCHANGED;
   }
   run_pack(r);
   rc = memplan_finish(g, r, d) ? -1 : APX_PASS_UNCHANGED;

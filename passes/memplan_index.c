@@ -540,12 +540,16 @@ static int memo_matches(const ApxPlaceMemo *m, const ApxPlaceSet *s, int64_t y, 
          m->sub == s->sub && m->side == s->side && m->ver == ver;
 }
 
+static int set_fit_root(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size, int64_t *f);
 static int64_t set_fit_walk(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size);
 
-/* set_fit_walk's answer, from the table when the set has not changed since it was asked the
- * same (the same free range and the same work counted) */
+/* set_fit_walk's answer: O(1) from the set's root when it can be (no work counted, nothing
+ * to remember), else from the table when the set has not changed since it was asked the same
+ * (the same free range and the same work counted), else walked */
 static int64_t set_fit(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size) {
   if (x->free_lo[i] <= y && y < x->free_hi[i] && x->free_hi[i] - y >= size) return y;
+  int64_t at;
+  if (set_fit_root(x, i, y, size, &at)) return at;
   const ApxPlaceSet *s = &x->sets[i];
   uint32_t ver = set_ver(x, s);
   ApxPlaceMemo *m = memo_slot(x, s, y, size);
@@ -561,15 +565,11 @@ static int64_t set_fit(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size) {
   return f;
 }
 
-/* Lowest f >= y such that [f, f + size) is free in set i, with the free range [f, hi) it
- * starts (hi: the set's next occupied offset) kept in free_lo/free_hi[i]: the cursor only
- * moves up, so the set is asked again only once the cursor leaves that range. Sub sets and
- * own sets whose every buffer counts skip gaps that are too small through max_gap; own sets
- * that count only the buffers reaching into the query interval step from gap to gap. */
-static int64_t set_fit_walk(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size) {
+/* O(1) from the treap root (1, *f the answer, free_lo/free_hi[i] set), or 0: above the set's
+ * last byte everything is free; a set whose every buffer counts and that has no gap inside is
+ * [first, last). */
+static int set_fit_root(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size, int64_t *f) {
   const ApxPlaceSet *s = &x->sets[i];
-  /* O(1) from the treap root: above the set's last byte everything is free; a set whose
-   * every buffer counts and that has no gap inside is [first, last) */
   int64_t first, last;
   int whole;
   if (s->sub) {
@@ -583,13 +583,26 @@ static int64_t set_fit_walk(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size
     if (y < last) y = last;
     x->free_lo[i] = y;
     x->free_hi[i] = NONE_OFF;
-    return y;
+    *f = y;
+    return 1;
   }
   if (whole) { /* y + size <= first */
     x->free_lo[i] = y;
     x->free_hi[i] = first;
-    return y;
+    *f = y;
+    return 1;
   }
+  return 0;
+}
+
+/* The rest of set_fit (set_fit_root did not answer): the lowest f >= y such that
+ * [f, f + size) is free in set i, with the free range [f, hi) it starts (hi: the set's next
+ * occupied offset) kept in free_lo/free_hi[i]: the cursor only moves up, so the set is asked
+ * again only once the cursor leaves that range. Sub sets and own sets whose every buffer
+ * counts skip gaps that are too small through max_gap; own sets that count only the buffers
+ * reaching into the query interval step from gap to gap. */
+static int64_t set_fit_walk(ApxPlaceIndex *x, int32_t i, int64_t y, int64_t size) {
+  const ApxPlaceSet *s = &x->sets[i];
   if (s->sub || s->side == 0) { /* every buffer counts */
     y = s->sub ? run_fit_from(x->runs, x->sub[s->node], y, size, &x->free_hi[i])
                : own_fit_from(x->items, x->own[s->node], y, size, &x->free_hi[i]);
