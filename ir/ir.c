@@ -1,5 +1,6 @@
 /* ir.c - graph construction, name lookup, topological order, verifier, use lists. */
 #include "ir/ir.h"
+#include "ir/prefault.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -56,19 +57,37 @@ static size_t mapped_bytes(int32_t cap, size_t elem) {
 }
 #endif
 
+#ifndef GROW_MAPPED_OFF
+/* The helper thread of ir/prefault.h maps an array's pages in ahead of its growth: each time
+ * the used bytes cross a PREFAULT_STEP boundary, the next 2 * PREFAULT_STEP bytes (within
+ * the mapping) are hinted, so that a doubled mapping is populated as it fills, not whole. */
+#define PREFAULT_STEP ((size_t)4 << 20)
+
+static void prefault_ahead(void *arr, int32_t cap, int32_t need, size_t elem) {
+  size_t end = (size_t)need * elem;
+  if (need > 1 && (end - elem) / PREFAULT_STEP == end / PREFAULT_STEP) return;
+  size_t lo = end / PREFAULT_STEP * PREFAULT_STEP, hi = lo + 2 * PREFAULT_STEP;
+  size_t mapped = mapped_bytes(cap, elem);
+  if (hi > mapped) hi = mapped;
+  if (lo < hi) apx_prefault_hint((char *)arr + lo, hi - lo);
+}
+#endif
+
 static int grow_mapped(void **arr, int32_t *cap, int32_t need, size_t elem) {
 #ifdef GROW_MAPPED_OFF
   return grow(arr, cap, need, elem);
 #else
-  if (need <= *cap) return 0;
-  int32_t nc = doubled_cap(*cap, need);
-  if (nc < 0) return -1;
-  size_t nb = mapped_bytes(nc, elem);
-  void *p = *arr ? mremap(*arr, mapped_bytes(*cap, elem), nb, MREMAP_MAYMOVE)
-                 : mmap(NULL, nb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return -1;
-  *arr = p;
-  *cap = nc;
+  if (need > *cap) {
+    int32_t nc = doubled_cap(*cap, need);
+    if (nc < 0) return -1;
+    size_t nb = mapped_bytes(nc, elem);
+    void *p = *arr ? mremap(*arr, mapped_bytes(*cap, elem), nb, MREMAP_MAYMOVE)
+                   : mmap(NULL, nb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return -1;
+    *arr = p;
+    *cap = nc;
+  }
+  prefault_ahead(*arr, *cap, need, elem);
   return 0;
 #endif
 }
