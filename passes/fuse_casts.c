@@ -23,15 +23,22 @@ static int writes_any_float(ApxOp op) {
 
 static int rank_of(ApxDType t) { return t == APX_DT_F64 ? 3 : t == APX_DT_F32 ? 2 : apx_dtype_is_half(t) ? 1 : 0; }
 
+/* An inserted Cast that narrows (one rounding from fp32 math either way, so the numbers are
+ * the same) the first output of a pass-made kernel that can round on store: the candidates,
+ * judged without the fusion index (a graph with none builds none) */
+static int is_foldable_cast(const ApxGraph *g, int cast) {
+  if (!fz_is_cast(g, cast)) return 0;
+  const ApxNode *cn = &g->nodes[cast];
+  int v = cn->in[0], y = cn->out[0], p = g->vals[v].producer;
+  if (rank_of(g->vals[y].dtype) >= rank_of(g->vals[v].dtype)) return 0;
+  return fz_live(g, p) && g->nodes[p].onnx_index < 0 && g->nodes[p].n_out >= 1 && g->nodes[p].out[0] == v &&
+         writes_any_float(g->nodes[p].op);
+}
+
 static int try_cast(FzCtx *c, int cast) {
   ApxGraph *g = c->g;
   const ApxNode *cn = &g->nodes[cast];
   int v = cn->in[0], y = cn->out[0], p = g->vals[v].producer;
-  /* narrowing only: one rounding from fp32 math either way, so the numbers are the same */
-  if (rank_of(g->vals[y].dtype) >= rank_of(g->vals[v].dtype)) return 0;
-  if (!fz_live(g, p) || g->nodes[p].onnx_index >= 0 || g->nodes[p].n_out < 1 || g->nodes[p].out[0] != v ||
-      !writes_any_float(g->nodes[p].op))
-    return 0;
   FzFusion f;
   memset(&f, 0, sizeof f);
   f.pattern = "Cast into producer";
@@ -82,5 +89,5 @@ static int try_cast(FzCtx *c, int cast) {
 }
 
 int pass_fuse_casts(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
-  return fz_run(g, o, d, "fuse_casts", fz_is_cast, try_cast);
+  return fz_run(g, o, d, "fuse_casts", is_foldable_cast, try_cast);
 }

@@ -174,7 +174,14 @@ static int try_layernorm(FzCtx *c, int m1) {
   return fz_apply(c, &f);
 }
 
-static int is_reduce_mean(const ApxGraph *g, int node) { return fz_fwd_op(g, node, APX_OP_ReduceMean); }
+/* A forward ReduceMean that can start the pattern (over trailing axes, kept): a graph whose
+ * only ReduceMean is a loss's (keepdims 0, all axes) builds no fusion index for it */
+static int is_reduce_mean(const ApxGraph *g, int node) {
+  if (!fz_fwd_op(g, node, APX_OP_ReduceMean)) return 0;
+  int x = g->nodes[node].n_in > 0 ? g->nodes[node].in[0] : -1;
+  int64_t axis;
+  return x >= 0 && mean_over_tail(g, node, g->vals[x].rank, &axis);
+}
 
 int pass_fuse_layernorm(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   return fz_run(g, o, d, "fuse_layernorm", is_reduce_mean, try_layernorm);
