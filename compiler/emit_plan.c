@@ -205,28 +205,32 @@ static int plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, int 
   if (!buf_of) goto oom;
   int32_t nb = 0;
   for (int v = 0; v < g->n_vals; v++) buf_of[v] = g->vals[v].mem_region != APX_MEM_NONE ? nb++ : -1;
-  if (!apx_plan_alloc_buffers(plan, nb)) goto oom;
+  if (!apx_plan_alloc_buffers_unset(plan, nb)) goto oom;
   for (int v = 0; v < g->n_vals; v++) {
     if (buf_of[v] < 0) continue;
     const ApxValue *val = &g->vals[v];
-    ApxPlanBuffer *b = &plan->bufs[buf_of[v]];
-    b->name = val->name;
-    b->kind = val->kind;
-    b->flags = val->flags & APX_PLAN_BUF_FLAGS;
-    b->dtype = val->dtype;
-    b->rank = val->rank;
-    for (int k = 0; k < val->rank && k < APX_MAX_RANK; k++) b->dims[k] = val->dims[k];
-    b->region = (ApxMemRegion)val->mem_region;
-    b->offset = val->mem_offset; /* an arena value's once the packing settled (below) */
-    b->bytes = apx_value_bytes(val);
-    if ((b->offset < 0 && !(b->region == APX_MEM_ARENA && g->settle_fn)) || b->bytes < 0) {
+    /* each record written once, whole (the table is larger than the caches) */
+    ApxPlanBuffer b = {
+        .name = val->name,
+        .kind = val->kind,
+        .flags = val->flags & APX_PLAN_BUF_FLAGS,
+        .dtype = val->dtype,
+        .rank = val->rank,
+        .region = (ApxMemRegion)val->mem_region,
+        .offset = val->mem_offset, /* an arena value's once the packing settled (below) */
+        .bytes = apx_value_bytes(val),
+        .alias_of = val->mem_alias >= 0 ? buf_of[val->mem_alias] : -1,
+        .origin = val->origin >= 0 ? buf_of[val->origin] : -1,
+        .init_from = -1,
+    };
+    for (int k = 0; k < val->rank && k < APX_MAX_RANK; k++) b.dims[k] = val->dims[k];
+    if ((b.offset < 0 && !(b.region == APX_MEM_ARENA && g->settle_fn)) || b.bytes < 0) {
       rc = no_memory_place(d, g, v);
       goto out;
     }
-    b->alias_of = val->mem_alias >= 0 ? buf_of[val->mem_alias] : -1;
-    b->origin = val->origin >= 0 ? buf_of[val->origin] : -1;
-    if (val->mem_alias < 0 && val->mem_region == APX_MEM_PERSISTENT && val->data && b->bytes > 0)
-      b->data = val->data;
+    if (val->mem_alias < 0 && val->mem_region == APX_MEM_PERSISTENT && val->data && b.bytes > 0)
+      b.data = val->data;
+    plan->bufs[buf_of[v]] = b;
   }
 
   if (derive_half_params(g, plan, buf_of, d)) goto out;

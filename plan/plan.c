@@ -74,6 +74,14 @@ ApxPlanBuffer *apx_plan_alloc_buffers(ApxPlan *p, int32_t n) {
   return b;
 }
 
+ApxPlanBuffer *apx_plan_alloc_buffers_unset(ApxPlan *p, int32_t n) {
+  ApxPlanBuffer *b = apx_arena_alloc_raw(&p->arena, (size_t)(n > 0 ? n : 1) * sizeof *b);
+  if (!b) return NULL;
+  p->bufs = b;
+  p->n_bufs = n;
+  return b;
+}
+
 ApxPlanKernel *apx_plan_alloc_kernels(ApxPlan *p, int32_t n) {
   ApxPlanKernel *k = apx_arena_alloc(&p->arena, (size_t)(n > 0 ? n : 1) * sizeof *k);
   if (!k) return NULL;

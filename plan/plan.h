@@ -209,6 +209,9 @@ void apx_plan_free(ApxPlan *p);
 /* Builder helpers (emit_plan, tests): arrays allocated zeroed in p->arena; ids set to -1
  * where -1 means none. Return NULL when out of memory. */
 ApxPlanBuffer *apx_plan_alloc_buffers(ApxPlan *p, int32_t n);
+/* As apx_plan_alloc_buffers with the records left unset: the caller writes each one whole
+ * (emit_plan: 533k records, 77 MB, on the 100k-node chain, written once instead of thrice). */
+ApxPlanBuffer *apx_plan_alloc_buffers_unset(ApxPlan *p, int32_t n);
 ApxPlanKernel *apx_plan_alloc_kernels(ApxPlan *p, int32_t n);
 /* Sets kernel k's op, node name, in/out lists (copied) and attrs (copied; NULL = zeroed). */
 int apx_plan_set_kernel(ApxPlan *p, int32_t k, ApxOp op, const char *node, ApxSection sec,
