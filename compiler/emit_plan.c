@@ -157,11 +157,19 @@ static int derive_half_params(const ApxGraph *g, ApxPlan *plan, const int32_t *b
 typedef struct GraphLookup {
   const ApxGraph *g;
   const int32_t *buf_of; /* [n_vals] */
+  int last;              /* the value the previous lookup found, -1 */
 } GraphLookup;
 
+/* The strip asks for the model's initializers in file order, and the loader made their
+ * values in that order: the value after the previous answer is tried first (its record and
+ * name are next in memory), then the name table (a cache miss or two per name on a large
+ * graph). */
 static int32_t graph_find_buffer(void *ctx, const char *name) {
-  const GraphLookup *L = ctx;
-  int v = apx_graph_find_value(L->g, name);
+  GraphLookup *L = ctx;
+  int v = L->last + 1;
+  if (!(v > 0 && v < L->g->n_vals && strcmp(L->g->vals[v].name, name) == 0))
+    v = apx_graph_find_value(L->g, name);
+  if (v >= 0) L->last = v;
   return v >= 0 ? L->buf_of[v] : -1;
 }
 
@@ -371,7 +379,7 @@ static int plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, int 
   }
   plan->loss = g->loss >= 0 && g->loss < g->n_vals ? buf_of[g->loss] : -1;
 
-  GraphLookup lookup = {g, buf_of};
+  GraphLookup lookup = {g, buf_of, -1};
   ApxBlobLookup by = {graph_find_buffer, &lookup};
   if (o->training && embed_model(plan, &mf, &by)) goto oom;
   plan->model_crc32c = mf.map ? model_crc(&mf) : 0; /* after the walk over it (embed_model) */
