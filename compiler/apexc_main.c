@@ -1,5 +1,6 @@
 /* apexc_main.c - the apexc command: parse, compile, then print/write what was asked.
  * Exit codes (DESIGN.md 13): 0 success, 1 runtime failure, 2 bad usage or bad input. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #ifdef __GLIBC__
@@ -100,6 +101,16 @@ static int dump_plan(const char *path) {
 
 static int run(const ApxOptions *opts, const ApxCliArgs *args);
 
+/* OpenBLAS built with pthreads starts its worker threads as it loads, and they spin in
+ * sched_yield ~0.1 s waiting for work: the second core, which the compile's helper threads use,
+ * is taken while the model loads. apexc calls BLAS only to fold constants; the workers are
+ * stopped as OpenBLAS stops them before a fork (blas_thread_shutdown_, its atfork handler)
+ * and come back on its next threaded call. Another BLAS, or one without the symbol: nothing. */
+static void stop_blas_workers(void) {
+  void (*shutdown)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "blas_thread_shutdown_");
+  if (shutdown) shutdown();
+}
+
 int main(int argc, char **argv) {
 #ifdef __GLIBC__
   /* One compile allocates and frees many graph-sized arrays (use lists, orders, planner
@@ -113,6 +124,7 @@ int main(int argc, char **argv) {
   mallopt(M_TOP_PAD, 64 << 20);
 #endif
   apx_prefault_start();
+  stop_blas_workers();
   ApxOptions o;
   ApxCliArgs a;
   char err[1024];
