@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -103,8 +104,14 @@ int apx_prefault_start(void) {
     pf.heap_done = (uintptr_t)sbrk(0);
     pf.stopping = 0;
     pf.head = pf.tail = 0;
+    /* the helper takes no signals: one it took would wait for its idle-priority turn
+     * (apexc's handler for SIGINT/SIGTERM/SIGHUP removes the temporary plan) */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     if (pthread_create(&pf.thread, NULL, prefault_main, NULL) == 0) pf.running = 1;
     else rc = -1;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
   }
   pthread_mutex_unlock(&pf.mu);
   return rc;

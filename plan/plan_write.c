@@ -129,12 +129,14 @@ void apx_plan_prepare_output(const char *path, uint64_t size_hint) {
     o->path = o->tmp_path = NULL;
     return;
   }
+  /* the handler before the file: a signal right after the file appears (a script that waits
+   * for it, then stops the compile) still finds it removed */
+  cleanup_on_signals(o->tmp_path);
   o->fd = open(o->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (o->fd < 0) { /* the writer says why when it tries */
     apx_plan_cancel_output();
     return;
   }
-  cleanup_on_signals(o->tmp_path);
   o->hint = size_hint;
   o->filled = 0;
   atomic_store(&o->stop, 0);
