@@ -385,8 +385,19 @@ static int plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, int 
   plan->model_crc32c = mf.map ? model_crc(&mf) : 0; /* after the walk over it (embed_model) */
   model_unmap(&mf);
   apx_plan_layout_data(plan);
-  /* the arena offsets: the packing ran beside everything above (passes/memplan.h) */
-  if (g->settle_fn) {
+  /* the arena offsets: the packing ran beside everything above (passes/memplan.h); what
+   * they do not change is checked while it runs (the main thread waits for it otherwise) */
+  const char *saved = plan->path;
+  int split = g->settle_fn != NULL;
+  if (split) {
+    plan->path = g->file;
+    rc = apx_plan_validate_unplaced(plan, d);
+    plan->path = saved;
+    if (rc) {
+      d->code = APX_EXIT_RUNTIME; /* an invalid plan from a valid graph is our bug */
+      return -1;
+    }
+    rc = -1;
     if (apx_graph_settle(g, d)) goto out;
     for (int v = 0; v < g->n_vals; v++) {
       if (buf_of[v] < 0 || g->vals[v].mem_region != APX_MEM_ARENA) continue;
@@ -397,9 +408,8 @@ static int plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, int 
     }
   }
   plan->mem.arena_bytes = g->arena_bytes;
-  const char *saved = plan->path;
   plan->path = g->file;
-  rc = apx_plan_validate(plan, d);
+  rc = split ? apx_plan_validate_placed(plan, d) : apx_plan_validate(plan, d);
   plan->path = saved;
   if (rc) {
     /* an invalid plan from a valid graph is our bug, not the user's input */

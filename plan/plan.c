@@ -290,8 +290,15 @@ static int bad(ApxDiag *d, const ApxPlan *p, const char *fmt, ...) {
 
 static int dtype_ok(int32_t t) { return apx_dtype_is_supported(t) && apx_dtype_size((ApxDType)t) > 0; }
 
-static int check_buffer(const ApxPlan *p, int32_t i, ApxDiag *d) {
+/* The parts of a plan's check (apx_plan_validate_parts): everything an arena offset does not
+ * change, and the arena placement (offsets, aliases' ranges, the arena's size). */
+enum { PART_UNPLACED = 1, PART_PLACED = 2 };
+
+static int check_buffer_place(const ApxPlan *p, int32_t i, ApxDiag *d);
+
+static int check_buffer(const ApxPlan *p, int32_t i, int parts, ApxDiag *d) {
   const ApxPlanBuffer *b = &p->bufs[i];
+  if (!(parts & PART_UNPLACED)) return check_buffer_place(p, i, d);
   if (!b->name || !b->name[0]) return bad(d, p, "buffer %d has no name", i);
   if ((int)b->kind < APX_VAL_ACTIVATION || (int)b->kind > APX_VAL_STATE)
     return bad(d, p, "buffer %d ('%s'): unknown kind %d", i, b->name, (int)b->kind);
@@ -311,29 +318,14 @@ static int check_buffer(const ApxPlan *p, int32_t i, ApxDiag *d) {
   if (b->bytes != numel * (int64_t)apx_dtype_size(b->dtype))
     return bad(d, p, "buffer %d ('%s'): %" PRId64 " bytes, shape and dtype give %" PRId64, i,
                b->name, b->bytes, numel * (int64_t)apx_dtype_size(b->dtype));
-  int64_t cap;
-  if (b->region == APX_MEM_ARENA)
-    cap = p->mem.arena_bytes;
-  else if (b->region == APX_MEM_PERSISTENT)
-    cap = p->mem.persistent_bytes;
-  else
+  if (b->region != APX_MEM_ARENA && b->region != APX_MEM_PERSISTENT)
     return bad(d, p, "buffer %d ('%s'): no memory region", i, b->name);
-  if (b->offset < 0 || b->offset > cap || b->bytes > cap - b->offset)
-    return bad(d, p, "buffer %d ('%s'): bytes [%" PRId64 ", +%" PRId64 ") outside the %s (%" PRId64
-               " bytes)", i, b->name, b->offset, b->bytes, apx_plan_region_name(b->region), cap);
-  if (b->offset % (int64_t)apx_dtype_size(b->dtype))
-    return bad(d, p, "buffer %d ('%s'): offset %" PRId64 " misaligned", i, b->name, b->offset);
-  if (b->alias_of != -1) {
-    if (b->alias_of < 0 || b->alias_of >= p->n_bufs || b->alias_of == i)
-      return bad(d, p, "buffer %d ('%s'): alias_of %d out of range", i, b->name, b->alias_of);
-    const ApxPlanBuffer *t = &p->bufs[b->alias_of];
-    int64_t b_end, t_end; /* overflow-checked: t may come later and is not validated yet */
-    if (t->region != b->region || b->offset < t->offset ||
-        __builtin_add_overflow(b->offset, b->bytes, &b_end) ||
-        __builtin_add_overflow(t->offset, t->bytes, &t_end) || b_end > t_end)
-      return bad(d, p, "buffer %d ('%s'): not inside the buffer it aliases ('%s')", i, b->name,
-                 t->name);
-  }
+  if (b->alias_of != -1 && (b->alias_of < 0 || b->alias_of >= p->n_bufs || b->alias_of == i))
+    return bad(d, p, "buffer %d ('%s'): alias_of %d out of range", i, b->name, b->alias_of);
+  /* the placement of a persistent buffer is known with the rest; an arena one's once the
+   * packing settled (checked in the second part) */
+  if (((parts & PART_PLACED) || b->region == APX_MEM_PERSISTENT) && check_buffer_place(p, i, d))
+    return -1;
   if (b->origin < -1 || b->origin >= p->n_bufs)
     return bad(d, p, "buffer %d ('%s'): origin %d out of range", i, b->name, b->origin);
   if (b->init_from != -1) { /* format 2: initial bytes converted from another buffer's */
@@ -359,6 +351,28 @@ static int check_buffer(const ApxPlan *p, int32_t i, ApxDiag *d) {
       return bad(d, p, "buffer %d ('%s'): data range [%" PRIu64 ", +%" PRIu64
                  ") outside the data section (%" PRIu64 " bytes)",
                  i, b->name, b->data_offset, b->data_len, p->data_bytes);
+  }
+  return 0;
+}
+
+/* Buffer i's bytes inside its region and, for an alias, inside the buffer it aliases (its
+ * region and alias_of are checked already). */
+static int check_buffer_place(const ApxPlan *p, int32_t i, ApxDiag *d) {
+  const ApxPlanBuffer *b = &p->bufs[i];
+  int64_t cap = b->region == APX_MEM_ARENA ? p->mem.arena_bytes : p->mem.persistent_bytes;
+  if (b->offset < 0 || b->offset > cap || b->bytes > cap - b->offset)
+    return bad(d, p, "buffer %d ('%s'): bytes [%" PRId64 ", +%" PRId64 ") outside the %s (%" PRId64
+               " bytes)", i, b->name, b->offset, b->bytes, apx_plan_region_name(b->region), cap);
+  if (b->offset % (int64_t)apx_dtype_size(b->dtype))
+    return bad(d, p, "buffer %d ('%s'): offset %" PRId64 " misaligned", i, b->name, b->offset);
+  if (b->alias_of != -1) {
+    const ApxPlanBuffer *t = &p->bufs[b->alias_of];
+    int64_t b_end, t_end; /* overflow-checked: t may come later and is not validated yet */
+    if (t->region != b->region || b->offset < t->offset ||
+        __builtin_add_overflow(b->offset, b->bytes, &b_end) ||
+        __builtin_add_overflow(t->offset, t->bytes, &t_end) || b_end > t_end)
+      return bad(d, p, "buffer %d ('%s'): not inside the buffer it aliases ('%s')", i, b->name,
+                 t->name);
   }
   return 0;
 }
@@ -399,7 +413,21 @@ int apx_plan_derivable(ApxDType from, ApxDType to) {
   return from == APX_DT_F32 && (to == APX_DT_F16 || to == APX_DT_BF16);
 }
 
-int apx_plan_validate(ApxPlan *p, ApxDiag *d) {
+static int validate_parts(ApxPlan *p, int parts, ApxDiag *d);
+
+int apx_plan_validate(ApxPlan *p, ApxDiag *d) { return validate_parts(p, PART_UNPLACED | PART_PLACED, d); }
+
+int apx_plan_validate_unplaced(ApxPlan *p, ApxDiag *d) { return validate_parts(p, PART_UNPLACED, d); }
+
+int apx_plan_validate_placed(ApxPlan *p, ApxDiag *d) { return validate_parts(p, PART_PLACED, d); }
+
+static int validate_parts(ApxPlan *p, int parts, ApxDiag *d) {
+  if (!(parts & PART_UNPLACED)) { /* the arena placement of a plan the first part accepted */
+    if (p->mem.arena_bytes < 0) return bad(d, p, "negative memory summary");
+    for (int32_t i = 0; i < p->n_bufs; i++)
+      if (p->bufs[i].region == APX_MEM_ARENA && check_buffer_place(p, i, d)) return -1;
+    return 0;
+  }
   if (p->format_version < APX_PLAN_FORMAT_VERSION_MIN || p->format_version > APX_PLAN_FORMAT_VERSION)
     return bad(d, p, "format version %u, expected %u..%u", p->format_version,
                APX_PLAN_FORMAT_VERSION_MIN, APX_PLAN_FORMAT_VERSION);
@@ -409,8 +437,8 @@ int apx_plan_validate(ApxPlan *p, ApxDiag *d) {
   if (p->n_bufs < 0 || p->n_kernels < 0 || p->n_inputs < 0 || p->n_outputs < 0 ||
       p->n_decisions < 0 || p->n_buckets < 0)
     return bad(d, p, "negative counts");
-  if (p->mem.arena_bytes < 0 || p->mem.persistent_bytes < 0 || p->mem.peak_live_bytes < 0 ||
-      p->mem.no_reuse_bytes < 0)
+  if (((parts & PART_PLACED) && p->mem.arena_bytes < 0) || p->mem.persistent_bytes < 0 ||
+      p->mem.peak_live_bytes < 0 || p->mem.no_reuse_bytes < 0)
     return bad(d, p, "negative memory summary");
   if (p->data_bytes % APX_PLAN_ALIGN) return bad(d, p, "data section size not aligned");
   if (p->n_blobs < 0) return bad(d, p, "negative counts");
@@ -423,7 +451,7 @@ int apx_plan_validate(ApxPlan *p, ApxDiag *d) {
                  bl->data_len, p->data_bytes);
   }
   for (int32_t i = 0; i < p->n_bufs; i++)
-    if (check_buffer(p, i, d)) return -1;
+    if (check_buffer(p, i, parts, d)) return -1;
   int last = 0;
   for (int s = 0; s < 3; s++) p->sec_begin[s] = p->sec_end[s] = 0;
   for (int32_t k = 0; k < p->n_kernels; k++) {

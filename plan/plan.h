@@ -232,6 +232,12 @@ void apx_plan_layout_data(ApxPlan *p);
 /* Checks every reference (see file comment) and sets sec_begin/sec_end. Returns 0 or -1
  * with "<path>: <what is wrong>" in d (exit code 2). */
 int apx_plan_validate(ApxPlan *p, ApxDiag *d);
+/* apx_plan_validate in two parts, for a builder whose arena offsets come later (emit_plan,
+ * while the packing runs): everything but the arena buffers' placement and the arena's size,
+ * then, once those are set and unchanged otherwise, only them. Together they accept and
+ * refuse what apx_plan_validate does (the message of a plan with several faults may differ). */
+int apx_plan_validate_unplaced(ApxPlan *p, ApxDiag *d);
+int apx_plan_validate_placed(ApxPlan *p, ApxDiag *d);
 
 /* Atomic write (temp file, fsync, rename). Validates first; refuses a destination that exists
  * and is not a regular file (exit code 2). Returns 0 or -1. */
