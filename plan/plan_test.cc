@@ -464,6 +464,53 @@ TEST(Plan, SemanticErrorsAreRejected) {
   EXPECT_EQ(try_read(rewrite_meta(src, "sem_ok.apx", [](Apexc__Plan *) {})).code, 0);
 }
 
+// The two-part check emit_plan runs (before and after the arena offsets settle) accepts and
+// refuses what the whole check does: arena placement faults only in the second part, every
+// other fault (a persistent buffer's placement included) in the first.
+TEST(Plan, ValidationInTwoPartsSplitsAtTheArenaPlacement) {
+  ApxDiag d;
+  apx_diag_init(&d);
+  {
+    Sample s;
+    EXPECT_EQ(apx_plan_validate_unplaced(&s.p, &d), 0) << d.msg;
+    EXPECT_EQ(apx_plan_validate_placed(&s.p, &d), 0) << d.msg;
+    EXPECT_EQ(apx_plan_validate(&s.p, &d), 0) << d.msg;
+  }
+  struct Case {
+    const char *what;
+    std::function<void(ApxPlan *)> mutate;
+    bool placement;  // refused by the second part (else by the first)
+  } cases[] = {
+      {"outside the arena", [](ApxPlan *p) { p->bufs[3].offset = 1 << 20; }, true},
+      {"outside the arena", [](ApxPlan *p) { p->bufs[0].offset = -1; }, true},
+      {"misaligned", [](ApxPlan *p) { p->bufs[5].offset = 194; }, true},
+      {"not inside the buffer it aliases", [](ApxPlan *p) { p->bufs[6].offset = 96; }, true},
+      {"negative memory summary", [](ApxPlan *p) { p->mem.arena_bytes = -1; }, true},
+      {"outside the persistent", [](ApxPlan *p) { p->bufs[7].offset = 1 << 20; }, false},
+      {"alias_of", [](ApxPlan *p) { p->bufs[6].alias_of = 99; }, false},
+      {"shape and dtype give", [](ApxPlan *p) { p->bufs[3].bytes = 31; }, false},
+      {"refers to buffer", [](ApxPlan *p) { p->kernels[1].in[0] = 99; }, false},
+  };
+  for (const Case &c : cases) {
+    Sample s;
+    c.mutate(&s.p);
+    apx_diag_init(&d);
+    int first = apx_plan_validate_unplaced(&s.p, &d);
+    std::string msg1 = d.msg;
+    EXPECT_EQ(first, c.placement ? 0 : -1) << c.what << ": " << msg1;
+    if (first == 0) {
+      apx_diag_init(&d);
+      EXPECT_EQ(apx_plan_validate_placed(&s.p, &d), -1) << c.what;
+      EXPECT_NE(std::string(d.msg).find(c.what), std::string::npos) << c.what << ": " << d.msg;
+    } else {
+      EXPECT_NE(msg1.find(c.what), std::string::npos) << c.what << ": " << msg1;
+    }
+    apx_diag_init(&d);
+    EXPECT_EQ(apx_plan_validate(&s.p, &d), -1) << c.what;
+    EXPECT_NE(std::string(d.msg).find(c.what), std::string::npos) << c.what << ": " << d.msg;
+  }
+}
+
 TEST(Plan, InvalidPlanIsNotWritten) {
   Sample s;
   s.p.kernels[2].in[0] = 42;
