@@ -1,6 +1,7 @@
 /* prefault.c - page faults taken on a helper thread ahead of the compile (see prefault.h). */
 #include "ir/prefault.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -34,6 +35,7 @@ static struct {
   uintptr_t heap_done; /* the program break up to which the heap is populated */
   size_t page;
   atomic_size_t populated;
+  int unsupported; /* the helper's own: it stops */
 } pf = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static uintptr_t page_down(uintptr_t a) { return a & ~(uintptr_t)(pf.page - 1); }
@@ -48,7 +50,11 @@ static void populate(uintptr_t lo, uintptr_t hi) {
   hi = page_up(hi);
   while (lo < hi) {
     uintptr_t start = hi - lo > STEP ? hi - STEP : lo;
-    if (madvise((void *)start, hi - start, MADV_POPULATE_WRITE) != 0) return;
+    if (madvise((void *)start, hi - start, MADV_POPULATE_WRITE) != 0) {
+      /* EINVAL before anything was populated: a kernel older than the advice (5.14) */
+      if (errno == EINVAL && !atomic_load_explicit(&pf.populated, memory_order_relaxed)) pf.unsupported = 1;
+      return;
+    }
     atomic_fetch_add_explicit(&pf.populated, hi - start, memory_order_relaxed);
     hi = start;
   }
@@ -62,7 +68,7 @@ static void *prefault_main(void *arg) {
   struct sched_param idle = {0};
   pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
   pthread_mutex_lock(&pf.mu);
-  while (!pf.stopping) {
+  while (!pf.stopping && !pf.unsupported) {
     if (pf.head != pf.tail) {
       Hint h = pf.hints[pf.head++ % HINTS];
       pthread_mutex_unlock(&pf.mu);
