@@ -184,6 +184,17 @@ static const char *base_name(const char *p) {
   return s ? s + 1 : (p ? p : "");
 }
 
+/* check(plan), its messages naming the graph's file; an invalid plan from a valid graph is our
+ * bug, not the user's input (exit code 1). */
+static int check_built(ApxPlan *plan, const ApxGraph *g, int (*check)(ApxPlan *, ApxDiag *), ApxDiag *d) {
+  const char *saved = plan->path;
+  plan->path = g->file;
+  int rc = check(plan, d);
+  plan->path = saved;
+  if (rc) d->code = APX_EXIT_RUNTIME;
+  return rc ? -1 : 0;
+}
+
 /* index: build the plan's lookup index at the end (for a caller that looks buffers up in the
  * plan; not needed to write it) */
 static int plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, int index, ApxDiag *d) {
@@ -387,17 +398,9 @@ static int plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, int 
   apx_plan_layout_data(plan);
   /* the arena offsets: the packing ran beside everything above (passes/memplan.h); what
    * they do not change is checked while it runs (the main thread waits for it otherwise) */
-  const char *saved = plan->path;
   int split = g->settle_fn != NULL;
   if (split) {
-    plan->path = g->file;
-    rc = apx_plan_validate_unplaced(plan, d);
-    plan->path = saved;
-    if (rc) {
-      d->code = APX_EXIT_RUNTIME; /* an invalid plan from a valid graph is our bug */
-      return -1;
-    }
-    rc = -1;
+    if (check_built(plan, g, apx_plan_validate_unplaced, d)) return -1;
     if (apx_graph_settle(g, d)) goto out;
     for (int v = 0; v < g->n_vals; v++) {
       if (buf_of[v] < 0 || g->vals[v].mem_region != APX_MEM_ARENA) continue;
@@ -408,14 +411,7 @@ static int plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, int 
     }
   }
   plan->mem.arena_bytes = g->arena_bytes;
-  plan->path = g->file;
-  rc = split ? apx_plan_validate_placed(plan, d) : apx_plan_validate(plan, d);
-  plan->path = saved;
-  if (rc) {
-    /* an invalid plan from a valid graph is our bug, not the user's input */
-    d->code = APX_EXIT_RUNTIME;
-    return -1;
-  }
+  if (check_built(plan, g, split ? apx_plan_validate_placed : apx_plan_validate, d)) return -1;
   if (index) apx_plan_index(plan); /* (out of memory: lookups scan instead) */
   return 0;
 oom:

@@ -290,15 +290,35 @@ static int bad(ApxDiag *d, const ApxPlan *p, const char *fmt, ...) {
 
 static int dtype_ok(int32_t t) { return apx_dtype_is_supported(t) && apx_dtype_size((ApxDType)t) > 0; }
 
-/* The parts of a plan's check (apx_plan_validate_parts): everything an arena offset does not
- * change, and the arena placement (offsets, aliases' ranges, the arena's size). */
+/* The parts of a plan's check (validate_parts): everything an arena offset does not change,
+ * and the arena placement (offsets, aliases' ranges, the arena's size). */
 enum { PART_UNPLACED = 1, PART_PLACED = 2 };
 
-static int check_buffer_place(const ApxPlan *p, int32_t i, ApxDiag *d);
+/* Buffer i's bytes inside its region and, for an alias, inside the buffer it aliases (its
+ * region and alias_of are checked already). */
+static int check_buffer_place(const ApxPlan *p, int32_t i, ApxDiag *d) {
+  const ApxPlanBuffer *b = &p->bufs[i];
+  int64_t cap = b->region == APX_MEM_ARENA ? p->mem.arena_bytes : p->mem.persistent_bytes;
+  if (b->offset < 0 || b->offset > cap || b->bytes > cap - b->offset)
+    return bad(d, p, "buffer %d ('%s'): bytes [%" PRId64 ", +%" PRId64 ") outside the %s (%" PRId64
+               " bytes)", i, b->name, b->offset, b->bytes, apx_plan_region_name(b->region), cap);
+  if (b->offset % (int64_t)apx_dtype_size(b->dtype))
+    return bad(d, p, "buffer %d ('%s'): offset %" PRId64 " misaligned", i, b->name, b->offset);
+  if (b->alias_of != -1) {
+    const ApxPlanBuffer *t = &p->bufs[b->alias_of];
+    int64_t b_end, t_end; /* overflow-checked: t may come later and is not validated yet */
+    if (t->region != b->region || b->offset < t->offset ||
+        __builtin_add_overflow(b->offset, b->bytes, &b_end) ||
+        __builtin_add_overflow(t->offset, t->bytes, &t_end) || b_end > t_end)
+      return bad(d, p, "buffer %d ('%s'): not inside the buffer it aliases ('%s')", i, b->name,
+                 t->name);
+  }
+  return 0;
+}
 
+/* Everything of buffer i but, without PART_PLACED, an arena buffer's placement. */
 static int check_buffer(const ApxPlan *p, int32_t i, int parts, ApxDiag *d) {
   const ApxPlanBuffer *b = &p->bufs[i];
-  if (!(parts & PART_UNPLACED)) return check_buffer_place(p, i, d);
   if (!b->name || !b->name[0]) return bad(d, p, "buffer %d has no name", i);
   if ((int)b->kind < APX_VAL_ACTIVATION || (int)b->kind > APX_VAL_STATE)
     return bad(d, p, "buffer %d ('%s'): unknown kind %d", i, b->name, (int)b->kind);
@@ -355,28 +375,6 @@ static int check_buffer(const ApxPlan *p, int32_t i, int parts, ApxDiag *d) {
   return 0;
 }
 
-/* Buffer i's bytes inside its region and, for an alias, inside the buffer it aliases (its
- * region and alias_of are checked already). */
-static int check_buffer_place(const ApxPlan *p, int32_t i, ApxDiag *d) {
-  const ApxPlanBuffer *b = &p->bufs[i];
-  int64_t cap = b->region == APX_MEM_ARENA ? p->mem.arena_bytes : p->mem.persistent_bytes;
-  if (b->offset < 0 || b->offset > cap || b->bytes > cap - b->offset)
-    return bad(d, p, "buffer %d ('%s'): bytes [%" PRId64 ", +%" PRId64 ") outside the %s (%" PRId64
-               " bytes)", i, b->name, b->offset, b->bytes, apx_plan_region_name(b->region), cap);
-  if (b->offset % (int64_t)apx_dtype_size(b->dtype))
-    return bad(d, p, "buffer %d ('%s'): offset %" PRId64 " misaligned", i, b->name, b->offset);
-  if (b->alias_of != -1) {
-    const ApxPlanBuffer *t = &p->bufs[b->alias_of];
-    int64_t b_end, t_end; /* overflow-checked: t may come later and is not validated yet */
-    if (t->region != b->region || b->offset < t->offset ||
-        __builtin_add_overflow(b->offset, b->bytes, &b_end) ||
-        __builtin_add_overflow(t->offset, t->bytes, &t_end) || b_end > t_end)
-      return bad(d, p, "buffer %d ('%s'): not inside the buffer it aliases ('%s')", i, b->name,
-                 t->name);
-  }
-  return 0;
-}
-
 static int check_kernel(ApxPlan *p, int32_t k, int *last_sec, ApxDiag *d) {
   const ApxPlanKernel *kn = &p->kernels[k];
   const ApxOpInfo *info = apx_op_info(kn->op);
@@ -412,14 +410,6 @@ static int check_kernel(ApxPlan *p, int32_t k, int *last_sec, ApxDiag *d) {
 int apx_plan_derivable(ApxDType from, ApxDType to) {
   return from == APX_DT_F32 && (to == APX_DT_F16 || to == APX_DT_BF16);
 }
-
-static int validate_parts(ApxPlan *p, int parts, ApxDiag *d);
-
-int apx_plan_validate(ApxPlan *p, ApxDiag *d) { return validate_parts(p, PART_UNPLACED | PART_PLACED, d); }
-
-int apx_plan_validate_unplaced(ApxPlan *p, ApxDiag *d) { return validate_parts(p, PART_UNPLACED, d); }
-
-int apx_plan_validate_placed(ApxPlan *p, ApxDiag *d) { return validate_parts(p, PART_PLACED, d); }
 
 static int validate_parts(ApxPlan *p, int parts, ApxDiag *d) {
   if (!(parts & PART_UNPLACED)) { /* the arena placement of a plan the first part accepted */
@@ -498,6 +488,12 @@ static int validate_parts(ApxPlan *p, int parts, ApxDiag *d) {
   }
   return 0;
 }
+
+int apx_plan_validate(ApxPlan *p, ApxDiag *d) { return validate_parts(p, PART_UNPLACED | PART_PLACED, d); }
+
+int apx_plan_validate_unplaced(ApxPlan *p, ApxDiag *d) { return validate_parts(p, PART_UNPLACED, d); }
+
+int apx_plan_validate_placed(ApxPlan *p, ApxDiag *d) { return validate_parts(p, PART_PLACED, d); }
 
 /* ---- plan <-> protobuf ---------------------------------------------------------------- */
 
