@@ -1,5 +1,7 @@
 /* ir.c - graph construction, name lookup, topological order, verifier, use lists. */
 #include "ir/ir.h"
+
+#include "ir/name_hash.h"
 #include "ir/prefault.h"
 
 #include <inttypes.h>
@@ -141,14 +143,7 @@ void apx_graph_free(ApxGraph *g) {
 
 /* ---- name table --------------------------------------------------------------------- */
 
-static uint32_t hash_str(const char *s) {
-  uint32_t h = 2166136261u; /* FNV-1a, then a finalizer: names like w1, w2 ... spread out */
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-  h ^= h >> 16;
-  h *= 0x85ebca6bu;
-  h ^= h >> 13;
-  return h;
-}
+static uint32_t hash_str(const char *s) { return apx_name_hash(s); }
 
 /* Slot k is name_slots[2k] (value id, -1 empty) and name_slots[2k + 1] (its name's hash).
  * name_bits: a filter of 4 * name_cap bits (a quarter of the table's bytes), bit

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ir/name_hash.h"
 #include "plan/plan_validate.h"
 #include "plan/plan_write.h"
 
@@ -153,22 +154,7 @@ const ApxPlanBlob *apx_plan_find_blob(const ApxPlan *p, const char *name) {
 
 /* ---- lookup index ---------------------------------------------------------------------- */
 
-/* Eight bytes at a time (a multiply per word, not per byte: 600k names on a big plan). */
-static uint32_t name_hash(const char *s) {
-  size_t n = strlen(s);
-  uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
-  for (; n >= 8; n -= 8, s += 8) {
-    uint64_t w;
-    memcpy(&w, s, 8);
-    h = (h ^ w) * 0xff51afd7ed558ccdull;
-    h ^= h >> 32;
-  }
-  uint64_t w = 0;
-  memcpy(&w, s, n);
-  h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 29;
-  return (uint32_t)h;
-}
+static uint32_t name_hash(const char *s) { return apx_name_hash(s); }
 
 static int index_valid(const ApxPlan *p) {
   return p->name_slots && p->index_bufs == p->bufs && p->index_n == p->n_bufs;
