@@ -148,17 +148,84 @@ static int by_key_desc(const void *x, const void *y) {
   return (i > j) - (i < j);
 }
 
-/* Places the classes idx[0..m) (still unassigned) in key order. */
-static void place_sorted(Plan *pl, int32_t *idx, int32_t m, const Key *key, Fit fit) {
-  g_sort_key = key;
-  qsort(idx, (size_t)m, sizeof *idx, by_key_desc);
-  for (int32_t i = 0; i < m && !pl->over_budget; i++) place(pl, idx[i], fit);
+/* A key's bits as an unsigned number that orders as the key does, reversed (ascending bits:
+ * descending keys); -0.0 as 0.0, which by_key_desc does not tell apart. */
+static uint64_t desc_bits(double x) {
+  x += 0.0;
+  uint64_t u;
+  memcpy(&u, &x, sizeof u);
+  u = (u >> 63) ? ~u : (u | (uint64_t)1 << 63);
+  return ~u;
 }
 
+enum { DIGIT_BITS = 11, DIGITS = (64 + DIGIT_BITS - 1) / DIGIT_BITS, BUCKETS = 1 << DIGIT_BITS };
+
+/* Stable sort of the pairs (k[i], v[i]) by k, least significant digit first (a digit that is
+ * the same in every key costs no pass); bk, bv: room for m more. The result ends in k, v. */
+static void radix_pairs(uint64_t *k, int32_t *v, uint64_t *bk, int32_t *bv, int32_t m,
+                        uint32_t (*count)[BUCKETS]) {
+  memset(count, 0, DIGITS * sizeof *count);
+  for (int32_t i = 0; i < m; i++)
+    for (int d = 0; d < DIGITS; d++) count[d][(k[i] >> (d * DIGIT_BITS)) & (BUCKETS - 1)]++;
+  uint64_t *ka = k, *kb = bk;
+  int32_t *va = v, *vb = bv;
+  for (int d = 0; d < DIGITS; d++) {
+    uint32_t *c = count[d];
+    if (c[(ka[0] >> (d * DIGIT_BITS)) & (BUCKETS - 1)] == (uint32_t)m) continue;
+    uint32_t sum = 0;
+    for (int b = 0; b < BUCKETS; b++) {
+      uint32_t n = c[b];
+      c[b] = sum;
+      sum += n;
+    }
+    for (int32_t i = 0; i < m; i++) {
+      uint32_t at = c[(ka[i] >> (d * DIGIT_BITS)) & (BUCKETS - 1)]++;
+      kb[at] = ka[i];
+      vb[at] = va[i];
+    }
+    uint64_t *tk = ka;
+    ka = kb, kb = tk;
+    int32_t *tv = va;
+    va = vb, vb = tv;
+  }
+  if (ka != k) {
+    memcpy(k, ka, (size_t)m * sizeof *k);
+    memcpy(v, va, (size_t)m * sizeof *v);
+  }
+}
+
+/* idx[0..m) = the classes 0..m-1 in by_key_desc's order (a, then b, descending; ties by
+ * class), by two stable radix sorts (b, then a) instead of qsort's n log n comparisons
+ * through a function pointer (~9% of the packing on the 100k-node chain). 0, or -1 when
+ * out of memory (idx then holds 0..m-1). */
+static int order_by_key(int32_t *idx, int32_t m, const Key *key) {
+  for (int32_t i = 0; i < m; i++) idx[i] = i;
+  if (m < 2) return 0;
+  uint64_t *k = malloc((size_t)m * 2 * sizeof *k);
+  int32_t *bv = malloc((size_t)m * sizeof *bv);
+  uint32_t(*count)[BUCKETS] = malloc(DIGITS * sizeof *count);
+  int rc = -1;
+  if (k && bv && count) {
+    for (int pass = 0; pass < 2; pass++) {
+      for (int32_t i = 0; i < m; i++) k[i] = desc_bits(pass == 0 ? key[idx[i]].b : key[idx[i]].a);
+      radix_pairs(k, idx, k + m, bv, m, count);
+    }
+    rc = 0;
+  }
+  free(k);
+  free(bv);
+  free(count);
+  return rc;
+}
+
+/* Places every class (all unassigned) in key order. */
 static void place_all(Plan *pl, int32_t *idx, const Key *key, Fit fit) {
   unplace_all(pl);
-  for (int32_t i = 0; i < pl->n; i++) idx[i] = i;
-  place_sorted(pl, idx, pl->n, key, fit);
+  if (order_by_key(idx, pl->n, key)) { /* out of memory: the same order by qsort */
+    g_sort_key = key;
+    qsort(idx, (size_t)pl->n, sizeof *idx, by_key_desc);
+  }
+  for (int32_t i = 0; i < pl->n && !pl->over_budget; i++) place(pl, idx[i], fit);
 }
 
 static const int64_t *g_sort_live;
