@@ -222,8 +222,16 @@ static int plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, int 
   /* buffers */
   int32_t *buf_of = apx_arena_alloc(A, ((size_t)g->n_vals + 1) * sizeof *buf_of);
   if (!buf_of) goto oom;
-  int32_t nb = 0;
-  for (int v = 0; v < g->n_vals; v++) buf_of[v] = g->vals[v].mem_region != APX_MEM_NONE ? nb++ : -1;
+  int32_t nb = 0, n_arena = 0;
+  for (int v = 0; v < g->n_vals; v++) {
+    buf_of[v] = g->vals[v].mem_region != APX_MEM_NONE ? nb++ : -1;
+    n_arena += g->vals[v].mem_region == APX_MEM_ARENA;
+  }
+  /* the arena values, whose offsets come once the packing settled (then only they are read
+   * again, not every value) */
+  int32_t *arena_vals = apx_arena_alloc_raw(A, ((size_t)n_arena + 1) * sizeof *arena_vals);
+  if (!arena_vals) goto oom;
+  n_arena = 0;
   if (!apx_plan_alloc_buffers_unset(plan, nb)) goto oom;
   for (int v = 0; v < g->n_vals; v++) {
     if (buf_of[v] < 0) continue;
@@ -249,6 +257,7 @@ static int plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, int 
     }
     if (val->mem_alias < 0 && val->mem_region == APX_MEM_PERSISTENT && val->data && b.bytes > 0)
       b.data = val->data;
+    if (val->mem_region == APX_MEM_ARENA) arena_vals[n_arena++] = v;
     plan->bufs[buf_of[v]] = b;
   }
 
@@ -402,8 +411,8 @@ static int plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, int 
   if (split) {
     if (check_built(plan, g, apx_plan_validate_unplaced, d)) return -1;
     if (apx_graph_settle(g, d)) goto out;
-    for (int v = 0; v < g->n_vals; v++) {
-      if (buf_of[v] < 0 || g->vals[v].mem_region != APX_MEM_ARENA) continue;
+    for (int32_t i = 0; i < n_arena; i++) {
+      int v = arena_vals[i];
       if ((plan->bufs[buf_of[v]].offset = g->vals[v].mem_offset) < 0) {
         rc = no_memory_place(d, g, v);
         goto out;

@@ -342,6 +342,7 @@ typedef struct Run {
   int32_t n_steps;
   int64_t peak;
   int32_t *def, *last, *idx, *steps, *work, *root;
+  int32_t *arena_alias, n_arena_alias; /* values that alias an arena class (step 4a) */
   int64_t *live, *best_off, *bytes;
   Key *key;
   int64_t best; /* the packed arena's size */
@@ -360,6 +361,7 @@ static void run_free(Run *r) {
   free(r->steps);
   free(r->work);
   free(r->root);
+  free(r->arena_alias);
   apx_place_index_free(&r->pl.ix);
   free(r->best_off);
   free(r->key);
@@ -391,10 +393,11 @@ static void *pack_main(void *arg) {
 static int memplan_finish(ApxGraph *g, Run *r, ApxDiag *d) {
   if (r->pl.oom) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
   for (int32_t i = 0; i < r->pl.n; i++) g->vals[r->pl.cls[i].root].mem_offset = r->best_off[i];
-  for (int v = 0; v < g->n_vals; v++) {
-    ApxValue *val = &g->vals[v];
-    if (r->def[v] == NOT_RUNTIME || val->mem_alias < 0 || val->mem_region != APX_MEM_ARENA) continue;
-    val->mem_offset = g->vals[root_of(r->root, v)].mem_offset;
+  /* the aliases step 4a listed, not a sweep over every value: this runs after the packing,
+   * when building the plan waits for it */
+  for (int32_t i = 0; i < r->n_arena_alias; i++) {
+    int v = r->arena_alias[i];
+    g->vals[v].mem_offset = g->vals[root_of(r->root, v)].mem_offset;
   }
   g->arena_bytes = r->best > 0 ? r->best : 0;
   return 0;
@@ -431,9 +434,10 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   int64_t *best_off = r->best_off = malloc(((size_t)nv + 1) * sizeof *best_off);
   Key *key = r->key = malloc(((size_t)nv + 1) * sizeof *key);
   int64_t *bytes = r->bytes = malloc(((size_t)nv + 1) * sizeof *bytes); /* [v] of runtime values */
+  int32_t *arena_alias = r->arena_alias = malloc(((size_t)nv + 1) * sizeof *arena_alias);
   int rc = 0;
   if (!def || !last || !pl->cls || !live || !idx || !steps || !work || !root || !best_off || !key ||
-      !bytes) {
+      !bytes || !arena_alias) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
     goto out;
   }
@@ -585,6 +589,7 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
     const ApxValue *rv = &g->vals[root_of(root, v)];
     val->mem_region = rv->mem_region;
     val->mem_offset = rv->mem_region == APX_MEM_ARENA ? -1 : rv->mem_offset;
+    if (rv->mem_region == APX_MEM_ARENA) arena_alias[r->n_arena_alias++] = v;
   }
   g->arena_bytes = -1;
   g->peak_live_bytes = peak;
