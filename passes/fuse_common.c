@@ -177,44 +177,6 @@ void fz_traffic_node(FzCtx *c, int node, ApxTraffic *t, int sign) {
   if (c->traffic_ok) apx_traffic_count_node(c->g, node, t, sign);
 }
 
-/* What a candidate's match reads lies far apart: its forward node, the backward nodes of
- * that root (bw_node), their input/output lists and the value records and use lists behind
- * them, each a cache miss on a big graph that waits for the one before. fz_run walks the order
- * with three prefetch stages ahead of the node it tries (stage 0 the node records, 1 their
- * lists, 2 the values), so the misses of later candidates overlap the work on this one. Only
- * nodes of the index (n0) have a backward list; hints only, nothing is read for its value. */
-enum { AHEAD = 3 };
-
-static void prefetch_node(const FzCtx *c, int n, int stage) {
-  const ApxGraph *g = c->g;
-  const ApxNode *nd = &g->nodes[n];
-  if (stage == 0) {
-    __builtin_prefetch(nd);
-    return;
-  }
-  if (stage == 1) {
-    __builtin_prefetch(nd->in);
-    __builtin_prefetch(nd->out);
-    return;
-  }
-  for (int k = 0; k < nd->n_in && k < 4; k++)
-    if (nd->in[k] >= 0) __builtin_prefetch(&g->vals[nd->in[k]].producer);
-  for (int k = 0; k < nd->n_out && k < 2; k++) {
-    int v = nd->out[k];
-    if (v < 0) continue;
-    __builtin_prefetch(&g->vals[v].producer);
-    __builtin_prefetch(&g->vals[v].flags);
-    if (v < c->uses_nvals) __builtin_prefetch(&c->uses.use_start[v]);
-  }
-}
-
-static void prefetch_region(const FzCtx *c, int r, int stage) {
-  if (r < 0 || r >= c->n0) return;
-  prefetch_node(c, r, stage);
-  for (int k = c->bw_start[r]; k < c->bw_start[r + 1] && k < c->bw_start[r] + 8; k++)
-    prefetch_node(c, c->bw_node[k], stage);
-}
-
 int fz_run(ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char *pass, FzWant want,
            FzTry try_node) {
   int any = 0; /* no node the pass looks at: nothing to index (the log still starts here) */
@@ -237,11 +199,8 @@ int fz_run(ApxGraph *g, const ApxOptions *o, ApxDiag *d, const char *pass, FzWan
     return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory", g->file);
   }
   memcpy(order, g->order, (size_t)n * sizeof(int));
-  for (int k = 0; k < n && rc >= 0; k++) {
-    for (int s = 0; s < 3; s++)
-      if (k + (3 - s) * AHEAD < n) prefetch_region(&c, order[k + (3 - s) * AHEAD], s);
+  for (int k = 0; k < n && rc >= 0; k++)
     if (want(g, order[k])) rc = try_node(&c, order[k]);
-  }
   free(order);
   int changed = fz_end(&c);
   return rc < 0 ? APX_PASS_ERROR : changed;
