@@ -342,7 +342,8 @@ typedef struct Run {
   int32_t n_steps;
   int64_t peak;
   int32_t *def, *last, *idx, *steps, *work, *root;
-  int32_t *arena_alias, n_arena_alias; /* values that alias an arena class (step 4a) */
+  int32_t *arena_alias, n_arena_alias; /* values that alias an arena class (step 4a), in
+                                          last's memory (unused once the classes are made) */
   int64_t *live, *best_off, *bytes;
   Key *key;
   int64_t best; /* the packed arena's size */
@@ -361,7 +362,6 @@ static void run_free(Run *r) {
   free(r->steps);
   free(r->work);
   free(r->root);
-  free(r->arena_alias);
   apx_place_index_free(&r->pl.ix);
   free(r->best_off);
   free(r->key);
@@ -434,10 +434,9 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   int64_t *best_off = r->best_off = malloc(((size_t)nv + 1) * sizeof *best_off);
   Key *key = r->key = malloc(((size_t)nv + 1) * sizeof *key);
   int64_t *bytes = r->bytes = malloc(((size_t)nv + 1) * sizeof *bytes); /* [v] of runtime values */
-  int32_t *arena_alias = r->arena_alias = malloc(((size_t)nv + 1) * sizeof *arena_alias);
   int rc = 0;
   if (!def || !last || !pl->cls || !live || !idx || !steps || !work || !root || !best_off || !key ||
-      !bytes || !arena_alias) {
+      !bytes) {
     rc = apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
     goto out;
   }
@@ -582,7 +581,8 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   if (o && o->memplan_background && pl->n > 0)
     r->started = pthread_create(&r->thread, NULL, pack_main, r) == 0;
   /* 4a. aliases take their root's region now, and a persistent root's offset; arena
-   * offsets come with the packing (memplan_finish) */
+   * offsets come with the packing (memplan_finish), for the aliases listed here */
+  int32_t *arena_alias = r->arena_alias = last; /* (a new array would grow the heap a step) */
   for (int v = 0; v < nv; v++) {
     ApxValue *val = &g->vals[v];
     if (def[v] == NOT_RUNTIME || val->mem_alias < 0) continue;
