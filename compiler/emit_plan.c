@@ -14,6 +14,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "passes/precision_rules.h"
 #include "plan/model_blob.h"
+#include "plan/plan_write.h"
 
 /* The plan stores ApxMemRegion and ApxSection values as they are. */
 _Static_assert(APX_MEM_ARENA == 1 && APX_MEM_PERSISTENT == 2, "plan.proto region values");
@@ -197,7 +198,8 @@ static int check_built(ApxPlan *plan, const ApxGraph *g, int (*check)(ApxPlan *,
 
 /* index: build the plan's lookup index at the end (for a caller that looks buffers up in the
  * plan; not needed to write it) */
-static int plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, int index, ApxDiag *d) {
+static int plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, int index,
+                           ApxPlanAhead *ahead, ApxDiag *d) {
   static const uint64_t no_attrs[1];
   ApxOptions defaults;
   if (!o) {
@@ -410,6 +412,10 @@ static int plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, int 
   int split = g->settle_fn != NULL;
   if (split) {
     if (check_built(plan, g, apx_plan_validate_unplaced, d)) return -1;
+    /* while the packing still runs, the file's kernel and decision records are encoded
+     * (a thousand at a time: the settle waits at most one step longer) */
+    while (ahead && !apx_graph_settle_ready(g) && !apx_plan_ahead_step(ahead, plan, 1024)) {
+    }
     if (apx_graph_settle(g, d)) goto out;
     for (int32_t i = 0; i < n_arena; i++) {
       int v = arena_vals[i];
@@ -431,7 +437,7 @@ out:
 }
 
 int apx_plan_from_graph(ApxGraph *g, const ApxOptions *o, ApxPlan *plan, ApxDiag *d) {
-  return plan_from_graph(g, o, plan, 1, d);
+  return plan_from_graph(g, o, plan, 1, NULL, d);
 }
 
 int apx_emit_plan_file(ApxGraph *g, const ApxOptions *o, const char *path, ApxDiag *d) {
@@ -440,13 +446,16 @@ int apx_emit_plan_file(ApxGraph *g, const ApxOptions *o, const char *path, ApxDi
   ApxStageClock clock; /* --time-passes: building the plan, then writing the file */
   apx_stage_begin(&clock, o);
   int pending = g->settle_fn != NULL;
-  int rc = plan_from_graph(g, o, &plan, 0, d); /* written, then freed: no lookups */
+  ApxPlanAhead ahead;
+  apx_plan_ahead_init(&ahead);
+  int rc = plan_from_graph(g, o, &plan, 0, &ahead, d); /* written, then freed: no lookups */
   if (!rc) apx_stage_end(&clock, "emit_plan");
   if (!rc && pending)
     apx_stage_aside(o, "memplan_pack", "emit_plan", g->background_s, g->background_cpu_s);
   apx_stage_begin(&clock, o);
-  if (!rc) rc = apx_plan_write_validated(&plan, path, d); /* validated by apx_plan_from_graph */
+  if (!rc) rc = apx_plan_write_validated_ahead(&plan, &ahead, path, d); /* validated above */
   if (!rc) apx_stage_end(&clock, "write_plan");
+  apx_plan_ahead_free(&ahead);
   apx_plan_free(&plan);
   return rc;
 }

@@ -117,6 +117,7 @@ int apx_graph_settle(ApxGraph *g, ApxDiag *d) {
   int (*fn)(ApxGraph *, void *, ApxDiag *) = g->settle_fn;
   void *arg = g->settle_arg;
   g->settle_fn = NULL;
+  g->settle_ready_fn = NULL;
   g->settle_arg = NULL;
   ApxDiag scratch;
   if (!d) {
@@ -125,6 +126,11 @@ int apx_graph_settle(ApxGraph *g, ApxDiag *d) {
     d = &scratch;
   }
   return fn(g, arg, d) ? -1 : 0;
+}
+
+int apx_graph_settle_ready(const ApxGraph *g) {
+  if (!g->settle_fn) return 1;
+  return g->settle_ready_fn ? g->settle_ready_fn(g->settle_arg) : 0;
 }
 
 void apx_graph_free(ApxGraph *g) {

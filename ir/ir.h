@@ -145,6 +145,7 @@ typedef struct ApxGraph {
    * packing, beside plan building, with ApxOptions.memplan_background): arena_bytes and the
    * arena values' mem_offset are known only after apx_graph_settle. NULL when none. */
   int (*settle_fn)(struct ApxGraph *g, void *arg, ApxDiag *d);
+  int (*settle_ready_fn)(void *arg); /* 1 once settling would not wait; NULL: unknown */
   void *settle_arg;
   double background_s, background_cpu_s; /* that work's own wall and CPU seconds, once settled */
 
@@ -198,6 +199,9 @@ void apx_graph_free(ApxGraph *g);
 /* Waits for the work a pass left running for g (settle_fn) and applies it: 0, or -1 with an
  * error in d (d may be NULL). Does nothing when none is pending. */
 int apx_graph_settle(ApxGraph *g, ApxDiag *d);
+/* 1 when apx_graph_settle would not wait (nothing pending, or the work is done), 0 while it
+ * still runs: a caller with other work to do meanwhile asks between steps of it. */
+int apx_graph_settle_ready(const ApxGraph *g);
 
 /* Adds a value; name NULL generates a unique one from `hint` ("<hint>_apx<N>").
  * Returns the id, or -1 with an error in d when the name is taken or memory is out. */

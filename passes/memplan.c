@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -350,6 +351,7 @@ typedef struct Run {
   /* background packing */
   pthread_t thread;
   int started;
+  atomic_int packed; /* set by the packing thread when it is done */
   double wall_s, cpu_s; /* the packing's own time (--time-passes) */
 } Run;
 
@@ -385,8 +387,15 @@ static void run_pack(Run *r) {
 }
 
 static void *pack_main(void *arg) {
-  run_pack(arg);
+  Run *r = arg;
+  run_pack(r);
+  atomic_store_explicit(&r->packed, 1, memory_order_release);
   return NULL;
+}
+
+static int memplan_ready(void *arg) {
+  Run *r = arg;
+  return atomic_load_explicit(&r->packed, memory_order_acquire);
 }
 
 /* Step 4: the arena classes' offsets, then their aliases'. */
@@ -421,6 +430,7 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   int nv = g->n_vals;
   Run *r = calloc(1, sizeof *r);
   if (!r) return apx_diag_error(d, APX_EXIT_RUNTIME, "%s: out of memory planning memory", g->file);
+  atomic_init(&r->packed, 0);
   int32_t n_steps = r->n_steps = g->n_order + 1; /* step n_order: after the run (outputs are read) */
   int32_t *def = r->def = malloc(((size_t)nv + 1) * sizeof *def);
   int32_t *last = r->last = malloc(((size_t)nv + 1) * sizeof *last);
@@ -597,6 +607,7 @@ int pass_memplan(ApxGraph *g, const ApxOptions *o, ApxDiag *d) {
   g->persistent_bytes = pers;
   if (r->started) {
     g->settle_fn = memplan_settle;
+    g->settle_ready_fn = memplan_ready;
     g->settle_arg = r;
     return APX_PASS_UNCHANGED;
   }

@@ -3,6 +3,7 @@
 // a CNN with BatchNorm and a transformer block (forward + backward shaped graphs).
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -453,8 +454,15 @@ TEST(Memplan, BackgroundPackingSettlesToTheSamePlan) {
       }
     }
     EXPECT_GT(arena_values, 0);
+    // apx_graph_settle_ready turns 1 once the packing is done, without waiting for it
+    int polls = 0;
+    while (!apx_graph_settle_ready(&b.g) && polls < 20000) polls++, usleep(100);
+    EXPECT_EQ(apx_graph_settle_ready(&b.g), 1) << "seed " << seed;
+    EXPECT_TRUE(b.g.settle_fn != nullptr);  // ready, not settled: the offsets still wait
+    EXPECT_EQ(b.g.arena_bytes, -1);
     ASSERT_EQ(apx_graph_settle(&b.g, &b.d), 0) << b.d.msg;
     EXPECT_TRUE(b.g.settle_fn == nullptr);
+    EXPECT_EQ(apx_graph_settle_ready(&b.g), 1);  // nothing pending
     EXPECT_EQ(apx_graph_settle(&b.g, &b.d), 0);  // nothing left: a no-op
     EXPECT_EQ(b.g.arena_bytes, a.g.arena_bytes);
     for (int v = 0; v < a.g.n_vals; v++)

@@ -662,7 +662,8 @@ static int kernel_check_join(void *ctx, ApxDiag *d) {
   return -1;
 }
 
-static int write_checked(ApxPlan *p, const char *path, int validate, ApxDiag *d) {
+static int write_checked(ApxPlan *p, const ApxPlanAhead *ahead, const char *path, int validate,
+                         ApxDiag *d) {
   const char *saved_path = p->path;
   p->path = path; /* messages name the file being written */
   int rc = -1;
@@ -679,7 +680,7 @@ static int write_checked(ApxPlan *p, const char *path, int validate, ApxDiag *d)
       apx_diag_error(d, APX_EXIT_BAD_INPUT, "%s: not a regular file (refusing to replace it)", path);
     goto out;
   }
-  rc = apx_plan_write_file_gated(p, path, kernel_check_join, &c, d);
+  rc = apx_plan_write_file_ahead(p, ahead, path, kernel_check_join, &c, d);
   /* a write that failed before the gate (rc -1): the checks still read the plan */
   if (!c.joined) kernel_check_join(&c, d);
 out:
@@ -688,10 +689,14 @@ out:
   return rc;
 }
 
-int apx_plan_write(ApxPlan *p, const char *path, ApxDiag *d) { return write_checked(p, path, 1, d); }
+int apx_plan_write(ApxPlan *p, const char *path, ApxDiag *d) { return write_checked(p, NULL, path, 1, d); }
 
 int apx_plan_write_validated(ApxPlan *p, const char *path, ApxDiag *d) {
-  return write_checked(p, path, 0, d);
+  return write_checked(p, NULL, path, 0, d);
+}
+
+int apx_plan_write_validated_ahead(ApxPlan *p, const ApxPlanAhead *ahead, const char *path, ApxDiag *d) {
+  return write_checked(p, ahead, path, 0, d);
 }
 
 /* ---- read ----------------------------------------------------------------------------- */

@@ -245,6 +245,9 @@ int apx_plan_write(ApxPlan *p, const char *path, ApxDiag *d);
 /* apx_plan_write of a plan that apx_plan_validate has just accepted, unchanged since
  * (apx_plan_from_graph's): the kernel checks, then the file. */
 int apx_plan_write_validated(ApxPlan *p, const char *path, ApxDiag *d);
+/* The same with the records ahead holds encoded already (plan_write.h; NULL: none). */
+typedef struct ApxPlanAhead ApxPlanAhead;
+int apx_plan_write_validated_ahead(ApxPlan *p, const ApxPlanAhead *ahead, const char *path, ApxDiag *d);
 /* Reads and validates; p must be freshly initialized. On error p holds nothing that needs
  * more than apx_plan_free. Returns 0 or -1 (exit code 2 for a bad file, 1 for I/O). */
 int apx_plan_read(ApxPlan *p, const char *path, ApxDiag *d);

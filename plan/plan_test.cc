@@ -558,6 +558,44 @@ TEST(Plan, PlanFailingTheKernelChecksReplacesNothing) {
   }
 }
 
+// Records encoded ahead (apexc encodes them while the packing runs) are put as they are: the
+// file is the same byte for byte wherever the encoding stopped (no record, some kernels,
+// every kernel and some decisions, all), in whatever steps it went.
+TEST(PlanWrite, RecordsEncodedAheadMakeTheSameFile) {
+  std::string dir = tmpdir() + "/ahead";
+  mkdir(dir.c_str(), 0755);
+  ApxDiag d;
+  apx_diag_init(&d);
+  std::vector<uint8_t> want;
+  {
+    Sample s;
+    std::string path = dir + "/plain.apx";
+    ASSERT_EQ(apx_plan_write(&s.p, path.c_str(), &d), 0) << d.msg;
+    want = slurp(path);
+  }
+  Sample probe;
+  const int total = probe.p.n_kernels + probe.p.n_decisions;
+  ASSERT_GE(probe.p.n_kernels, 2);
+  ASSERT_GE(probe.p.n_decisions, 2);
+  for (int step : {1, 2, 1000})
+    for (int stop = 0; stop <= total; stop++) {
+      Sample s;
+      ASSERT_EQ(apx_plan_validate(&s.p, &d), 0) << d.msg;
+      ApxPlanAhead ahead;
+      apx_plan_ahead_init(&ahead);
+      int done = 0;
+      while (!done && ahead.n_kernels + ahead.n_decisions + step <= stop)
+        done = apx_plan_ahead_step(&ahead, &s.p, step);
+      EXPECT_EQ(done, ahead.n_kernels + ahead.n_decisions == total) << "step " << step;
+      EXPECT_EQ(ahead.n_decisions > 0, ahead.n_kernels == s.p.n_kernels && ahead.n_decisions > 0);
+      std::string path = dir + "/ahead.apx";
+      ASSERT_EQ(apx_plan_write_validated_ahead(&s.p, &ahead, path.c_str(), &d), 0) << d.msg;
+      EXPECT_EQ(slurp(path), want) << "step " << step << ", " << ahead.n_kernels << " kernels and "
+                                   << ahead.n_decisions << " decisions ahead";
+      apx_plan_ahead_free(&ahead);
+    }
+}
+
 TEST(Plan, BlobsRoundTripAfterTheBuffers) {
   Sample s;
   const char text[] = "an embedded model: any bytes \x00\x01\x02";

@@ -189,7 +189,24 @@ typedef struct Sink {
   int err;      /* errno of the first failed write, 0 */
   uint64_t filled; /* the file's first bytes, zeros already (a prepared file): a hole there
                       is punched, not skipped */
+  int mem;         /* a memory sink (apx_plan_ahead_step): buf (cap bytes) grows to hold
+                      everything put; nothing goes to a file */
+  size_t cap;
 } Sink;
+
+/* Room for n more bytes in a memory sink (s->err on failure). */
+static int mem_reserve(Sink *s, size_t n) {
+  if (s->cap - s->n >= n) return 0;
+  size_t nc = s->cap * 2 > s->n + n + ((size_t)1 << 20) ? s->cap * 2 : s->n + n + ((size_t)1 << 20);
+  uint8_t *q = realloc(s->buf, nc);
+  if (!q) {
+    s->err = ENOMEM;
+    return -1;
+  }
+  s->buf = q;
+  s->cap = nc;
+  return 0;
+}
 
 static int block_is_zero(const uint8_t *p) {
   uint64_t acc = 0;
@@ -251,6 +268,10 @@ static void sink_flush(Sink *s) {
 }
 
 static void sink_put(Sink *s, const void *p, size_t n) {
+  if (s->mem) {
+    if (!mem_reserve(s, n)) memcpy(s->buf + s->n, p, n), s->n += n;
+    return;
+  }
   if (n > STAGE_BYTES - s->n) {
     sink_flush(s);
     if (n >= STAGE_BYTES / 2) { /* large: straight from the caller's memory */
@@ -368,6 +389,7 @@ typedef uint8_t *(*BodyFn)(uint8_t *q, const ApxPlan *p, int32_t i);
 
 /* Room for n more bytes at s->buf + s->n, NULL when n exceeds the staging buffer. */
 static uint8_t *sink_room(Sink *s, size_t n) {
+  if (s->mem) return mem_reserve(s, n) ? NULL : s->buf + s->n;
   if (n > STAGE_BYTES - s->n) sink_flush(s);
   return n <= STAGE_BYTES - s->n ? s->buf + s->n : NULL;
 }
@@ -544,7 +566,52 @@ static uint8_t *b_tail(uint8_t *q, const ApxPlan *p, int32_t unused) {
   return p_u64(end, 16, p->data_bytes);
 }
 
-static void encode_plan(Sink *s, const ApxPlan *p) {
+static void put_kernel(Sink *s, const ApxPlan *p, int32_t k) {
+  enum { AHEAD = 16 };
+  if (k + AHEAD < p->n_kernels) {
+    __builtin_prefetch(p->kernels[k + AHEAD].node);
+    __builtin_prefetch(p->kernels[k + AHEAD].in);
+  }
+  put_body(s, 9, b_kernel, p, k, kernel_max(&p->kernels[k]));
+}
+
+static void put_decision(Sink *s, const ApxPlan *p, int32_t i) {
+  enum { AHEAD = 16 };
+  if (i + AHEAD < p->n_decisions) {
+    __builtin_prefetch(p->decisions[i + AHEAD].node);
+    __builtin_prefetch(p->decisions[i + AHEAD].detail);
+  }
+  put_body(s, 10, b_decision, p, i, decision_max(&p->decisions[i]));
+}
+
+void apx_plan_ahead_init(ApxPlanAhead *a) { memset(a, 0, sizeof *a); }
+
+void apx_plan_ahead_free(ApxPlanAhead *a) {
+  free(a->buf);
+  memset(a, 0, sizeof *a);
+}
+
+int apx_plan_ahead_step(ApxPlanAhead *a, const ApxPlan *p, int32_t max) {
+  if (a->done) return 1;
+  Sink s = {.fd = -1, .buf = a->buf, .n = a->n, .mem = 1, .cap = a->cap};
+  for (int32_t r = 0; r < max && !s.err && a->n_decisions < p->n_decisions; r++) {
+    if (a->n_kernels < p->n_kernels)
+      put_kernel(&s, p, a->n_kernels++);
+    else
+      put_decision(&s, p, a->n_decisions++);
+  }
+  a->buf = s.buf, a->n = s.n, a->cap = s.cap;
+  if (s.err) { /* out of memory: nothing ahead, the write encodes every record itself */
+    free(a->buf);
+    memset(a, 0, sizeof *a);
+    a->done = 1;
+    return 1;
+  }
+  a->done = a->n_kernels == p->n_kernels && a->n_decisions == p->n_decisions;
+  return a->done;
+}
+
+static void encode_plan(Sink *s, const ApxPlan *p, const ApxPlanAhead *ahead) {
   put_body(s, 0, b_head, p, 0, str_len(p->producer) + str_len(p->model_name) + 6 * FIELD_MAX);
   put_body(s, 7, b_options, p, 0, OPTIONS_MAX);
   /* the strings of a record lie apart from it (in the graph's arena): each is prefetched
@@ -554,20 +621,11 @@ static void encode_plan(Sink *s, const ApxPlan *p) {
     if (i + AHEAD < p->n_bufs) __builtin_prefetch(p->bufs[i + AHEAD].name);
     put_body(s, 8, b_buffer, p, i, buffer_max(&p->bufs[i]));
   }
-  for (int32_t k = 0; k < p->n_kernels; k++) {
-    if (k + AHEAD < p->n_kernels) {
-      __builtin_prefetch(p->kernels[k + AHEAD].node);
-      __builtin_prefetch(p->kernels[k + AHEAD].in);
-    }
-    put_body(s, 9, b_kernel, p, k, kernel_max(&p->kernels[k]));
-  }
-  for (int32_t i = 0; i < p->n_decisions; i++) {
-    if (i + AHEAD < p->n_decisions) {
-      __builtin_prefetch(p->decisions[i + AHEAD].node);
-      __builtin_prefetch(p->decisions[i + AHEAD].detail);
-    }
-    put_body(s, 10, b_decision, p, i, decision_max(&p->decisions[i]));
-  }
+  /* the records encoded ahead: the first kernels, and decisions only once every kernel was */
+  int32_t k0 = ahead ? ahead->n_kernels : 0, i0 = ahead ? ahead->n_decisions : 0;
+  if (ahead && ahead->n) sink_put(s, ahead->buf, ahead->n);
+  for (int32_t k = k0; k < p->n_kernels; k++) put_kernel(s, p, k);
+  for (int32_t i = i0; i < p->n_decisions; i++) put_decision(s, p, i);
   for (int32_t i = 0; i < p->n_buckets; i++)
     put_body(s, 11, b_bucket, p, i, 5 * FIELD_MAX + 5 * (size_t)(p->buckets[i].n_members > 0 ? p->buckets[i].n_members : 0));
   put_body(s, 0, b_tail, p, 0,
@@ -617,6 +675,11 @@ int apx_plan_write_file(const ApxPlan *p, const char *path, ApxDiag *d) {
 
 int apx_plan_write_file_gated(const ApxPlan *p, const char *path, int (*gate)(void *ctx, ApxDiag *d),
                               void *gate_ctx, ApxDiag *d) {
+  return apx_plan_write_file_ahead(p, NULL, path, gate, gate_ctx, d);
+}
+
+int apx_plan_write_file_ahead(const ApxPlan *p, const ApxPlanAhead *ahead, const char *path,
+                              int (*gate)(void *ctx, ApxDiag *d), void *gate_ctx, ApxDiag *d) {
   char *tmp_path = NULL;
   uint64_t filled = 0;
   int fd0 = take_prepared(path, &tmp_path, &filled);
@@ -637,7 +700,7 @@ int apx_plan_write_file_gated(const ApxPlan *p, const char *path, int (*gate)(vo
     what = "cannot create the plan file";
     goto io_error;
   }
-  encode_plan(&s, p);
+  encode_plan(&s, p, ahead);
   if (s.err) {
     errno = s.err;
     goto io_error;

@@ -30,6 +30,27 @@ int apx_plan_write_file(const ApxPlan *p, const char *path, ApxDiag *d);
 int apx_plan_write_file_gated(const ApxPlan *p, const char *path, int (*gate)(void *ctx, ApxDiag *d),
                               void *gate_ctx, ApxDiag *d);
 
+/* The kernel and decision records of a plan encoded ahead of its write, in steps, while the
+ * caller would otherwise wait (apexc: for the arena packing; emit_plan.c): the bytes
+ * apx_plan_write_file would produce for them, which the write then puts as they are. The
+ * plan's kernels and decisions must not change in between (its buffers, encoded before
+ * them, may). init/free pair. */
+struct ApxPlanAhead {
+  uint8_t *buf;
+  size_t n, cap;
+  int32_t n_kernels, n_decisions; /* records encoded: kernels first, then decisions */
+  int done;
+};
+void apx_plan_ahead_init(ApxPlanAhead *a);
+void apx_plan_ahead_free(ApxPlanAhead *a);
+/* Encodes up to max more records of p (a plan apx_plan_validate_unplaced accepted). Returns 1
+ * when every record is encoded (or memory ran out: then none is kept and the write encodes
+ * them all), else 0. */
+int apx_plan_ahead_step(ApxPlanAhead *a, const ApxPlan *p, int32_t max);
+/* apx_plan_write_file_gated putting the records of ahead (NULL: none) as encoded. */
+int apx_plan_write_file_ahead(const ApxPlan *p, const ApxPlanAhead *ahead, const char *path,
+                              int (*gate)(void *ctx, ApxDiag *d), void *gate_ctx, ApxDiag *d);
+
 /* Prepares the file a later apx_plan_write_file*(path) writes, while the caller does
  * other work (apexc: from before loading the model until the plan is written): the
  * temporary file is created now and its first size_hint bytes filled with zeros on a thread
