@@ -594,6 +594,19 @@ TEST(PlanWrite, RecordsEncodedAheadMakeTheSameFile) {
                                    << ahead.n_decisions << " decisions ahead";
       apx_plan_ahead_free(&ahead);
     }
+  // a plan without decisions: its kernels are encoded ahead all the same
+  Sample z, z2;
+  z.p.n_decisions = z2.p.n_decisions = 0;
+  std::string zp = dir + "/no_decisions.apx", zq = dir + "/no_decisions_ahead.apx";
+  ASSERT_EQ(apx_plan_write(&z.p, zp.c_str(), &d), 0) << d.msg;
+  ASSERT_EQ(apx_plan_validate(&z2.p, &d), 0) << d.msg;
+  ApxPlanAhead ahead;
+  apx_plan_ahead_init(&ahead);
+  EXPECT_EQ(apx_plan_ahead_step(&ahead, &z2.p, 1000), 1);
+  EXPECT_EQ(ahead.n_kernels, z2.p.n_kernels);
+  ASSERT_EQ(apx_plan_write_validated_ahead(&z2.p, &ahead, zq.c_str(), &d), 0) << d.msg;
+  EXPECT_EQ(slurp(zq), slurp(zp));
+  apx_plan_ahead_free(&ahead);
 }
 
 TEST(Plan, BlobsRoundTripAfterTheBuffers) {
