@@ -933,6 +933,20 @@ TEST(PlanWrite, PreparedOutputIsTheSameFile) {
     }
     apx_plan_cancel_output();  // nothing left to cancel
   }
+  {  // a hint raised while it fills (apx_plan_prepare_more): the filling goes on to it
+    const std::string path = dir + "/more.apx", tmp = path + ".tmp." + std::to_string((long)getpid());
+    apx_plan_prepare_output(path.c_str(), 1 << 20);
+    apx_plan_prepare_more(512 << 10);  // smaller: nothing changes
+    apx_plan_prepare_more((uint64_t)12 << 20);
+    struct stat ts = {};
+    for (int i = 0; i < 2000 && (stat(tmp.c_str(), &ts) != 0 || ts.st_size < (12 << 20)); i++) usleep(5000);
+    EXPECT_EQ(ts.st_size, 12 << 20);
+    ASSERT_EQ(apx_plan_write(&p, path.c_str(), &d), 0) << d.msg;
+    EXPECT_EQ(slurp(path), want);
+    EXPECT_NE(access(tmp.c_str(), F_OK), 0);
+    apx_plan_prepare_more((uint64_t)16 << 20);  // nothing prepared: nothing happens
+    EXPECT_NE(access(tmp.c_str(), F_OK), 0);
+  }
   const std::string cancelled = dir + "/cancelled.apx";
   apx_plan_prepare_output(cancelled.c_str(), 8 << 20);
   EXPECT_EQ(tmp_files(), 1);

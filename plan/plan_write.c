@@ -151,6 +151,15 @@ static void prepared_stop(struct Prepared *o) {
   o->started = 0;
 }
 
+void apx_plan_prepare_more(uint64_t size_hint) {
+  struct Prepared *o = &prepared;
+  if (!o->path || o->fd < 0 || size_hint <= o->hint) return;
+  prepared_stop(o); /* (at most one more 1 MiB write) */
+  o->hint = size_hint;
+  atomic_store(&o->stop, 0);
+  o->started = pthread_create(&o->thread, NULL, fill_main, o) == 0;
+}
+
 void apx_plan_cancel_output(void) {
   struct Prepared *o = &prepared;
   no_cleanup_on_signals(); /* (kept through a write that took the file: renamed, or removed) */

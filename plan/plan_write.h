@@ -65,6 +65,10 @@ int apx_plan_write_file_ahead(const ApxPlan *p, const ApxPlanAhead *ahead, const
  * SIGINT, SIGTERM and SIGHUP (where left at their default) remove the temporary file before
  * the process dies of them. */
 void apx_plan_prepare_output(const char *path, uint64_t size_hint);
+/* Raises the prepared file's size hint once the caller knows the plan better (apexc: at
+ * the inspection point, from the graph's values); the filling goes on from where it is. A
+ * smaller hint, or nothing prepared: nothing happens. */
+void apx_plan_prepare_more(uint64_t size_hint);
 /* Stops the filling and removes the prepared file when no write took it (the compile
  * failed); restores the signal dispositions. Safe to call when nothing is prepared. */
 void apx_plan_cancel_output(void);
