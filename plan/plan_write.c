@@ -581,8 +581,11 @@ static uint8_t *b_tail(uint8_t *q, const ApxPlan *p, int32_t unused) {
   return p_u64(end, 16, p->data_bytes);
 }
 
+/* The strings of a record lie apart from it (in the graph's arena): each is prefetched AHEAD
+ * records before its turn, so that its cache miss overlaps the records between. */
+enum { AHEAD = 16 };
+
 static void put_kernel(Sink *s, const ApxPlan *p, int32_t k) {
-  enum { AHEAD = 16 };
   if (k + AHEAD < p->n_kernels) {
     __builtin_prefetch(p->kernels[k + AHEAD].node);
     __builtin_prefetch(p->kernels[k + AHEAD].in);
@@ -591,7 +594,6 @@ static void put_kernel(Sink *s, const ApxPlan *p, int32_t k) {
 }
 
 static void put_decision(Sink *s, const ApxPlan *p, int32_t i) {
-  enum { AHEAD = 16 };
   if (i + AHEAD < p->n_decisions) {
     __builtin_prefetch(p->decisions[i + AHEAD].node);
     __builtin_prefetch(p->decisions[i + AHEAD].detail);
@@ -629,9 +631,6 @@ int apx_plan_ahead_step(ApxPlanAhead *a, const ApxPlan *p, int32_t max) {
 static void encode_plan(Sink *s, const ApxPlan *p, const ApxPlanAhead *ahead) {
   put_body(s, 0, b_head, p, 0, str_len(p->producer) + str_len(p->model_name) + 6 * FIELD_MAX);
   put_body(s, 7, b_options, p, 0, OPTIONS_MAX);
-  /* the strings of a record lie apart from it (in the graph's arena): each is prefetched
-   * AHEAD records before its turn, so that its cache miss overlaps the records between */
-  enum { AHEAD = 16 };
   for (int32_t i = 0; i < p->n_bufs; i++) {
     if (i + AHEAD < p->n_bufs) __builtin_prefetch(p->bufs[i + AHEAD].name);
     put_body(s, 8, b_buffer, p, i, buffer_max(&p->bufs[i]));
